@@ -1,0 +1,36 @@
+# The README's two commands are `make serve` and `make test`; both set up .venv on first use.
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8765
+ARGS ?=
+
+.PHONY: serve test unit contract bench lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+serve: $(STAMP)
+	$(BIN)/python -m emulator serve --host $(HOST) --port $(PORT) $(ARGS)
+
+# Every suite: unit + API + SDK end-to-end tests, then the contract suite against a fresh emulator.
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+	$(BIN)/python -m contract_tests --report reports/contract
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+contract: $(STAMP)
+	$(BIN)/python -m contract_tests --report reports/contract
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) reports .hypothesis

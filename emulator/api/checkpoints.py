@@ -1,0 +1,31 @@
+"""Handlers for the Checkpoints tag (``/v1/rl/checkpoints``)."""
+
+from __future__ import annotations
+
+from emulator.api import render
+from emulator.api.request import Reply, Request
+from emulator.domain import checkpoints as domain
+
+
+def list_checkpoints(req: Request) -> Reply:
+    limit = req.query_int("limit", 20)
+    with req.tx() as (state, _ctx):
+        items, has_more = domain.list_(state, session_id=req.query_str("session_id"), type_=req.query_str("type"),
+                                       base_model=req.query_str("base_model"), after=req.query_str("after"),
+                                       limit=limit)
+        return 200, render.list_page([render.checkpoint(c) for c in items], has_more, limit,
+                                     items[-1].id if items else None)
+
+
+def get_checkpoint(req: Request) -> Reply:
+    with req.tx() as (state, _ctx):
+        return 200, render.checkpoint(domain.get(state, req.path["id"]))
+
+
+def download_checkpoint(req: Request) -> Reply:
+    with req.tx() as (state, _ctx):
+        ckpt, variant, files = domain.files(state, req.path["id"], req.query.get("variant", ""))
+        token = req.runtime.file_token(state.project, ckpt.id, variant)
+        data = [{"filename": name, "size": str(len(blob)),
+                 "url": f"{req.base_url}/_files/checkpoints/{token}/{name}"} for name, blob in files]
+        return 200, {"data": data}

@@ -1,0 +1,135 @@
+"""Records -> the wire JSON of the spec's response schemas (int64 as strings, RFC 3339 times)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from emulator.clock import rfc3339
+from emulator.domain import checkpoints as checkpoints_domain
+from emulator.domain.model_resources import queue_position
+from emulator.domain.records import Checkpoint, ModelResource, Operation, Session, ShapingJob
+from emulator.store import TenantState
+
+
+def _error(err: dict[str, Any] | None) -> dict[str, Any] | None:
+    if err is None:
+        return None
+    out = dict(err)
+    if isinstance(out.get("occurred_at"), float):
+        out["occurred_at"] = rfc3339(out["occurred_at"])
+    return out
+
+
+def model_resources(state: TenantState, r: ModelResource) -> dict[str, Any]:
+    details: dict[str, Any] = {}
+    position = queue_position(state, r)
+    if position is not None:
+        details["queue_position"] = position
+    out: dict[str, Any] = {
+        "id": r.id,
+        "base_model": r.base_model,
+        "compute_config": {"num_generator_replicas": r.num_generator_replicas, "gpu_type": r.gpu_type},
+        "created_at": rfc3339(r.created_at),
+        "created_by": r.created_by,
+        "inactive_timeout": r.inactive_timeout,
+        "lora_enabled": r.lora_enabled,
+        "optimizer_config": r.optimizer_config,
+        "status": r.status,
+        "status_details": details,
+        "updated_at": rfc3339(r.updated_at),
+    }
+    if r.base_weights_ref is not None:
+        out["base_weights_ref"] = r.base_weights_ref
+    if r.error is not None:
+        out["error"] = _error(r.error)
+    if r.expires_at is not None and r.status == "MODEL_RESOURCES_STATUS_READY":
+        out["expires_at"] = rfc3339(r.expires_at)
+    return out
+
+
+def _lora(cfg: dict[str, Any]) -> dict[str, Any]:
+    out = dict(cfg)
+    if "seed" in out:
+        out["seed"] = str(out["seed"])
+    return out
+
+
+def session(state: TenantState, s: Session) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": s.id,
+        "base_model": s.base_model,
+        "created_at": rfc3339(s.created_at),
+        "created_by": s.created_by,
+        "inference_checkpoints": [checkpoints_domain.summary(state.checkpoints[c])
+                                  for c in s.inference_checkpoint_ids or ()],
+        "training_checkpoints": [checkpoints_domain.summary(state.checkpoints[c])
+                                 for c in s.training_checkpoint_ids or ()],
+        "metadata": s.metadata or {},
+        "model_resources_id": s.model_resources_id,
+        "policy_state": {
+            "applied_weights_version": str(s.applied_weights_version),
+            "pending_publish": s.pending_publish,
+            "target_weights_version": str(s.target_weights_version),
+            "trainer_step": str(s.trainer_step),
+        },
+        "status": s.status,
+        "step": str(s.step),
+        "updated_at": rfc3339(s.updated_at),
+    }
+    if s.display_name:
+        out["display_name"] = s.display_name
+    if s.error is not None:
+        out["error"] = _error(s.error)
+    if s.lora_config is not None:
+        out["lora_config"] = _lora(s.lora_config)
+    if s.resume_from_checkpoint_id:
+        out["resume_from_checkpoint_id"] = s.resume_from_checkpoint_id
+    return out
+
+
+def operation(op: Operation) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": op.id, "status": op.status}
+    if op.error is not None:
+        out["error"] = {"code": op.error.get("code"), "message": op.error.get("message")}
+    if op.output is not None and op.status == "TRAINING_OPERATION_STATUS_COMPLETED":
+        out["output"] = op.output
+    return out
+
+
+def checkpoint(c: Checkpoint) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": c.id,
+        "base_model": c.base_model,
+        "created_at": rfc3339(c.created_at),
+        "session_id": c.session_id,
+        "step": str(c.step),
+        "type": c.type,
+    }
+    if c.lora_rank is not None:
+        out["lora_rank"] = c.lora_rank
+    if c.registration is not None:
+        key = "training_registration" if c.type == "CHECKPOINT_TYPE_TRAINING" else "inference_registration"
+        out[key] = c.registration
+    return out
+
+
+def shaping_job(job: ShapingJob) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": job.id,
+        "created_at": rfc3339(job.created_at),
+        "events": job.events,
+        "job_type": "quantization",
+        "params": job.params,
+        "status": job.status,
+        "updated_at": rfc3339(job.updated_at),
+        "user_id": job.user_id,
+    }
+    if job.results is not None:
+        out["results"] = job.results
+    return out
+
+
+def list_page(items: list[dict[str, Any]], has_more: bool, limit: int, last_id: str | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"has_more": has_more, "limit": limit}
+    meta["next_cursor"] = last_id if has_more and last_id else ""
+    return {"data": items, "meta": meta}

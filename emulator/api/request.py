@@ -1,0 +1,70 @@
+"""The request object handlers receive, and the reply they return.
+
+Handlers are thin: parse what they need from :class:`Request`, call one domain function inside
+``req.tx()`` (tenant lock held, timeline settled), render, return ``(status, body[, headers])``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from emulator.domain import engine
+from emulator.domain.context import Ctx, Principal
+from emulator.errors import InvalidRequest
+from emulator.store import TenantState
+
+if TYPE_CHECKING:
+    from emulator.runtime import Runtime
+
+Reply = tuple[int, Any] | tuple[int, Any, dict[str, str]]
+
+
+class Request:
+    __slots__ = ("runtime", "principal", "path", "query", "headers", "body", "base_url", "operation_id")
+
+    def __init__(self, runtime: Runtime, principal: Principal | None, operation_id: str, path: dict[str, str],
+                 query: dict[str, str], headers: dict[str, str], body: Any, base_url: str) -> None:
+        self.runtime = runtime
+        self.principal = principal
+        self.operation_id = operation_id
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+        self.base_url = base_url
+
+    @contextmanager
+    def tx(self) -> Iterator[tuple[TenantState, Ctx]]:
+        assert self.principal is not None
+        with self.runtime.store.transaction(self.principal.project) as state:
+            ctx = self.runtime.ctx(self.principal, self.base_url)
+            engine.settle(state, ctx)
+            yield state, ctx
+        self.runtime.committed()
+
+    def json(self) -> dict[str, Any]:
+        return self.body if isinstance(self.body, dict) else {}
+
+    def query_int(self, name: str, default: int) -> int:
+        raw = self.query.get(name)
+        if raw is None or raw == "":
+            return default
+        try:
+            return int(raw)
+        except ValueError as exc:
+            raise InvalidRequest(f"query parameter {name!r} must be an integer", param=name) from exc
+
+    def query_set(self, name: str) -> set[str] | None:
+        raw = self.query.get(name)
+        if not raw:
+            return None
+        return {v for v in raw.split(",") if v}
+
+    def query_bool(self, name: str) -> bool:
+        return self.query.get(name, "").lower() == "true"
+
+    def query_str(self, name: str) -> str | None:
+        value = self.query.get(name)
+        return value if value else None

@@ -1,0 +1,37 @@
+"""Handlers for the Shaping tag (``/v1/shaping``)."""
+
+from __future__ import annotations
+
+from emulator.api import render
+from emulator.api.request import Reply, Request
+from emulator.domain import shaping as domain
+
+
+def create_shaping_job(req: Request) -> Reply:
+    with req.tx() as (state, ctx):
+        return 200, render.shaping_job(domain.create(state, ctx, req.json()))
+
+
+def estimate_shaping_job(req: Request) -> Reply:
+    with req.tx() as (state, _ctx):
+        return 200, domain.estimate(state, req.json())
+
+
+def list_shaping_jobs(req: Request) -> Reply:
+    with req.tx() as (state, _ctx):
+        return 200, {"data": [render.shaping_job(j) for j in domain.list_(state)], "object": "list"}
+
+
+def get_shaping_job(req: Request) -> Reply:
+    with req.tx() as (state, _ctx):
+        return 200, render.shaping_job(domain.get(state, req.path["id"]))
+
+
+def cancel_shaping_job(req: Request) -> Reply:
+    with req.tx() as (state, ctx):
+        return 200, render.shaping_job(domain.cancel(state, ctx, req.path["id"]))
+
+
+def list_shaping_job_events(req: Request) -> Reply:
+    with req.tx() as (state, _ctx):
+        return 200, {"data": domain.get(state, req.path["id"]).events, "object": "list"}

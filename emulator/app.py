@@ -1,0 +1,291 @@
+"""The ASGI application: connexion's routing and request validation around our own dispatcher.
+
+Layers, outermost first (DESIGN.md section 3):
+
+1. :class:`EmulatorApp` - a tiny path switch: presigned file URLs (``/_files/...``, no auth) and the
+   Swagger UI (``/docs``) stay off the hot path; everything else enters the connexion stack.
+2. :class:`ErrorEnvelope` - every exception (domain errors, connexion's validation problems,
+   Starlette's 404/405, crashes) leaves as ``ErrorData`` with the right status.
+3. connexion ``RoutingMiddleware`` - resolves the operationId from ``openapi.yaml`` (and
+   ``admin.yaml`` under ``/_emulator``).
+4. :class:`AuthMiddleware` - bearer token -> principal (401 before any validation), admin token.
+5. connexion ``RequestValidationMiddleware`` (+ ``ResponseValidationMiddleware`` when enabled).
+6. :class:`Dispatcher` - picks the handler by operationId, parses, renders JSON with orjson.
+
+Connexion's default ``AsyncApp`` stack is not used: its per-request decorator layer costs most of
+the throughput (measured in BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import traceback
+from typing import Any
+from urllib.parse import parse_qsl
+
+import orjson
+from connexion.exceptions import ProblemException
+from connexion.middleware import ConnexionMiddleware
+from connexion.middleware.request_validation import RequestValidationMiddleware
+from connexion.middleware.response_validation import ResponseValidationMiddleware
+from connexion.middleware.routing import RoutingMiddleware
+from connexion.middleware.swagger_ui import SwaggerUIMiddleware
+from connexion.options import SwaggerUIOptions
+from connexion.resolver import Resolver
+from starlette.exceptions import HTTPException
+
+from emulator.api import handler_for
+from emulator.api.request import Request
+from emulator.config import Config
+from emulator.errors import ApiError, NotFound, PayloadTooLarge, Unauthenticated, render_error
+from emulator.runtime import ADMIN_SPEC_PATH, SPEC_PATH, Runtime, load_spec
+
+log = logging.getLogger("emulator")
+ROUTING = "connexion_routing"
+PRINCIPAL = "emulator_principal"
+JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+async def send_json(send: Any, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+    raw = list(JSON_HEADERS)
+    raw.append((b"content-length", str(len(body)).encode()))
+    for name, value in (headers or {}).items():
+        raw.append((name.lower().encode(), value.encode()))
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def read_body(receive: Any, limit: int) -> bytes:
+    chunks = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def header(scope: dict[str, Any], name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def base_url(scope: dict[str, Any]) -> str:
+    host = header(scope, b"host")
+    if not host:
+        server = scope.get("server") or ("127.0.0.1", 80)
+        host = f"{server[0]}:{server[1]}"
+    return f"{scope.get('scheme', 'http')}://{host}"
+
+
+class ErrorEnvelope:
+    def __init__(self, app: Any, runtime: Runtime) -> None:
+        self.app = app
+        self.runtime = runtime
+        self._counter = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: dict[str, Any]) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:  # noqa: BLE001 - the one place every error is rendered
+            if started:
+                raise
+            status, body, headers = self.translate(exc)
+            await send_json(send, status, body, headers)
+
+    def translate(self, exc: Exception) -> tuple[int, bytes, dict[str, str]]:
+        if isinstance(exc, ApiError):
+            if "error_not_envelope" in self.runtime.defects:
+                return exc.status, orjson.dumps({"detail": exc.message}), exc.headers
+            return exc.status, orjson.dumps(exc.body()), exc.headers
+        if isinstance(exc, ProblemException):
+            message = str(exc.detail or exc.title or "request rejected")
+            return exc.status, render_error(exc.status, message), {}
+        if isinstance(exc, HTTPException):
+            message = exc.detail if isinstance(exc.detail, str) else "request rejected"
+            if exc.status_code == 404:
+                message = "no such endpoint"
+            elif exc.status_code == 405:
+                message = "method not allowed on this endpoint"
+            return exc.status_code, render_error(exc.status_code, message), dict(exc.headers or {})
+        self._counter += 1
+        request_id = f"req_{self._counter:08d}"
+        log.error("unhandled error (%s): %s", request_id, "".join(traceback.format_exception(exc)))
+        return 500, render_error(500, f"internal error in the emulator (request id {request_id}); "
+                                      "this is a bug, please report it", code="internal_error"), {}
+
+
+class AuthMiddleware:
+    """Bearer token -> principal on every vendor operation; admin token on ``/_emulator``."""
+
+    def __init__(self, app: Any, runtime: Runtime) -> None:
+        self.app = app
+        self.runtime = runtime
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        operation_id = scope.get("extensions", {}).get(ROUTING, {}).get("operation_id")
+        if operation_id is not None:
+            if operation_id.startswith("admin"):
+                self._check_admin(scope)
+            else:
+                scope["extensions"][PRINCIPAL] = self._principal(scope)
+        await self.app(scope, receive, send)
+
+    def _principal(self, scope: dict[str, Any]) -> Any:
+        auth = header(scope, b"authorization")
+        if not auth:
+            raise Unauthenticated("missing Authorization header; send 'Authorization: Bearer <api key>'")
+        scheme, _, token = auth.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise Unauthenticated("malformed Authorization header; expected 'Bearer <api key>'")
+        principal = self.runtime.principal_for(token)
+        if principal is None:
+            raise Unauthenticated("invalid API key")
+        return principal
+
+    def _check_admin(self, scope: dict[str, Any]) -> None:
+        expected = self.runtime.config.admin_token
+        if not expected:
+            return
+        given = header(scope, b"x-emulator-admin-token")
+        if given is None:
+            auth = header(scope, b"authorization") or ""
+            given = auth.partition(" ")[2].strip()
+        if given != expected:
+            raise Unauthenticated("the control plane needs the admin token (X-Emulator-Admin-Token header)",
+                                  code="invalid_admin_token")
+
+
+class Dispatcher:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        extensions = scope.get("extensions", {})
+        operation_id = extensions.get(ROUTING, {}).get("operation_id")
+        if operation_id is None:
+            raise NotFound(f"no endpoint {scope['method']} {scope['path']}", code="unknown_endpoint")
+        handler = handler_for(operation_id)
+        if handler is None:
+            raise NotFound(f"operation {operation_id} is not implemented", code="not_implemented")
+        raw = await read_body(receive, self.runtime.config.max_body_bytes)
+        body = None
+        if raw.strip():
+            try:
+                body = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                from emulator.errors import InvalidRequest
+
+                raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
+        request = Request(self.runtime, extensions.get(PRINCIPAL), operation_id, scope.get("path_params", {}),
+                          query, headers, body, base_url(scope))
+        result = handler(request)
+        status, payload = result[0], result[1]
+        extra = result[2] if len(result) > 2 else None  # type: ignore[misc]
+        if isinstance(payload, (bytes, bytearray)):
+            await send_json(send, status, bytes(payload), extra)
+        else:
+            await send_json(send, status, orjson.dumps(payload), extra)
+
+
+def _not_found_app(scope: dict[str, Any], receive: Any, send: Any) -> Any:
+    return send_json(send, 404, render_error(404, "no such endpoint"))
+
+
+def _resolver() -> Resolver:
+    def resolve(operation_id: str) -> Any:
+        handler = handler_for(operation_id)
+        if handler is None:
+            raise ImportError(f"no handler for operationId {operation_id}")
+        return handler
+
+    return Resolver(function_resolver=resolve)
+
+
+class EmulatorApp:
+    """Outermost ASGI app."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        config = runtime.config
+        middlewares: list[Any] = [
+            functools.partial(ErrorEnvelope, runtime=runtime),
+            RoutingMiddleware,
+            functools.partial(AuthMiddleware, runtime=runtime),
+            RequestValidationMiddleware,
+        ]
+        if config.validate_responses:
+            middlewares.append(ResponseValidationMiddleware)
+        self.api = ConnexionMiddleware(Dispatcher(runtime), middlewares=middlewares,
+                                       specification_dir=str(SPEC_PATH.parent))
+        self.api.add_api(load_spec(SPEC_PATH), resolver=_resolver(), validate_responses=config.validate_responses,
+                         strict_validation=False)
+        self.api.add_api(load_spec(ADMIN_SPEC_PATH), base_path="/_emulator", resolver=_resolver(),
+                         validate_responses=config.validate_responses)
+        self._docs: ConnexionMiddleware | None = None
+        from emulator.files import FileServer
+
+        self.files = FileServer(runtime)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        path: str = scope.get("path", "")
+        if path.startswith("/_files/"):
+            await self.files(scope, receive, send)
+        elif path.startswith("/docs") or path == "/openapi.json":
+            await self.docs()(scope, receive, send)
+        else:
+            await self.api(scope, receive, send)
+
+    def docs(self) -> ConnexionMiddleware:
+        """Swagger UI for the spec, built on first use to keep start-up fast."""
+        if self._docs is None:
+            docs = ConnexionMiddleware(_not_found_app, middlewares=[SwaggerUIMiddleware],
+                                       specification_dir=str(SPEC_PATH.parent))
+            docs.add_api(load_spec(SPEC_PATH), resolver=_resolver(), base_path="",
+                         swagger_ui_options=SwaggerUIOptions(swagger_ui_path="/docs", spec_path="/openapi.json"))
+            self._docs = docs
+        return self._docs
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def build_app(config: Config | None = None, runtime: Runtime | None = None) -> EmulatorApp:
+    if runtime is None:
+        runtime = Runtime(config or Config())
+    return EmulatorApp(runtime)

@@ -1,0 +1,100 @@
+"""The virtual clock: the only place in the emulator that reads real time.
+
+Emulates: the passage of time on the real service, so resources provision, sessions start,
+operations run and resources expire. Two modes:
+
+- ``system``: virtual time follows the monotonic wall clock multiplied by ``speed``, starting at
+  the real current time (or ``start`` when given).
+- ``manual``: time stands still until the control plane advances or sets it; starts at ``start``
+  (default 2026-01-01T00:00:00Z) so that runs are byte-for-byte reproducible.
+
+Differences from the real API: none visible; timestamps are rendered with millisecond precision.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+
+DEFAULT_MANUAL_START = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+MODES = ("system", "manual")
+
+
+class ClockError(ValueError):
+    """A clock change that is not allowed (time may never move backwards)."""
+
+
+class Clock:
+    def __init__(self, mode: str = "system", speed: float = 1.0, start: float | None = None) -> None:
+        if mode not in MODES:
+            raise ClockError(f"clock mode must be one of {MODES}, not {mode!r}")
+        if not speed > 0:
+            raise ClockError("clock speed must be > 0")
+        self._lock = threading.Lock()
+        self._mode = mode
+        self._speed = float(speed)
+        if start is None:
+            start = time.time() if mode == "system" else DEFAULT_MANUAL_START
+        self._anchor_virtual = float(start)
+        self._anchor_real = time.monotonic()
+
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    @property
+    def speed(self) -> float:
+        return self._speed
+
+    def now(self) -> float:
+        """Virtual time as POSIX seconds."""
+        if self._mode == "manual":
+            return self._anchor_virtual
+        return self._anchor_virtual + (time.monotonic() - self._anchor_real) * self._speed
+
+    def advance(self, seconds: float) -> float:
+        if not seconds >= 0:
+            raise ClockError("seconds must be >= 0; the clock never moves backwards")
+        with self._lock:
+            self._rebase()
+            self._anchor_virtual += float(seconds)
+            return self._anchor_virtual
+
+    def set_time(self, at: float) -> float:
+        with self._lock:
+            self._rebase()
+            if at < self._anchor_virtual:
+                raise ClockError("the clock never moves backwards")
+            self._anchor_virtual = float(at)
+            return at
+
+    def configure(self, mode: str | None = None, speed: float | None = None) -> None:
+        if mode is not None and mode not in MODES:
+            raise ClockError(f"clock mode must be one of {MODES}, not {mode!r}")
+        if speed is not None and not speed > 0:
+            raise ClockError("clock speed must be > 0")
+        with self._lock:
+            self._rebase()
+            if mode is not None:
+                self._mode = mode
+            if speed is not None:
+                self._speed = float(speed)
+
+    def _rebase(self) -> None:
+        # Freeze the current virtual time as the new anchor, so mode/speed changes never jump.
+        self._anchor_virtual = self.now()
+        self._anchor_real = time.monotonic()
+
+    def describe(self) -> dict[str, object]:
+        return {"now": rfc3339(self.now()), "mode": self._mode, "speed": self._speed}
+
+
+def rfc3339(ts: float) -> str:
+    """POSIX seconds -> RFC 3339 UTC with milliseconds, e.g. 2026-01-01T00:00:00.000Z."""
+    dt = datetime.fromtimestamp(round(ts, 3), tz=UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+
+
+def parse_rfc3339(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

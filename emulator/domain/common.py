@@ -1,0 +1,44 @@
+"""Small helpers shared by the domain modules: status changes, lookups, list pages."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from emulator.domain.lifecycle import check_edge
+from emulator.errors import InvalidRequest, NotFound
+from emulator.store import OrderedIndex, TenantState
+
+KIND_NAMES = {"ModelResource": "model_resources", "Session": "training_session", "Operation": "operation",
+              "ShapingJob": "shaping_job"}
+
+
+def transition(state: TenantState, record: Any, new: StrEnum, at: float, **extra: Any) -> None:
+    """Move ``record`` to ``new`` along a documented edge, stamping ``updated_at`` and the timeline."""
+    old_value = record.status
+    old = type(new)(old_value)
+    check_edge(old, new)
+    record.status = new.value
+    record.updated_at = max(at, record.created_at)
+    state.log(at, KIND_NAMES[type(record).__name__], record.id, old_value, new.value, **extra)
+
+
+def lookup(table: dict[str, Any], obj_id: str, what: str, param: str) -> Any:
+    record = table.get(obj_id)
+    if record is None:
+        raise NotFound(f"{what} {obj_id!r} not found", param=param)
+    return record
+
+
+def page(index: OrderedIndex, table: dict[str, Any], after: str | None, limit: int,
+         keep: Any = None) -> tuple[list[Any], bool]:
+    """One page of records newest first; an unknown ``after`` cursor is a 400."""
+    result = index.page(after, limit, None if keep is None else (lambda i: keep(table[i])))
+    if result is None:
+        raise InvalidRequest(f"cursor 'after' {after!r} does not name an item of this list", param="after")
+    ids, has_more = result
+    return [table[i] for i in ids], has_more
+
+
+def error_detail(code: str, message: str, at: float) -> dict[str, Any]:
+    return {"code": code, "message": message, "occurred_at": at}

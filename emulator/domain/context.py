@@ -1,0 +1,24 @@
+"""What every domain function receives besides the state: time, caller, timing and switches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from emulator.domain.timing import Timing
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    user: str
+    project: str
+    token: str = field(default="", repr=False)
+
+
+@dataclass(slots=True)
+class Ctx:
+    now: float
+    principal: Principal
+    timing: Timing
+    seed: int = 0
+    defects: frozenset[str] = frozenset()
+    base_url: str = "http://127.0.0.1:8765"

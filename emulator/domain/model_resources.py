@@ -1,0 +1,261 @@
+"""Model resources: create, list, get, stop, extend-expiry, estimate-cost, and their lifecycle.
+
+Emulates api-surface.md A.1 and C.1. ``PENDING`` (in a per-GPU-type queue whose head leaves every
+``queue_slot_seconds``) -> ``CREATING`` -> ``READY`` -> ``STOPPING`` -> ``STOPPED``; ``ERROR`` only
+through fault effects. ``expires_at`` = last activity + ``inactive_timeout``, never earlier; at
+expiry the resource stops and its active sessions become ``EXPIRED``; never while an operation of
+one of its sessions is pending or running.
+
+Differences from the real API: the GPU queue is per project (the real one is shared by everyone);
+``expires_at`` moves at once with each activity (the real one is refreshed about once a minute);
+``base_weights_ref`` is echoed as given after checking it names a full-weight model of the project's
+registry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from emulator.domain.catalog import BY_NAME, GPU_TYPE, CatalogModel
+from emulator.domain.common import error_detail, lookup, page, transition
+from emulator.domain.context import Ctx
+from emulator.domain.lifecycle import ACTIVE_SESSION, ResourceStatus, SessionStatus
+from emulator.domain.records import ModelResource
+from emulator.errors import FailedPrecondition, InvalidRequest
+from emulator.store import TenantState
+
+R = ResourceStatus
+DEFAULT_INACTIVE_TIMEOUT = 3600
+DEFAULT_GENERATOR_REPLICAS = 1
+
+
+def catalog_model(base_model: str, param: str = "base_model") -> CatalogModel:
+    model = BY_NAME.get(base_model)
+    if model is None:
+        raise InvalidRequest(
+            f"base_model {base_model!r} is not supported; see GET /v1/rl/supported-models "
+            f"({', '.join(sorted(BY_NAME))})", param=param)
+    return model
+
+
+def _validated_settings(state: TenantState, body: dict[str, Any]) -> dict[str, Any]:
+    model = catalog_model(body["base_model"])
+    lora_enabled = body.get("lora_enabled")
+    lora_enabled = True if lora_enabled is None else bool(lora_enabled)
+    if not lora_enabled and model.full_max_batch_size is None:
+        raise InvalidRequest(f"{model.base_model} does not support full-weight training (lora_enabled=false)",
+                             param="lora_enabled")
+    compute = body.get("compute_config") or {}
+    gpu_type = compute.get("gpu_type") or GPU_TYPE
+    if gpu_type != GPU_TYPE:
+        raise InvalidRequest(f"gpu_type {gpu_type!r} is not offered for post-training; use {GPU_TYPE}",
+                             param="compute_config.gpu_type")
+    replicas = compute.get("num_generator_replicas")
+    replicas = DEFAULT_GENERATOR_REPLICAS if replicas is None else int(replicas)
+    if replicas < 0:
+        raise InvalidRequest("num_generator_replicas must be >= 0", param="compute_config.num_generator_replicas")
+    optimizer = body.get("optimizer_config") or {"adam": {}}
+    optimizer = {k: v for k, v in optimizer.items() if v is not None} or {"adam": {}}
+    if "adam" in optimizer and "muon" in optimizer:
+        raise InvalidRequest("optimizer_config takes one of adam or muon", param="optimizer_config")
+    timeout = body.get("inactive_timeout")
+    timeout = DEFAULT_INACTIVE_TIMEOUT if timeout is None else int(timeout)
+    if not 300 <= timeout <= 86400:
+        raise InvalidRequest("inactive_timeout must be between 300 and 86400 seconds", param="inactive_timeout")
+    ref = body.get("base_weights_ref")
+    if ref is not None:
+        artifact = state.registry.get(ref.removeprefix("together://").split("@")[0].split("/")[0])
+        if artifact is None or artifact.get("kind") != "model":
+            raise InvalidRequest(f"base_weights_ref {ref!r} does not name a full-weight model in this project's "
+                                 "model registry", param="base_weights_ref")
+        if artifact.get("base_model") != model.base_model:
+            raise InvalidRequest(f"base_weights_ref {ref!r} was trained from {artifact.get('base_model')}, "
+                                 f"not {model.base_model}", param="base_weights_ref")
+    return {"base_model": model.base_model, "lora_enabled": lora_enabled, "gpu_type": gpu_type,
+            "num_generator_replicas": replicas, "optimizer_config": optimizer, "inactive_timeout": timeout,
+            "base_weights_ref": ref, "model": model}
+
+
+def create(state: TenantState, ctx: Ctx, body: dict[str, Any]) -> ModelResource:
+    s = _validated_settings(state, body)
+    now = ctx.now
+    queue_exit = max(now, state.gpu_queue_tail.get(s["gpu_type"], now)) + ctx.timing.queue_slot_seconds
+    state.gpu_queue_tail[s["gpu_type"]] = queue_exit
+    r = ModelResource(
+        id=state.ids.uuid("model_resources"), created_by=ctx.principal.user, base_model=s["base_model"],
+        lora_enabled=s["lora_enabled"], gpu_type=s["gpu_type"], num_generator_replicas=s["num_generator_replicas"],
+        optimizer_config=s["optimizer_config"], inactive_timeout=s["inactive_timeout"],
+        status=R.PENDING.value, created_at=now, updated_at=now, base_weights_ref=s["base_weights_ref"],
+        queue_exit_at=queue_exit)
+    state.resources[r.id] = r
+    state.resource_index.add(r.id)
+    state.log(now, "model_resources", r.id, None, r.status)
+    state.schedule(queue_exit, "resource.dequeue", r.id)
+    return r
+
+
+def get(state: TenantState, resource_id: str) -> ModelResource:
+    return lookup(state.resources, resource_id, "model resource", "model_resources_id")
+
+
+def list_(state: TenantState, ctx: Ctx, *, status: set[str] | None, created_by: str | None,
+          after: str | None, limit: int) -> tuple[list[ModelResource], bool]:
+    creator = ctx.principal.user if created_by == "me" else created_by
+
+    def keep(r: ModelResource) -> bool:
+        return (status is None or r.status in status) and (creator is None or r.created_by == creator)
+
+    no_filter = status is None and creator is None
+    return page(state.resource_index, state.resources, after, limit, None if no_filter else keep)
+
+
+def queue_position(state: TenantState, r: ModelResource) -> int | None:
+    """Older same-GPU resources still waiting, plus one; None once out of the queue."""
+    if r.status != R.PENDING.value:
+        return None
+    ahead = sum(1 for other in state.resources.values()
+                if other.status == R.PENDING.value and other.gpu_type == r.gpu_type
+                and other.created_at <= r.created_at and other.id != r.id
+                and (other.queue_exit_at or 0) <= (r.queue_exit_at or 0))
+    return ahead + 1 + r.queue_extra
+
+
+def active_sessions(state: TenantState, r: ModelResource) -> list[Any]:
+    return [state.sessions[sid] for sid in r.session_ids if state.sessions[sid].status in ACTIVE_SESSION]
+
+
+def stop(state: TenantState, ctx: Ctx, resource_id: str, force: bool) -> ModelResource:
+    r = get(state, resource_id)
+    if r.status in (R.STOPPING.value, R.STOPPED.value, R.ERROR.value):
+        raise FailedPrecondition(f"model resource {r.id} is already {r.status}; it cannot be stopped again",
+                                 param="model_resources_id")
+    active = active_sessions(state, r)
+    if active and not force:
+        raise FailedPrecondition(
+            f"model resource {r.id} still has {len(active)} active training session(s) "
+            f"({', '.join(s.id for s in active)}); stop them first or pass force=true",
+            param="force")
+    from emulator.domain import sessions
+
+    for s in active:
+        sessions.begin_stop(state, ctx, s, ctx.now)
+    _begin_stop(state, ctx, r, ctx.now)
+    return r
+
+
+def _begin_stop(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
+    transition(state, r, R.STOPPING, at)
+    r.expires_at = None
+    r.queue_exit_at = None
+    state.schedule(at + ctx.timing.resource_stopping_seconds, "resource.stopped", r.id)
+
+
+def extend_expiry(state: TenantState, ctx: Ctx, resource_id: str, seconds: int) -> ModelResource:
+    r = get(state, resource_id)
+    if not 60 <= seconds <= 86400:
+        raise InvalidRequest("seconds must be between 60 and 86400", param="seconds")
+    if r.status != R.READY.value:
+        raise FailedPrecondition(f"model resource {r.id} is {r.status}; expiry can only be extended while READY",
+                                 param="model_resources_id")
+    _push_expiry(state, r, ctx.now + seconds)
+    return r
+
+
+def estimate_cost(body: dict[str, Any]) -> dict[str, Any]:
+    model = catalog_model(body["base_model"])
+    lora_enabled = body.get("lora_enabled")
+    if lora_enabled is False and model.full_max_batch_size is None:
+        raise InvalidRequest(f"{model.base_model} does not support full-weight training", param="lora_enabled")
+    compute = body.get("compute_config") or {}
+    replicas = compute.get("num_generator_replicas")
+    replicas = DEFAULT_GENERATOR_REPLICAS if replicas is None else int(replicas)
+    gpus = model.trainer_gpus * (2 if lora_enabled is False else 1) + replicas * model.trainer_gpus
+    return {"currency": "USD", "price_per_hour": round(gpus * model.price_per_gpu_hour, 2)}
+
+
+# --- activity and timers -------------------------------------------------------------------------
+
+def touch(state: TenantState, r: ModelResource, at: float) -> None:
+    """Activity (session start, operation submit or finish) restarts the inactivity count."""
+    r.last_activity = at
+    if r.status == R.READY.value:
+        _push_expiry(state, r, at + r.inactive_timeout)
+
+
+def _push_expiry(state: TenantState, r: ModelResource, candidate: float) -> None:
+    # expires_at only ever moves later; one expiry event is outstanding at a time.
+    if r.expires_at is None or candidate > r.expires_at:
+        r.expires_at = candidate
+    if not r.expiry_armed:
+        r.expiry_armed = True
+        state.schedule(r.expires_at, "resource.expire", r.id)
+
+
+# --- timeline events -------------------------------------------------------------------------------
+
+def on_dequeue(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
+    if r.status != R.PENDING.value:
+        return
+    if r.queue_extra > 0:
+        # Fault effect "waits in the queue at position P": each phantom ahead takes one slot.
+        r.queue_extra -= 1
+        state.schedule(at + max(ctx.timing.queue_slot_seconds, 1.0), "resource.dequeue", r.id)
+        return
+    r.queue_exit_at = None
+    transition(state, r, R.CREATING, at)
+    state.schedule(at + ctx.timing.resource_creating_seconds, "resource.ready", r.id)
+
+
+def on_ready(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
+    if r.status != R.CREATING.value:
+        return
+    transition(state, r, R.READY, at)
+    touch(state, r, at)
+    for sid in r.session_ids:
+        s = state.sessions[sid]
+        if s.status == SessionStatus.CREATING.value:
+            state.schedule(at + ctx.timing.session_creating_seconds, "session.running", s.id)
+
+
+def on_expire(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
+    r.expiry_armed = False
+    if r.status != R.READY.value or r.expires_at is None:
+        return
+    if r.expires_at > at:
+        r.expiry_armed = True
+        state.schedule(r.expires_at, "resource.expire", r.id)
+        return
+    if r.inflight_ops > 0:
+        # Never stops while an operation runs; the operation's finish is activity, which
+        # pushes expires_at later and arms the timer again.
+        return
+    from emulator.domain import sessions
+
+    for s in active_sessions(state, r):
+        if s.status != SessionStatus.STOPPING.value:
+            sessions.expire(state, s, at)
+    _begin_stop(state, ctx, r, at)
+    state.log(at, "model_resources", r.id, None, r.status, reason="inactive_timeout")
+
+
+def on_stopped(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
+    if r.status == R.STOPPING.value:
+        transition(state, r, R.STOPPED, at)
+
+
+def fail(state: TenantState, ctx: Ctx, r: ModelResource, code: str, message: str, at: float) -> None:
+    """Fault effect: the resource goes to ERROR with ``code``; its sessions follow."""
+    if r.status in (R.STOPPED.value, R.ERROR.value, R.STOPPING.value):
+        return
+    from emulator.domain import sessions
+
+    for s in active_sessions(state, r):
+        if s.status != SessionStatus.STOPPING.value:
+            sessions.fail(state, s, "TRAINING_SESSION_ERROR_CODE_RESOURCE_UNAVAILABLE",
+                          f"model resource {r.id} failed: {message}", at)
+    r.error = error_detail(code, message, at)
+    r.expires_at = None
+    r.queue_exit_at = None
+    transition(state, r, R.ERROR, at)
+
+

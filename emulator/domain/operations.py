@@ -1,0 +1,311 @@
+"""Asynchronous training operations: submit, get, the per-session queue and their execution.
+
+Emulates api-surface.md A.3, C.3 and C.4. A submit answers ``PENDING``; operations of one session
+run one after another in submission order (``PENDING`` -> ``RUNNING`` -> ``COMPLETED | FAILED``),
+each taking the timing profile's duration, which grows with the tokens in the batch. When one
+finishes, the simulated model (:mod:`emulator.compute`) produces its output. ``Idempotency-Key``
+is scoped to (session, kind): the same key and body return the original operation; the same key
+with another body is refused (400, ``idempotency_key_reused``).
+
+Weights versions (C.4): optim-step sets ``step = trainer_step + 1``; weights-sync SYNCHRONOUS makes
+the trained weights the generator's at once, BACKGROUND_PUBLISH and PIPELINE mark them pending and
+the next sample applies them. Samples always use the applied version.
+
+Differences from the real API [inferred]: submitting to a session that is not RUNNING answers an
+operation that is already FAILED with ``SESSION_NOT_ACTIVE``; sampling on a resource with zero
+generator replicas is refused with 400; PIPELINE behaves like BACKGROUND_PUBLISH (a sample never
+switches versions mid-sequence, so there is always one policy segment).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict
+from typing import Any
+
+import orjson
+
+from emulator.compute import ComputeError, ModelSpec, SessionModel
+from emulator.domain import checkpoints, model_resources
+from emulator.domain.catalog import BY_NAME
+from emulator.domain.common import transition
+from emulator.domain.context import Ctx
+from emulator.domain.lifecycle import OperationStatus, SessionStatus
+from emulator.domain.records import Checkpoint, Operation, Session
+from emulator.errors import FailedPrecondition, IdempotencyKeyReused, InvalidRequest, NotFound
+from emulator.store import TenantState
+
+O = OperationStatus
+KINDS = ("forward-backward", "custom-forward-backward", "optim-step", "weights-sync", "sample",
+         "inference-checkpoint", "training-checkpoint")
+SESSION_NOT_ACTIVE = "TRAINING_OPERATION_ERROR_CODE_SESSION_NOT_ACTIVE"
+INVALID_INPUT = "TRAINING_OPERATION_ERROR_CODE_INVALID_INPUT"
+INTERNAL_ERROR = "TRAINING_OPERATION_ERROR_CODE_INTERNAL_ERROR"
+
+
+def body_hash(body: dict[str, Any]) -> str:
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def submit(state: TenantState, ctx: Ctx, session_id: str, kind: str, body: dict[str, Any],
+           idempotency_key: str) -> tuple[Operation, bool]:
+    """Returns (operation, replayed)."""
+    s = state.sessions.get(session_id)
+    if s is None:
+        raise NotFound(f"training session {session_id!r} not found", param="session_id")
+    digest = body_hash(body)
+    key = (s.id, kind, idempotency_key)
+    existing_id = state.idempotency.get(key)
+    if existing_id is not None and "ignore_idempotency" not in ctx.defects:
+        existing = state.operations[existing_id]
+        if existing.body_hash != digest:
+            raise IdempotencyKeyReused(
+                f"Idempotency-Key {idempotency_key!r} was already used for a different {kind} request on this "
+                "session; use a new key for a changed body", param="Idempotency-Key")
+        return existing, True
+    r = state.resources[s.model_resources_id]
+    if kind == "sample" and r.num_generator_replicas == 0 and s.status == SessionStatus.RUNNING.value:
+        raise FailedPrecondition(f"model resource {r.id} has no generator replicas (num_generator_replicas=0); "
+                                 "it cannot sample", param="session_id")
+    effective = _resolve_payload(state, s, body)
+    now = ctx.now
+    op = Operation(id=state.ids.uuid("operation"), session_id=s.id, kind=kind, status=O.PENDING.value,
+                   created_at=now, updated_at=now, body=effective, body_hash=digest,
+                   idempotency_key=idempotency_key)
+    state.operations[op.id] = op
+    state.idempotency[key] = op.id
+    state.log(now, "operation", op.id, None, op.status, op_kind=kind)
+    if s.status != SessionStatus.RUNNING.value:
+        op.error = {"code": SESSION_NOT_ACTIVE, "message": f"training session {s.id} is {s.status}, not RUNNING"}
+        transition(state, op, O.FAILED, now)
+        return op, False
+    if s.queue is None:
+        s.queue = []
+    s.queue.append(op.id)
+    r.inflight_ops += 1
+    model_resources.touch(state, r, now)
+    if len(s.queue) == 1:
+        state.schedule(now, "operation.start", op.id)
+    return op, False
+
+
+def _resolve_payload(state: TenantState, s: Session, body: dict[str, Any]) -> dict[str, Any]:
+    payload_id = body.get("payload_id")
+    if not payload_id:
+        return body
+    payload = state.payloads.get(payload_id)
+    if payload is None or payload.session_id != s.id:
+        raise InvalidRequest(f"payload {payload_id!r} was not created for this session", param="payload_id")
+    if payload.data is None:
+        raise InvalidRequest(f"payload {payload_id!r} has not been uploaded", param="payload_id")
+    try:
+        uploaded = orjson.loads(payload.data)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"payload {payload_id!r} is not valid JSON: {exc}", param="payload_id") from exc
+    if not isinstance(uploaded, dict):
+        raise InvalidRequest(f"payload {payload_id!r} must hold a JSON object", param="payload_id")
+    uploaded.pop("payload_id", None)
+    return uploaded
+
+
+def get(state: TenantState, session_id: str, kind: str, operation_id: str) -> Operation:
+    if session_id not in state.sessions:
+        raise NotFound(f"training session {session_id!r} not found", param="session_id")
+    op = state.operations.get(operation_id)
+    if op is None or op.session_id != session_id or op.kind != kind:
+        raise NotFound(f"{kind} operation {operation_id!r} not found on session {session_id}", param="operation_id")
+    return op
+
+
+def fail_queue(state: TenantState, s: Session, at: float) -> None:
+    """The session stops: every unfinished operation ends FAILED with SESSION_NOT_ACTIVE."""
+    if not s.queue:
+        return
+    r = state.resources[s.model_resources_id]
+    for op_id in s.queue:
+        op = state.operations[op_id]
+        op.error = {"code": SESSION_NOT_ACTIVE, "message": f"training session {s.id} stopped before the "
+                    "operation finished"}
+        transition(state, op, O.FAILED, at)
+        r.inflight_ops -= 1
+    s.queue = None
+    s.busy_until = None
+
+
+def _duration(ctx: Ctx, op: Operation) -> float:
+    t = ctx.timing
+    body = op.body
+    if op.kind in ("forward-backward", "custom-forward-backward"):
+        tokens = sum(_token_count(sample.get("model_input") or {}) for sample in body.get("samples") or [])
+        return t.op_overhead_seconds + tokens * t.forward_backward_seconds_per_token
+    if op.kind == "optim-step":
+        return t.op_overhead_seconds + t.optim_step_seconds
+    if op.kind == "weights-sync":
+        sync = body.get("weight_sync_type", "WEIGHT_SYNC_TYPE_SYNCHRONOUS") == "WEIGHT_SYNC_TYPE_SYNCHRONOUS"
+        return t.op_overhead_seconds + t.weights_sync_seconds * (1.0 if sync else 0.1)
+    if op.kind == "sample":
+        params = body.get("sampling_params") or {}
+        generated = int(params.get("max_tokens") or 16) * int(body.get("num_samples") or 1)
+        return t.op_overhead_seconds + generated * len(body.get("model_inputs") or []) * t.sample_seconds_per_token
+    return t.op_overhead_seconds + t.checkpoint_seconds
+
+
+def _token_count(model_input: dict[str, Any]) -> int:
+    return sum(len((c.get("encoded_text") or {}).get("tokens") or []) for c in model_input.get("chunks") or [])
+
+
+def on_start(state: TenantState, ctx: Ctx, op: Operation, at: float) -> None:
+    if op.status != O.PENDING.value:
+        return
+    s = state.sessions[op.session_id]
+    transition(state, op, O.RUNNING, at)
+    done = at + _duration(ctx, op)
+    s.busy_until = done
+    state.schedule(done, "operation.complete", op.id)
+
+
+def on_complete(state: TenantState, ctx: Ctx, op: Operation, at: float) -> None:
+    if op.status != O.RUNNING.value:
+        return
+    s = state.sessions[op.session_id]
+    r = state.resources[s.model_resources_id]
+    if op.fault_code:
+        op.error = {"code": op.fault_code, "message": f"operation failed ({op.fault_code}; injected fault)"}
+        transition(state, op, O.FAILED, at)
+    else:
+        try:
+            op.output = _execute(state, ctx, s, op, at)
+        except ComputeError as exc:
+            op.error = {"code": exc.code, "message": exc.message}
+            transition(state, op, O.FAILED, at)
+        else:
+            transition(state, op, O.COMPLETED, at)
+    if s.queue and s.queue[0] == op.id:
+        s.queue.pop(0)
+    r.inflight_ops -= 1
+    model_resources.touch(state, r, at)
+    s.busy_until = None
+    if s.queue:
+        state.schedule(at, "operation.start", s.queue[0])
+
+
+# --- execution -----------------------------------------------------------------------------------
+
+def model_spec(state: TenantState, ctx: Ctx, s: Session) -> ModelSpec:
+    r = state.resources[s.model_resources_id]
+    cat = BY_NAME[s.base_model]
+    lora = s.lora_config
+    if lora is not None:
+        seed = int(lora.get("seed") or 0)
+        max_batch, max_seq = cat.lora_max_batch_size, cat.lora_max_seq_length
+    else:
+        seed = int.from_bytes(hashlib.sha256(f"{ctx.seed}:{s.id}".encode()).digest()[:4], "big")
+        max_batch, max_seq = cat.full_max_batch_size or 1, cat.full_max_seq_length or cat.lora_max_seq_length
+    optimizer = "muon" if "muon" in (r.optimizer_config or {}) else "adam"
+    return ModelSpec(vocab_size=cat.vocab_size, max_seq_length=max_seq, max_batch_size=max_batch,
+                     context_length=cat.context_length, lora_rank=None if lora is None else int(lora["rank"]),
+                     lora_alpha=None if lora is None else float(lora.get("alpha") or 16),
+                     train_unembed=bool(True if lora is None else lora.get("train_unembed", True)),
+                     seed=seed, optimizer=optimizer)
+
+
+def model_spec_for_checkpoint(ckpt: Checkpoint) -> ModelSpec:
+    return ModelSpec(**(ckpt.model_state or {})["spec"])
+
+
+def session_model(state: TenantState, ctx: Ctx, s: Session) -> SessionModel:
+    model = state.models.get(s.id)
+    if model is None:
+        spec = model_spec(state, ctx, s)
+        ckpt = state.checkpoints.get(s.resume_from_checkpoint_id) if s.resume_from_checkpoint_id else None
+        if ckpt is not None and ckpt.model_state is not None:
+            load_opt = ckpt.type == "CHECKPOINT_TYPE_TRAINING" and s.load_optimizer is not False
+            model = SessionModel.from_state(spec, ckpt.model_state["model"], load_optimizer=load_opt)
+        else:
+            model = SessionModel(spec)
+        state.models[s.id] = model
+        state.published[s.id] = (s.applied_weights_version, model.weights())
+    return model
+
+
+def _execute(state: TenantState, ctx: Ctx, s: Session, op: Operation, at: float) -> dict[str, Any]:
+    model = session_model(state, ctx, s)
+    body = op.body
+    kind = op.kind
+    if kind == "forward-backward":
+        return model.forward_backward(body["samples"], body["loss"], forward_only=bool(body.get("forward_only")),
+                                      return_loss_fn_outputs=bool(body.get("return_loss_fn_outputs")))
+    if kind == "custom-forward-backward":
+        return model.custom_forward_backward(body["samples"], body["gradients"])
+    if kind == "optim-step":
+        step = model.optim_step(body.get("adam_params"), body.get("muon_params"))
+        if "step_decreases" in ctx.defects and s.step > 0:
+            step = s.step - 1
+        s.step = step
+        s.trainer_step = step
+        s.updated_at = max(s.updated_at, at)
+        return {"step": str(step)}
+    if kind == "weights-sync":
+        sync_type = body.get("weight_sync_type") or "WEIGHT_SYNC_TYPE_SYNCHRONOUS"
+        s.target_weights_version = s.trainer_step
+        weights = model.weights()
+        if sync_type == "WEIGHT_SYNC_TYPE_SYNCHRONOUS":
+            state.published[s.id] = (s.trainer_step, weights)
+            s.applied_weights_version = s.trainer_step
+            s.pending_publish = False
+        else:
+            state.published[s.id + ":pending"] = (s.trainer_step, weights)
+            s.pending_publish = True
+        s.updated_at = max(s.updated_at, at)
+        return {"weights_version": str(s.target_weights_version)}
+    if kind == "sample":
+        pending = state.published.pop(s.id + ":pending", None)
+        if pending is not None:
+            state.published[s.id] = pending
+            s.applied_weights_version = pending[0]
+            s.pending_publish = False
+            s.updated_at = max(s.updated_at, at)
+        version, weights = state.published[s.id]
+        params = body.get("sampling_params") or {}
+        seed = int.from_bytes(hashlib.sha256(f"{ctx.seed}:{op.id}".encode()).digest()[:4], "big")
+        return model.sample(weights, body["model_inputs"], num_samples=int(body.get("num_samples") or 1),
+                            sampling_params=params, prompt_logprobs=bool(body.get("prompt_logprobs")),
+                            topk_prompt_logprobs=int(body.get("topk_prompt_logprobs") or 0), seed=seed,
+                            version=version)
+    if kind in ("inference-checkpoint", "training-checkpoint"):
+        return {"checkpoint": _checkpoint(state, ctx, s, model, kind, at)}
+    raise ComputeError(INTERNAL_ERROR, f"unknown operation kind {kind}")
+
+
+def _checkpoint(state: TenantState, ctx: Ctx, s: Session, model: SessionModel, kind: str, at: float
+                ) -> dict[str, Any]:
+    r = state.resources[s.model_resources_id]
+    cat = BY_NAME[s.base_model]
+    training = kind == "training-checkpoint"
+    ckpt = Checkpoint(id=state.ids.uuid("checkpoint"), session_id=s.id,
+                      type="CHECKPOINT_TYPE_TRAINING" if training else "CHECKPOINT_TYPE_INFERENCE",
+                      base_model=s.base_model, step=s.step, created_at=at,
+                      lora_rank=None if s.lora_config is None else int(s.lora_config["rank"]),
+                      model_state={"spec": asdict(model_spec(state, ctx, s)),
+                                   "model": model.to_state(include_optimizer=training)},
+                      created_by=s.created_by)
+    if cat.registers_checkpoints:
+        artifact = {"id": state.ids.token("ml_"), "revision_id": state.ids.token("rv_")}
+        if training:
+            ckpt.registration = artifact
+            kind_name = "training"
+        else:
+            merged = s.lora_config is None or r.base_weights_ref is not None
+            kind_name = "model" if merged else "adapter"
+            ckpt.registration = {kind_name: artifact}
+        state.registry[artifact["id"]] = {"kind": kind_name, "revision_id": artifact["revision_id"],
+                                          "base_model": s.base_model, "checkpoint_id": ckpt.id}
+    state.checkpoints[ckpt.id] = ckpt
+    state.checkpoint_index.add(ckpt.id)
+    ids_list = "training_checkpoint_ids" if training else "inference_checkpoint_ids"
+    if getattr(s, ids_list) is None:
+        setattr(s, ids_list, [])
+    getattr(s, ids_list).append(ckpt.id)
+    s.updated_at = max(s.updated_at, at)
+    state.log(at, "checkpoint", ckpt.id, None, ckpt.type, session_id=s.id)
+    return checkpoints.summary(ckpt)

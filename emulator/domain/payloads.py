@@ -1,0 +1,37 @@
+"""Large-payload offload: upload URLs and download URLs (api-surface.md A.4).
+
+The SDK uploads operation bodies over 0.5 MiB to a presigned URL and submits ``payload_id`` with a
+truncated inline body; the operation then runs on the uploaded bytes. The presigned URLs point at
+the emulator itself (``/_files/payloads/<token>``) and need no auth, like the real ones.
+"""
+
+from __future__ import annotations
+
+from emulator.domain.common import lookup
+from emulator.domain.context import Ctx
+from emulator.domain.records import Payload
+from emulator.errors import FailedPrecondition, NotFound
+from emulator.store import Store, TenantState
+
+
+def create_upload(store: Store, state: TenantState, ctx: Ctx, session_id: str) -> Payload:
+    lookup(state.sessions, session_id, "training session", "session_id")
+    payload = Payload(id=state.ids.uuid("payload"), session_id=session_id,
+                      upload_token=state.ids.token("", 32, kind="payload-token"), created_at=ctx.now)
+    state.payloads[payload.id] = payload
+    store.presigned[payload.upload_token] = (state.project, "payload", payload.id)
+    return payload
+
+
+def download(state: TenantState, session_id: str, payload_id: str) -> Payload:
+    lookup(state.sessions, session_id, "training session", "session_id")
+    payload = state.payloads.get(payload_id)
+    if payload is None or payload.session_id != session_id:
+        raise NotFound(f"payload {payload_id!r} not found on session {session_id}", param="payload_id")
+    if payload.data is None:
+        raise FailedPrecondition(f"payload {payload_id!r} has not been uploaded yet", param="payload_id")
+    return payload
+
+
+def put(state: TenantState, payload_id: str, data: bytes) -> None:
+    state.payloads[payload_id].data = data

@@ -1,0 +1,217 @@
+"""Training sessions: create, list, get, update, stop, and their lifecycle.
+
+Emulates api-surface.md A.2 and C.2. ``CREATING`` -> ``RUNNING`` (once the resource is READY)
+-> ``STOPPING`` -> ``STOPPED``; ``EXPIRED`` when the resource stops for inactivity; ``ERROR`` when
+the resource fails (fault effects). Sessions take ``base_model`` and ``lora_config`` defaults from
+their resource; a resource holds at most ``max_lora_sessions`` LoRA sessions or one full-weight
+session (429 beyond).
+
+Differences from the real API [inferred]: a session may be created while its resource is still
+PENDING/CREATING and stays CREATING until the resource is READY; stopping a session that is
+already inactive answers it unchanged (200); stopping fails the session's unfinished operations
+with ``SESSION_NOT_ACTIVE``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from emulator.domain import model_resources
+from emulator.domain.catalog import BY_NAME
+from emulator.domain.common import error_detail, lookup, page, transition
+from emulator.domain.context import Ctx
+from emulator.domain.lifecycle import ACTIVE_SESSION, ResourceStatus, SessionStatus
+from emulator.domain.records import Session
+from emulator.errors import AtCapacity, FailedPrecondition, InvalidRequest, NotFound
+from emulator.store import TenantState
+
+S = SessionStatus
+DEFAULT_LORA = {"rank": 8, "alpha": 16, "dropout": 0.0, "train_unembed": True}
+INACTIVE = frozenset({S.STOPPED.value, S.EXPIRED.value, S.ERROR.value})
+
+
+def _lora_config(state: TenantState, ctx: Ctx, r: Any, given: dict[str, Any] | None) -> dict[str, Any] | None:
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    if not r.lora_enabled:
+        if given:
+            raise InvalidRequest("lora_config is only valid on a LoRA-enabled model resource", param="lora_config")
+        return None
+    cfg = dict(DEFAULT_LORA)
+    cfg.update(given)
+    rank = int(cfg["rank"])
+    max_rank = BY_NAME[r.base_model].lora_max_rank
+    if not 1 <= rank <= max_rank:
+        raise InvalidRequest(f"lora_config.rank must be between 1 and {max_rank} for {r.base_model}",
+                             param="lora_config.rank")
+    cfg["rank"] = rank
+    if "seed" not in cfg:
+        cfg["seed"] = state.ids.int63("lora-seed") % 1_000_000
+    cfg["seed"] = int(cfg["seed"])
+    return cfg
+
+
+def _capacity(r: Any) -> int:
+    return BY_NAME[r.base_model].max_lora_sessions if r.lora_enabled else 1
+
+
+def create(state: TenantState, ctx: Ctx, body: dict[str, Any]) -> Session:
+    r = state.resources.get(body["model_resources_id"])
+    if r is None:
+        raise NotFound(f"model resource {body['model_resources_id']!r} not found", param="model_resources_id")
+    if r.status not in (ResourceStatus.PENDING.value, ResourceStatus.CREATING.value, ResourceStatus.READY.value):
+        raise FailedPrecondition(f"model resource {r.id} is {r.status}; sessions can only attach to an active "
+                                 "resource", param="model_resources_id")
+    lora = _lora_config(state, ctx, r, body.get("lora_config"))
+    display_name = body.get("display_name")
+    if display_name is not None and len(display_name) > 128:
+        raise InvalidRequest("display_name must be at most 128 characters", param="display_name")
+    step, resume_id, load_optimizer = 0, body.get("resume_from_checkpoint_id"), body.get("load_optimizer")
+    if resume_id:
+        ckpt = state.checkpoints.get(resume_id)
+        if ckpt is None:
+            raise NotFound(f"checkpoint {resume_id!r} not found", param="resume_from_checkpoint_id")
+        _check_resume(r, ckpt, lora, load_optimizer)
+        if ckpt.type == "CHECKPOINT_TYPE_TRAINING" and load_optimizer is not False:
+            step = ckpt.step
+    cap = _capacity(r)
+    if len(model_resources.active_sessions(state, r)) >= cap:
+        raise AtCapacity(f"model resource {r.id} is at capacity: it holds at most {cap} concurrent "
+                         f"{'LoRA' if r.lora_enabled else 'full-weight'} session(s); stop one or use another "
+                         "resource", headers={"x-should-retry": "false"})
+    now = ctx.now
+    s = Session(id=state.ids.uuid("session"), model_resources_id=r.id, created_by=ctx.principal.user,
+                base_model=r.base_model, status=S.CREATING.value, created_at=now, updated_at=now,
+                lora_config=lora, display_name=display_name or None,
+                metadata=_clean_metadata(body.get("metadata")) or None,
+                resume_from_checkpoint_id=resume_id or None, load_optimizer=load_optimizer, step=step,
+                trainer_step=step, target_weights_version=step, applied_weights_version=step)
+    state.sessions[s.id] = s
+    state.session_index.add(s.id)
+    r.session_ids.append(s.id)
+    state.log(now, "training_session", s.id, None, s.status)
+    if r.status == ResourceStatus.READY.value:
+        model_resources.touch(state, r, now)
+        state.schedule(now + ctx.timing.session_creating_seconds, "session.running", s.id)
+    return s
+
+
+def _check_resume(r: Any, ckpt: Any, lora: dict[str, Any] | None, load_optimizer: bool | None) -> None:
+    if ckpt.base_model != r.base_model:
+        raise InvalidRequest(f"checkpoint {ckpt.id} was trained from {ckpt.base_model}; this resource serves "
+                             f"{r.base_model}", param="resume_from_checkpoint_id")
+    if (ckpt.lora_rank is None) == bool(r.lora_enabled):
+        raise InvalidRequest(f"checkpoint {ckpt.id} is a {'full-weight' if ckpt.lora_rank is None else 'LoRA'} "
+                             "checkpoint and cannot resume on this resource's training mode",
+                             param="resume_from_checkpoint_id")
+    if ckpt.type == "CHECKPOINT_TYPE_INFERENCE" and load_optimizer:
+        raise InvalidRequest("load_optimizer is not valid with an inference checkpoint, which carries no "
+                             "optimizer state", param="load_optimizer")
+    if lora is not None and ckpt.lora_rank is not None and lora["rank"] != ckpt.lora_rank:
+        raise InvalidRequest(f"lora_config.rank {lora['rank']} differs from the checkpoint's rank {ckpt.lora_rank}",
+                             param="lora_config.rank")
+
+
+def _clean_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """Drop empty strings and nulls: in updates an empty string clears a value."""
+    if not metadata:
+        return {}
+    out: dict[str, Any] = {}
+    for key, value in metadata.items():
+        if isinstance(value, dict):
+            inner = _clean_metadata(value)
+            if inner:
+                out[key] = inner
+        elif value not in (None, ""):
+            out[key] = value
+    return out
+
+
+def get(state: TenantState, session_id: str) -> Session:
+    return lookup(state.sessions, session_id, "training session", "session_id")
+
+
+def list_(state: TenantState, ctx: Ctx, *, status: set[str] | None, model_resources_id: str | None,
+          created_by: str | None, after: str | None, limit: int) -> tuple[list[Session], bool]:
+    creator = ctx.principal.user if created_by == "me" else created_by
+
+    def keep(s: Session) -> bool:
+        return ((status is None or s.status in status)
+                and (model_resources_id is None or s.model_resources_id == model_resources_id)
+                and (creator is None or s.created_by == creator))
+
+    no_filter = status is None and model_resources_id is None and creator is None
+    return page(state.session_index, state.sessions, after, limit, None if no_filter else keep)
+
+
+def update(state: TenantState, ctx: Ctx, session_id: str, body: dict[str, Any]) -> Session:
+    s = get(state, session_id)
+    if "display_name" in body and body["display_name"] is not None:
+        name = body["display_name"]
+        if len(name) > 128:
+            raise InvalidRequest("display_name must be at most 128 characters", param="display_name")
+        s.display_name = name or None
+    if body.get("metadata") is not None:
+        merged = _merge(s.metadata or {}, body["metadata"])
+        s.metadata = _clean_metadata(merged) or None
+    s.updated_at = max(ctx.now, s.updated_at)
+    return s
+
+
+def _merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    out = dict(old)
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        elif value is not None:
+            out[key] = value
+    return out
+
+
+def stop(state: TenantState, ctx: Ctx, session_id: str) -> Session:
+    s = get(state, session_id)
+    if s.status in (S.CREATING.value, S.RUNNING.value):
+        begin_stop(state, ctx, s, ctx.now)
+    return s
+
+
+def begin_stop(state: TenantState, ctx: Ctx, s: Session, at: float) -> None:
+    if s.status not in (S.CREATING.value, S.RUNNING.value):
+        return
+    _fail_unfinished(state, s, at)
+    transition(state, s, S.STOPPING, at)
+    state.schedule(at + ctx.timing.session_stopping_seconds, "session.stopped", s.id)
+
+
+def expire(state: TenantState, s: Session, at: float) -> None:
+    _fail_unfinished(state, s, at)
+    transition(state, s, S.EXPIRED, at)
+
+
+def fail(state: TenantState, s: Session, code: str, message: str, at: float) -> None:
+    _fail_unfinished(state, s, at)
+    s.error = error_detail(code, message, at)
+    transition(state, s, S.ERROR, at)
+
+
+def _fail_unfinished(state: TenantState, s: Session, at: float) -> None:
+    from emulator.domain import operations
+
+    operations.fail_queue(state, s, at)
+
+
+def on_running(state: TenantState, ctx: Ctx, s: Session, at: float) -> None:
+    if s.status != S.CREATING.value:
+        return
+    r = state.resources[s.model_resources_id]
+    if r.status != ResourceStatus.READY.value:
+        return
+    transition(state, s, S.RUNNING, at)
+    model_resources.touch(state, r, at)
+
+
+def on_stopped(state: TenantState, ctx: Ctx, s: Session, at: float) -> None:
+    if s.status == S.STOPPING.value:
+        transition(state, s, S.STOPPED, at)
+
+
+__all__ = ["ACTIVE_SESSION", "INACTIVE", "create", "get", "list_", "update", "stop"]

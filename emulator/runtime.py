@@ -1,0 +1,113 @@
+"""The running emulator's services: config, store, clock, timing profile, tokens.
+
+One :class:`Runtime` per server; handlers reach it through their request. Nothing mutable lives at
+module level, so tests build as many independent emulators in one process as they like.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from emulator.clock import Clock
+from emulator.config import Config, ConfigError
+from emulator.domain.context import Ctx, Principal
+from emulator.domain.timing import Timing, load_timing
+from emulator.store import Store
+
+ROOT = Path(__file__).resolve().parent
+SPEC_PATH = ROOT.parent / "openapi.yaml"   # the contract lives at the repository root
+ADMIN_SPEC_PATH = ROOT / "admin.yaml"
+
+
+_SPEC_CACHE: dict[tuple[str, float], dict[str, Any]] = {}
+
+
+def load_spec(path: Path) -> dict[str, Any]:
+    """Parsed spec with libyaml, cached per (path, mtime); callers get a deep copy to mutate freely."""
+    import copy
+
+    key = (str(path), path.stat().st_mtime)
+    cached = _SPEC_CACHE.get(key)
+    if cached is None:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        cached = yaml.load(path.read_text(), Loader=loader)  # noqa: S506 - a safe loader
+        _SPEC_CACHE[key] = cached
+    return copy.deepcopy(cached)
+
+
+def load_data_file(path: str) -> Any:
+    text = Path(path).read_text()
+    return json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+
+
+class Runtime:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.store = Store(seed=config.seed)
+        self.clock = Clock(config.clock, config.speed, config.start_time)
+        overrides = None
+        if config.profile_file:
+            try:
+                overrides = load_data_file(config.profile_file) or {}
+            except (OSError, ValueError, yaml.YAMLError) as exc:
+                raise ConfigError(f"cannot read --profile-file {config.profile_file}: {exc}") from exc
+        try:
+            self.timing: Timing = load_timing(config.profile, overrides)
+        except ValueError as exc:
+            raise ConfigError(f"--profile-file: {exc}") from exc
+        self.tokens: dict[str, Principal] | None = None
+        if config.tokens_file:
+            self.tokens = self._load_tokens(config.tokens_file)
+        self.defects = frozenset(config.defects)
+        self._principals: dict[str, Principal] = {}
+
+    @staticmethod
+    def _load_tokens(path: str) -> dict[str, Principal]:
+        try:
+            data = load_data_file(path) or {}
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read --tokens-file {path}: {exc}") from exc
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if not isinstance(tokens, dict):
+            raise ConfigError(f"--tokens-file {path} must map 'tokens' to {{TOKEN: {{user, project}}}}")
+        out = {}
+        for token, who in tokens.items():
+            if not isinstance(who, dict) or not who.get("user") or not who.get("project"):
+                raise ConfigError(f"--tokens-file {path}: token entries need 'user' and 'project'")
+            out[str(token)] = Principal(user=str(who["user"]), project=str(who["project"]), token=str(token))
+        return out
+
+    def principal_for(self, token: str) -> Principal | None:
+        """Each unknown token is its own user in its own project, unless a tokens file is in force."""
+        if self.tokens is not None:
+            return self.tokens.get(token)
+        principal = self._principals.get(token)
+        if principal is None:
+            digest = hashlib.sha256(token.encode()).hexdigest()[:16]
+            principal = Principal(user=f"user_{digest}", project=f"proj_{digest}", token=token)
+            self._principals[token] = principal
+        return principal
+
+    def project_for_token(self, token: str) -> str | None:
+        principal = self.principal_for(token)
+        return principal.project if principal else None
+
+    def ctx(self, principal: Principal, base_url: str) -> Ctx:
+        return Ctx(now=self.clock.now(), principal=principal, timing=self.timing, seed=self.store.seed,
+                   defects=self.defects, base_url=base_url)
+
+    def file_token(self, project: str, checkpoint_id: str, variant: str) -> str:
+        token = hashlib.sha256(f"{self.store.seed}:{project}:{checkpoint_id}:{variant}".encode()).hexdigest()[:32]
+        self.store.presigned[token] = (project, variant, checkpoint_id)
+        return token
+
+    def committed(self) -> None:
+        """Hook after each transaction (persistence plugs in here)."""
+        hook = self.store.on_commit
+        if hook is not None:
+            hook()

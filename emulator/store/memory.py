@@ -1,0 +1,187 @@
+"""In-memory store: a :class:`TenantState` per project behind one lock each.
+
+Lists are served from :class:`OrderedIndex` (creation order plus a position map), so a page costs
+O(limit) without filters, whatever the total count. Due status transitions sit in a per-tenant
+heap (the timeline) that the domain settles on every access: status is computed from the clock
+when read, with no background thread.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from emulator.ids import IdFactory
+
+STATE_FORMAT = "together-rl-emulator/state"
+STATE_VERSION = 1
+
+
+class OrderedIndex:
+    """Ids in creation order; pages walk newest first from an ``after`` cursor."""
+
+    __slots__ = ("_ids", "_pos")
+
+    def __init__(self) -> None:
+        self._ids: list[str] = []
+        self._pos: dict[str, int] = {}
+
+    def add(self, obj_id: str) -> None:
+        self._pos[obj_id] = len(self._ids)
+        self._ids.append(obj_id)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, obj_id: object) -> bool:
+        return obj_id in self._pos
+
+    def ids(self) -> list[str]:
+        return list(self._ids)
+
+    def page(self, after: str | None, limit: int, keep: Callable[[str], bool] | None = None
+             ) -> tuple[list[str], bool] | None:
+        """Up to ``limit`` ids newest first, starting after ``after``; None if the cursor is unknown.
+
+        Returns (ids, has_more). Without a filter this touches ``limit + 1`` ids.
+        """
+        if after is None:
+            start = len(self._ids) - 1
+        else:
+            pos = self._pos.get(after)
+            if pos is None:
+                return None
+            start = pos - 1
+        out: list[str] = []
+        i = start
+        while i >= 0:
+            obj_id = self._ids[i]
+            i -= 1
+            if keep is None or keep(obj_id):
+                if len(out) == limit:
+                    return out, True
+                out.append(obj_id)
+        return out, False
+
+
+class EventLog:
+    """The timeline of transitions, requests and faults, for ``GET /_emulator/events``."""
+
+    def __init__(self, maxlen: int = 50_000) -> None:
+        self._events: deque[dict[str, Any]] = deque(maxlen=maxlen)
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    def append(self, event: dict[str, Any]) -> None:
+        with self._lock:
+            self._seq += 1
+            event["seq"] = self._seq
+            self._events.append(event)
+
+    def since(self, seq: int = 0, tenant: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+        with self._lock:
+            out = [e for e in self._events if e["seq"] > seq and (tenant is None or e.get("tenant") == tenant)]
+        return out[:limit]
+
+    def clear(self, tenant: str | None = None) -> None:
+        with self._lock:
+            if tenant is None:
+                self._events.clear()
+            else:
+                kept = [e for e in self._events if e.get("tenant") != tenant]
+                self._events.clear()
+                self._events.extend(kept)
+
+
+class TenantState:
+    """Everything one project owns. Mutated only inside ``Store.transaction``."""
+
+    def __init__(self, project: str, seed: int, events: EventLog) -> None:
+        self.project = project
+        self.ids = IdFactory(seed, project)
+        self.events = events
+        self.resources: dict[str, Any] = {}
+        self.sessions: dict[str, Any] = {}
+        self.operations: dict[str, Any] = {}
+        self.checkpoints: dict[str, Any] = {}
+        self.payloads: dict[str, Any] = {}
+        self.shaping_jobs: dict[str, Any] = {}
+        self.registry: dict[str, dict[str, Any]] = {}     # model registry: ml_ id -> artifact info
+        self.resource_index = OrderedIndex()
+        self.session_index = OrderedIndex()
+        self.checkpoint_index = OrderedIndex()
+        self.shaping_index = OrderedIndex()
+        self.idempotency: dict[tuple[str, str, str], str] = {}
+        self.timeline: list[tuple[float, int, str, str]] = []
+        self._timeline_seq = 0
+        # Compute objects (not records): live models, published weights, file cache.
+        self.models: dict[str, Any] = {}
+        self.published: dict[str, tuple[int, Any]] = {}
+        self.file_cache: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
+        self.faults_state: dict[str, Any] = {}
+        self.gpu_queue_tail: dict[str, float] = {}        # when the last queued resource leaves, per GPU type
+
+    def schedule(self, at: float, event: str, obj_id: str) -> None:
+        self._timeline_seq += 1
+        heapq.heappush(self.timeline, (at, self._timeline_seq, event, obj_id))
+
+    def pop_due(self, now: float) -> tuple[float, str, str] | None:
+        if self.timeline and self.timeline[0][0] <= now:
+            at, _, event, obj_id = heapq.heappop(self.timeline)
+            return at, event, obj_id
+        return None
+
+    def log(self, at: float, kind: str, obj_id: str, old: str | None, new: str, **extra: Any) -> None:
+        from emulator.clock import rfc3339
+
+        self.events.append({"type": "transition", "at": rfc3339(at), "tenant": self.project, "kind": kind,
+                            "id": obj_id, "from": old, "to": new, **extra})
+
+
+class Store:
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self.events = EventLog()
+        self._tenants: dict[str, TenantState] = {}
+        self._locks: dict[str, threading.RLock] = {}
+        self._global = threading.Lock()
+        # Presigned-URL tokens (payload uploads, checkpoint files) -> (project, kind, object id).
+        self.presigned: dict[str, tuple[str, str, str]] = {}
+        self.on_commit: Callable[[], None] | None = None
+
+    def tenant(self, project: str) -> TenantState:
+        state = self._tenants.get(project)
+        if state is None:
+            with self._global:
+                state = self._tenants.get(project)
+                if state is None:
+                    state = TenantState(project, self.seed, self.events)
+                    self._locks[project] = threading.RLock()
+                    self._tenants[project] = state
+        return state
+
+    @contextmanager
+    def transaction(self, project: str) -> Iterator[TenantState]:
+        state = self.tenant(project)
+        with self._locks[project]:
+            yield state
+
+    def projects(self) -> list[str]:
+        return list(self._tenants)
+
+    def reset(self, project: str | None = None, seed: int | None = None) -> None:
+        with self._global:
+            if seed is not None:
+                self.seed = seed
+            if project is None:
+                self._tenants.clear()
+                self._locks.clear()
+                self.events.clear()
+            else:
+                self._tenants.pop(project, None)
+                self._locks.pop(project, None)
+                self.events.clear(project)

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from starlette.testclient import TestClient
+
+from emulator.app import build_app
+from emulator.config import Config
+from emulator.runtime import Runtime
+
+TOKEN = "test-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def make_client(runtime: Runtime, token: str | None = TOKEN) -> TestClient:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return TestClient(build_app(runtime=runtime), base_url="http://127.0.0.1:8765", headers=headers,
+                      raise_server_exceptions=True)
+
+
+@pytest.fixture
+def runtime() -> Runtime:
+    # Manual clock: time moves only when a test advances it. Responses are validated against the spec.
+    return Runtime(Config(clock="manual", validate_responses=True))
+
+
+@pytest.fixture
+def client(runtime: Runtime) -> Iterator[TestClient]:
+    with make_client(runtime) as c:
+        yield c
+
+
+@pytest.fixture
+def realistic_runtime() -> Runtime:
+    return Runtime(Config(clock="manual", profile="realistic", validate_responses=True))
+
+
+@pytest.fixture
+def realistic_client(realistic_runtime: Runtime) -> Iterator[TestClient]:
+    with make_client(realistic_runtime) as c:
+        yield c

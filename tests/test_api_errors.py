@@ -1,0 +1,42 @@
+"""Every error leaves in ErrorData with the right status; no input gives a 500."""
+
+from __future__ import annotations
+
+from starlette.testclient import TestClient
+
+from emulator.runtime import Runtime
+from tests.conftest import make_client
+from tests.helpers import RL, assert_error
+
+
+def test_missing_auth_is_401(runtime: Runtime) -> None:
+    with make_client(runtime, token=None) as anon:
+        err = assert_error(anon.get(f"{RL}/model-resources"), 401)
+        assert err["type"] == "authentication_error"
+        assert_error(anon.post(f"{RL}/model-resources", json={}), 401)  # auth before validation
+
+
+def test_malformed_auth_is_401(client: TestClient) -> None:
+    assert_error(client.get(f"{RL}/model-resources", headers={"Authorization": "Basic abc"}), 401)
+    assert_error(client.get(f"{RL}/model-resources", headers={"Authorization": "Bearer "}), 401)
+
+
+def test_malformed_json_is_400(client: TestClient) -> None:
+    resp = client.post(f"{RL}/model-resources", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert_error(resp, 400)
+
+
+def test_schema_violation_is_400(client: TestClient) -> None:
+    assert_error(client.post(f"{RL}/model-resources", json={"lora_enabled": True}), 400)
+    assert_error(client.post(f"{RL}/model-resources", json={"base_model": 5}), 400)
+
+
+def test_unknown_path_is_404_and_wrong_method_405(client: TestClient) -> None:
+    assert_error(client.get("/v1/rl/nothing-here"), 404)
+    assert_error(client.delete(f"{RL}/model-resources"), 405)
+
+
+def test_health_and_docs(client: TestClient) -> None:
+    assert client.get("/_emulator/health").json() == {"status": "ok"}
+    assert client.get("/docs/").status_code == 200
+    assert client.get("/openapi.json").json()["openapi"].startswith("3.0")

@@ -1,0 +1,183 @@
+"""Sessions, operations, checkpoints and payloads through the app."""
+
+from __future__ import annotations
+
+from starlette.testclient import TestClient
+
+from tests.helpers import RL, assert_error, ce_sample, create_session, get_session, ready_resource, run_op, \
+    running_session, submit
+
+FB = {"loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}, "samples": [ce_sample([1, 2, 3, 4], [5, 6, 7])]}
+
+
+def test_create_session_takes_defaults_from_resource(client: TestClient) -> None:
+    r = ready_resource(client)
+    s = create_session(client, r["id"], display_name="exp-1", lora_config={"rank": 16})
+    assert s["status"] == "TRAINING_SESSION_STATUS_CREATING"
+    assert s["base_model"] == r["base_model"] and s["model_resources_id"] == r["id"]
+    assert s["lora_config"]["rank"] == 16 and isinstance(s["lora_config"]["seed"], str)
+    assert s["step"] == "0" and s["policy_state"]["trainer_step"] == "0"
+    assert s["metadata"] == {} and s["inference_checkpoints"] == []
+    assert get_session(client, s["id"])["status"] == "TRAINING_SESSION_STATUS_RUNNING"
+
+
+def test_create_session_full_weight_has_no_lora_config(client: TestClient) -> None:
+    r = ready_resource(client, lora_enabled=False)
+    s = create_session(client, r["id"])
+    assert "lora_config" not in s
+    assert_error(client.post(f"{RL}/training-sessions", json={"model_resources_id": ready_resource(
+        client, lora_enabled=False)["id"], "lora_config": {"rank": 8}}), 400)
+
+
+def test_create_session_tolerates_null_lora_fields(client: TestClient) -> None:
+    r = ready_resource(client)
+    s = create_session(client, r["id"], lora_config={"rank": None})
+    assert s["lora_config"]["rank"] == 8
+
+
+def test_create_session_display_name_limit(client: TestClient) -> None:
+    r = ready_resource(client)
+    assert_error(client.post(f"{RL}/training-sessions", json={"model_resources_id": r["id"],
+                                                              "display_name": "x" * 129}), 400)
+
+
+def test_update_session_sets_and_clears(client: TestClient) -> None:
+    s = running_session(client)
+    resp = client.patch(f"{RL}/training-sessions/{s['id']}",
+                        json={"display_name": "a", "metadata": {"wandb": {"project": "p", "run_name": "r"}}})
+    body = resp.json()
+    assert body["display_name"] == "a" and body["metadata"] == {"wandb": {"project": "p", "run_name": "r"}}
+    body = client.patch(f"{RL}/training-sessions/{s['id']}",
+                        json={"display_name": "", "metadata": {"wandb": {"project": ""}}}).json()
+    assert "display_name" not in body and body["metadata"] == {"wandb": {"run_name": "r"}}
+
+
+def test_list_sessions_filters(client: TestClient) -> None:
+    r1, r2 = ready_resource(client), ready_resource(client)
+    a = running_session(client, r1["id"])
+    b = running_session(client, r2["id"])
+    client.post(f"{RL}/training-sessions/{b['id']}/stop")
+    by_resource = client.get(f"{RL}/training-sessions", params={"model_resources_id": r1["id"]}).json()
+    assert [s["id"] for s in by_resource["data"]] == [a["id"]]
+    stopped = client.get(f"{RL}/training-sessions", params={"status": "TRAINING_SESSION_STATUS_STOPPED,"
+                                                                      "TRAINING_SESSION_STATUS_ERROR"}).json()
+    assert [s["id"] for s in stopped["data"]] == [b["id"]]
+    mine = client.get(f"{RL}/training-sessions", params={"created_by": "me"}).json()
+    assert {s["id"] for s in mine["data"]} == {a["id"], b["id"]}
+    assert client.get(f"{RL}/training-sessions", params={"created_by": "someone"}).json()["data"] == []
+    assert_error(client.get(f"{RL}/training-sessions", params={"after": "not-an-id"}), 400)
+
+
+def test_forward_backward_completes_with_loss(client: TestClient) -> None:
+    s = running_session(client)
+    resp = submit(client, s["id"], "forward-backward", FB)
+    assert resp.json()["status"] == "TRAINING_OPERATION_STATUS_PENDING"
+    op = client.get(f"{RL}/training-sessions/{s['id']}/operations/forward-backward/{resp.json()['id']}").json()
+    assert op["status"] == "TRAINING_OPERATION_STATUS_COMPLETED"
+    assert isinstance(op["output"]["loss"], float) and op["output"]["loss"] > 0
+
+
+def test_every_operation_kind_has_output(client: TestClient) -> None:
+    s = running_session(client)
+    sid = s["id"]
+    assert run_op(client, sid, "forward-backward", FB)["output"]["loss"] > 0
+    grads = {"samples": FB["samples"], "gradients": [{"data": [0.1] * 6, "dtype": "D_TYPE_FLOAT32"}]}
+    assert run_op(client, sid, "custom-forward-backward", grads)["output"] == {}
+    assert run_op(client, sid, "optim-step", {"adam_params": {"learning_rate": 1e-4}})["output"] == {"step": "1"}
+    assert run_op(client, sid, "weights-sync", {"weight_sync_type": "WEIGHT_SYNC_TYPE_SYNCHRONOUS"})[
+        "output"] == {"weights_version": "1"}
+    sample = run_op(client, sid, "sample", {"model_inputs": [{"chunks": [{"encoded_text": {"tokens": [1, 2]}}]}],
+                                            "num_samples": 2, "sampling_params": {"max_tokens": 4}})["output"]
+    result = sample["results"][0]
+    assert len(result["sequences"]) == 2 and result["policy_segments"] == [{"start_token": 0, "version": 1}]
+    assert all(isinstance(t, str) for t in result["sequences"][0]["tokens"])
+    ickpt = run_op(client, sid, "inference-checkpoint")["output"]["checkpoint"]
+    tckpt = run_op(client, sid, "training-checkpoint")["output"]["checkpoint"]
+    assert ickpt["step"] == "1" and "adapter" in ickpt["registration"]
+    assert tckpt["step"] == "1" and set(tckpt["registration"]) == {"id", "revision_id"}
+    session = get_session(client, sid)
+    assert session["step"] == "1"
+    assert [c["id"] for c in session["inference_checkpoints"]] == [ickpt["id"]]
+    assert [c["id"] for c in session["training_checkpoints"]] == [tckpt["id"]]
+    assert session["policy_state"] == {"applied_weights_version": "1", "pending_publish": False,
+                                       "target_weights_version": "1", "trainer_step": "1"}
+
+
+def test_operation_get_wrong_kind_or_session_is_404(client: TestClient) -> None:
+    s = running_session(client)
+    op = submit(client, s["id"], "optim-step", {}).json()
+    assert_error(client.get(f"{RL}/training-sessions/{s['id']}/operations/sample/{op['id']}"), 404)
+    other = running_session(client)
+    assert_error(client.get(f"{RL}/training-sessions/{other['id']}/operations/optim-step/{op['id']}"), 404)
+
+
+def test_idempotency_key_replays_and_refuses_changed_body(client: TestClient) -> None:
+    s = running_session(client)
+    first = submit(client, s["id"], "optim-step", {"adam_params": {"learning_rate": 1e-4}}, key="k1").json()
+    again = submit(client, s["id"], "optim-step", {"adam_params": {"learning_rate": 1e-4}}, key="k1").json()
+    assert again["id"] == first["id"]
+    err = assert_error(submit(client, s["id"], "optim-step", {"adam_params": {"learning_rate": 1e-3}}, key="k1"), 400)
+    assert err["code"] == "idempotency_key_reused"
+    assert get_session(client, s["id"])["step"] == "1"
+
+
+def test_submit_without_idempotency_key_is_400(client: TestClient) -> None:
+    s = running_session(client)
+    assert_error(client.post(f"{RL}/training-sessions/{s['id']}/operations/optim-step", json={}), 400)
+
+
+def test_operation_on_stopped_session_fails_not_active(client: TestClient) -> None:
+    s = running_session(client)
+    client.post(f"{RL}/training-sessions/{s['id']}/stop")
+    op = submit(client, s["id"], "optim-step", {}).json()
+    assert op["status"] == "TRAINING_OPERATION_STATUS_FAILED"
+    assert op["error"]["code"] == "TRAINING_OPERATION_ERROR_CODE_SESSION_NOT_ACTIVE"
+
+
+def test_invalid_tensors_fail_the_operation(client: TestClient) -> None:
+    s = running_session(client)
+    bad = {"loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}, "samples": [ce_sample([1, 2, 3], [4, 5])]}
+    bad["samples"][0]["loss_fn_inputs"]["weights"]["data"].append(1.0)
+    op = run_op(client, s["id"], "forward-backward", bad)
+    assert op["status"] == "TRAINING_OPERATION_STATUS_FAILED"
+    assert op["error"]["code"] == "TRAINING_OPERATION_ERROR_CODE_INVALID_INPUT"
+
+
+def test_checkpoints_list_get_download_and_files(client: TestClient) -> None:
+    s = running_session(client)
+    ick = run_op(client, s["id"], "inference-checkpoint")["output"]["checkpoint"]
+    tck = run_op(client, s["id"], "training-checkpoint")["output"]["checkpoint"]
+    listed = client.get(f"{RL}/checkpoints", params={"session_id": s["id"]}).json()
+    assert [c["id"] for c in listed["data"]] == [tck["id"], ick["id"]]
+    only_inf = client.get(f"{RL}/checkpoints", params={"type": "CHECKPOINT_TYPE_INFERENCE"}).json()
+    assert [c["id"] for c in only_inf["data"]] == [ick["id"]]
+    got = client.get(f"{RL}/checkpoints/{ick['id']}").json()
+    assert got["type"] == "CHECKPOINT_TYPE_INFERENCE" and got["lora_rank"] == 8 and got["step"] == "0"
+    assert_error(client.get(f"{RL}/checkpoints/{tck['id']}/download",
+                            params={"variant": "CHECKPOINT_VARIANT_MERGED"}), 400)
+    for variant in ("CHECKPOINT_VARIANT_ADAPTER", "CHECKPOINT_VARIANT_MERGED"):
+        files = client.get(f"{RL}/checkpoints/{ick['id']}/download", params={"variant": variant}).json()["data"]
+        assert files and all("/" not in f["filename"] for f in files)
+        for f in files:
+            blob = client.get(f["url"], headers={"Authorization": ""})
+            assert blob.status_code == 200 and len(blob.content) == int(f["size"])
+
+
+def test_payload_upload_is_used_by_the_operation(client: TestClient) -> None:
+    s = running_session(client)
+    up = client.post(f"{RL}/training-sessions/{s['id']}/payloads/upload-url").json()
+    import json
+
+    assert client.put(up["upload_url"], content=json.dumps(FB), headers={"Authorization": ""}).status_code == 200
+    truncated = {"loss": FB["loss"], "samples": [ce_sample([1], [2])], "payload_id": up["payload_id"]}
+    direct = run_op(client, s["id"], "forward-backward", {**FB, "forward_only": True})["output"]["loss"]
+    via_payload = run_op(client, s["id"], "forward-backward", truncated)["output"]["loss"]
+    assert via_payload == direct
+    down = client.post(f"{RL}/training-sessions/{s['id']}/payloads/{up['payload_id']}/download-url").json()
+    assert json.loads(client.get(down["download_url"]).content) == FB
+    assert_error(client.post(f"{RL}/training-sessions/{s['id']}/payloads/nope/download-url"), 404)
+
+
+def test_supported_models_lists_the_catalog(client: TestClient) -> None:
+    data = client.get(f"{RL}/supported-models").json()["data"]
+    assert "Qwen/Qwen3.8-27B" in [m["base_model"] for m in data]
