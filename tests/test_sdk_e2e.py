@@ -1,0 +1,134 @@
+"""End-to-end: the official SDK (together==3.1.1) against a live emulator on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from emulator.config import Config
+from emulator.runtime import Runtime
+from emulator.testing import serve_in_thread
+
+pytestmark = pytest.mark.sdk
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, Runtime]]:
+    with serve_in_thread(Config(validate_responses=True)) as (url, runtime):
+        yield url, runtime
+
+
+@pytest.fixture
+def sdk_env(server: tuple[str, Runtime], monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("TOGETHER_BASE_URL", server[0])
+    monkeypatch.setenv("TOGETHER_API_KEY", f"sdk-key-{os.getpid()}")
+    return server[0]
+
+
+def _sample(prompt: list[int], response: list[int]) -> object:
+    from together.post_training import Sample
+
+    tokens = prompt + response
+    return Sample(
+        model_input={"chunks": [{"encoded_text": {"tokens": tokens[:-1]}}]},
+        loss_fn_inputs={
+            "target_tokens": {"data": tokens[1:], "dtype": "int64"},
+            "weights": {"data": [0.0] * (len(prompt) - 1) + [1.0] * len(response), "dtype": "float32"},
+        },
+    )
+
+
+def test_sdk_high_level_loop(sdk_env: str, tmp_path: Path) -> None:
+    from together import Together
+    from together.post_training import AdamParams, LossConfig, ModelInput, ModelResourcesClient, SamplingParams, \
+        download_checkpoint
+
+    resources = ModelResourcesClient.create(base_model="Qwen/Qwen3.8-27B", lora_enabled=True,
+                                            compute_config={"num_generator_replicas": 1}, interval=0.1,
+                                            ready_timeout=30)
+    session = resources.create_session(lora_config={"rank": 8}, interval=0.1, timeout=30)
+    sample = _sample([1, 2, 3, 4], [5, 6, 7])
+    first = session.trainer.forward_backward(samples=[sample], loss=LossConfig(type="LOSS_TYPE_CROSS_ENTROPY"))
+    assert isinstance(first.loss, float) and first.loss > 0
+    opt = session.trainer.optim_step(adam_params=AdamParams(learning_rate=1e-4))
+    assert str(opt.step) == "1"
+    ws = session.trainer.weights_sync()
+    assert str(ws.weights_version) == "1"
+    res = session.generator.sample(ModelInput(chunks=[{"encoded_text": {"tokens": [1, 2, 3, 4]}}]),
+                                   num_samples=2, sampling_params=SamplingParams(max_tokens=8, temperature=1.0))
+    assert len(res.sequences) == 2
+    assert all(seq.stop_reason in ("STOP_REASON_LENGTH", "STOP_REASON_STOP") for seq in res.sequences)
+    logprobs = session.generator.compute_logprobs(ModelInput(chunks=[{"encoded_text": {"tokens": [1, 2, 3, 4]}}]))
+    assert len(logprobs) == 4
+    ickpt = session.create_inference_checkpoint()
+    tckpt = session.create_training_checkpoint()
+    assert str(ickpt.step) == "1" and str(tckpt.step) == "1"
+    client = Together(_strict_response_validation=True)
+    listed = client.post_training.checkpoints.list(session_id=session.id)
+    assert {c.id for c in listed.data} == {ickpt.id, tckpt.id}
+    paths = download_checkpoint(client, ickpt.id, variant="CHECKPOINT_VARIANT_ADAPTER", output_dir=str(tmp_path))
+    assert paths and all(Path(p).stat().st_size > 0 for p in paths)
+    session.stop()
+    resources.stop()
+    r = client.post_training.model_resources.retrieve(resources.id)
+    assert r.status in ("MODEL_RESOURCES_STATUS_STOPPING", "MODEL_RESOURCES_STATUS_STOPPED")
+
+
+def test_sdk_low_level_strict(sdk_env: str) -> None:
+    from together import BadRequestError, NotFoundError, Together
+
+    c = Together(_strict_response_validation=True)
+    r = c.post_training.model_resources.create(base_model="Qwen/Qwen3.8-27B", lora_enabled=True)
+    r = c.post_training.model_resources.retrieve(r.id)
+    assert r.status == "MODEL_RESOURCES_STATUS_READY"
+    s = c.post_training.sessions.create(model_resources_id=r.id, lora_config={"rank": 8})
+    s = c.post_training.sessions.retrieve(s.id)
+    assert s.status == "TRAINING_SESSION_STATUS_RUNNING"
+    sample = {"model_input": {"chunks": [{"encoded_text": {"tokens": [1, 2, 3]}}]},
+              "loss_fn_inputs": {"target_tokens": {"data": [2, 3, 4], "dtype": "int64"},
+                                 "weights": {"data": [1.0, 1.0, 1.0], "dtype": "float32"}}}
+    op = c.post_training.operations.forward_backward(s.id, loss={"type": "LOSS_TYPE_CROSS_ENTROPY"},
+                                                     samples=[sample], idempotency_key="k1")
+    again = c.post_training.operations.forward_backward(s.id, loss={"type": "LOSS_TYPE_CROSS_ENTROPY"},
+                                                        samples=[sample], idempotency_key="k1")
+    assert again.id == op.id
+    done = c.post_training.operations.retrieve_forward_backward(op.id, session_id=s.id)
+    assert done.status == "TRAINING_OPERATION_STATUS_COMPLETED" and done.output is not None
+    page = c.post_training.sessions.list(status=["TRAINING_SESSION_STATUS_RUNNING"], model_resources_id=r.id)
+    assert [x.id for x in page.data or []] == [s.id]
+    c.post_training.sessions.update(s.id, display_name="renamed")
+    assert c.post_training.sessions.retrieve(s.id).display_name == "renamed"
+    models = c.post_training.supported_models.get()
+    assert any(m.base_model == "Qwen/Qwen3.8-27B" for m in models.data)
+    with pytest.raises(BadRequestError):
+        c.post_training.model_resources.stop(r.id)
+    stopped = c.post_training.model_resources.stop(r.id, force=True)
+    assert stopped.status == "MODEL_RESOURCES_STATUS_STOPPING"
+    with pytest.raises(NotFoundError):
+        c.post_training.sessions.retrieve("00000000-0000-4000-8000-000000000000")
+
+
+def test_sdk_large_payload_goes_through_upload(sdk_env: str, server: tuple[str, Runtime]) -> None:
+    from together.post_training import LossConfig, ModelResourcesClient
+
+    resources = ModelResourcesClient.create(base_model="Qwen/Qwen3.8-27B", interval=0.1, ready_timeout=30)
+    session = resources.create_session(interval=0.1, timeout=30)
+    # > 0.5 MiB of JSON makes the SDK upload the body and submit a truncated stand-in with payload_id.
+    samples = [_sample(list(range(1, 200)), list(range(200, 1200))) for _ in range(12)]
+    big = session.trainer.forward_backward(samples=samples, loss=LossConfig(type="LOSS_TYPE_CROSS_ENTROPY"))
+    assert isinstance(big.loss, float)
+    runtime = server[1]
+    principal = runtime.principal_for(os.environ["TOGETHER_API_KEY"])
+    assert principal is not None
+    with runtime.store.transaction(principal.project) as state:
+        uploaded = [p for p in state.payloads.values() if p.session_id == session.id and p.data]
+        ops = [o for o in state.operations.values() if o.session_id == session.id]
+        assert len(uploaded) == 1
+        # The operation ran on the uploaded body (12 full samples), not the truncated inline stand-in.
+        assert len(ops[-1].body["samples"]) == 12
+        assert len(ops[-1].body["samples"][0]["loss_fn_inputs"]["target_tokens"]["data"]) == 1198
+    session.stop()
+    resources.stop()
