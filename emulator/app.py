@@ -38,7 +38,8 @@ from starlette.exceptions import HTTPException
 from emulator.api import handler_for
 from emulator.api.request import Request
 from emulator.config import Config
-from emulator.errors import ApiError, NotFound, PayloadTooLarge, Unauthenticated, render_error
+from emulator.errors import ApiError, InvalidRequest, NotFound, PayloadTooLarge, Unauthenticated, render_error
+from emulator.faults import FaultMiddleware
 from emulator.runtime import ADMIN_SPEC_PATH, SPEC_PATH, Runtime, load_spec
 
 log = logging.getLogger("emulator")
@@ -198,8 +199,6 @@ class Dispatcher:
             try:
                 body = orjson.loads(raw)
             except orjson.JSONDecodeError as exc:
-                from emulator.errors import InvalidRequest
-
                 raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
@@ -207,6 +206,12 @@ class Dispatcher:
                           query, headers, body, base_url(scope))
         result = handler(request)
         status, payload = result[0], result[1]
+        effect = extensions.get("emulator_fault")
+        if effect is not None and status < 400 and request.principal is not None:
+            from emulator.domain import fault_effects
+
+            with request.tx() as (state, ctx):
+                fault_effects.apply(state, ctx, effect, operation_id, request.path, body, payload)
         extra = result[2] if len(result) > 2 else None  # type: ignore[misc]
         if isinstance(payload, (bytes, bytearray)):
             await send_json(send, status, bytes(payload), extra)
@@ -238,6 +243,7 @@ class EmulatorApp:
             functools.partial(ErrorEnvelope, runtime=runtime),
             RoutingMiddleware,
             functools.partial(AuthMiddleware, runtime=runtime),
+            functools.partial(FaultMiddleware, runtime=runtime),
             RequestValidationMiddleware,
         ]
         if config.validate_responses:
@@ -288,4 +294,13 @@ class EmulatorApp:
 def build_app(config: Config | None = None, runtime: Runtime | None = None) -> EmulatorApp:
     if runtime is None:
         runtime = Runtime(config or Config())
-    return EmulatorApp(runtime)
+    app = EmulatorApp(runtime)
+    if runtime.config.scenario:
+        from emulator import scenarios
+        from emulator.config import ConfigError
+
+        try:
+            scenarios.load(runtime, runtime.config.scenario)
+        except (scenarios.ScenarioError, ValueError) as exc:
+            raise ConfigError(f"--scenario {runtime.config.scenario}: {exc}") from exc
+    return app

@@ -17,6 +17,7 @@ from emulator.clock import Clock
 from emulator.config import Config, ConfigError
 from emulator.domain.context import Ctx, Principal
 from emulator.domain.timing import Timing, load_timing
+from emulator.faults import FaultSet
 from emulator.store import Store
 
 ROOT = Path(__file__).resolve().parent
@@ -64,7 +65,50 @@ class Runtime:
         if config.tokens_file:
             self.tokens = self._load_tokens(config.tokens_file)
         self.defects = frozenset(config.defects)
+        self.faults = FaultSet(seed=config.seed)
+        if config.faults_file:
+            try:
+                self.faults.load(load_data_file(config.faults_file))
+            except (OSError, ValueError, yaml.YAMLError) as exc:
+                raise ConfigError(f"cannot load --faults {config.faults_file}: {exc}") from exc
         self._principals: dict[str, Principal] = {}
+        if config.state_file:
+            self._load_state_file(config.state_file)
+
+    def _load_state_file(self, path: str) -> None:
+        """Resume from ``--state-file``; a corrupt or incompatible file is refused, never replaced."""
+        import orjson
+
+        from emulator.store import snapshot
+
+        file = Path(path)
+        if file.exists():
+            try:
+                doc = orjson.loads(file.read_bytes())
+                if not isinstance(doc, dict):
+                    raise snapshot.StateError("the file does not hold a JSON object")
+                snapshot.import_state(self, doc)
+            except (orjson.JSONDecodeError, snapshot.StateError) as exc:
+                raise ConfigError(f"--state-file {path} cannot be used: {exc}. Move it away or pass another "
+                                  "path; the emulator never overwrites a file it cannot read") from exc
+        self.store.on_commit = lambda: self._write_state_file(file)
+        if not file.exists():
+            self._write_state_file(file)
+
+    def _write_state_file(self, file: Path) -> None:
+        import os
+
+        import orjson
+
+        from emulator.store import snapshot
+
+        data = orjson.dumps(snapshot.export_state(self))
+        tmp = file.with_name(f".{file.name}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, file)
 
     @staticmethod
     def _load_tokens(path: str) -> dict[str, Principal]:
@@ -106,8 +150,9 @@ class Runtime:
         self.store.presigned[token] = (project, variant, checkpoint_id)
         return token
 
-    def committed(self) -> None:
-        """Hook after each transaction (persistence plugs in here)."""
+    def committed(self, mutating: bool = True) -> None:
+        """After each transaction: persist when the request changed state (reads only settle the
+        timeline, which the saved state replays deterministically)."""
         hook = self.store.on_commit
-        if hook is not None:
+        if hook is not None and mutating:
             hook()

@@ -67,13 +67,13 @@ def test_sdk_high_level_loop(sdk_env: str, tmp_path: Path) -> None:
     tckpt = session.create_training_checkpoint()
     assert str(ickpt.step) == "1" and str(tckpt.step) == "1"
     client = Together(_strict_response_validation=True)
-    listed = client.post_training.checkpoints.list(session_id=session.id)
+    listed = client.post_training.checkpoints.list(session_id=session.session_id)
     assert {c.id for c in listed.data} == {ickpt.id, tckpt.id}
     paths = download_checkpoint(client, ickpt.id, variant="CHECKPOINT_VARIANT_ADAPTER", output_dir=str(tmp_path))
     assert paths and all(Path(p).stat().st_size > 0 for p in paths)
     session.stop()
     resources.stop()
-    r = client.post_training.model_resources.retrieve(resources.id)
+    r = client.post_training.model_resources.retrieve(resources.model_resources_id)
     assert r.status in ("MODEL_RESOURCES_STATUS_STOPPING", "MODEL_RESOURCES_STATUS_STOPPED")
 
 
@@ -117,18 +117,18 @@ def test_sdk_large_payload_goes_through_upload(sdk_env: str, server: tuple[str, 
     resources = ModelResourcesClient.create(base_model="Qwen/Qwen3.8-27B", interval=0.1, ready_timeout=30)
     session = resources.create_session(interval=0.1, timeout=30)
     # > 0.5 MiB of JSON makes the SDK upload the body and submit a truncated stand-in with payload_id.
-    samples = [_sample(list(range(1, 200)), list(range(200, 1200))) for _ in range(12)]
+    samples = [_sample(list(range(1, 200)), list(range(200, 1200))) for _ in range(40)]
     big = session.trainer.forward_backward(samples=samples, loss=LossConfig(type="LOSS_TYPE_CROSS_ENTROPY"))
     assert isinstance(big.loss, float)
     runtime = server[1]
     principal = runtime.principal_for(os.environ["TOGETHER_API_KEY"])
     assert principal is not None
     with runtime.store.transaction(principal.project) as state:
-        uploaded = [p for p in state.payloads.values() if p.session_id == session.id and p.data]
-        ops = [o for o in state.operations.values() if o.session_id == session.id]
+        uploaded = [p for p in state.payloads.values() if p.session_id == session.session_id and p.data]
+        ops = [o for o in state.operations.values() if o.session_id == session.session_id]
         assert len(uploaded) == 1
-        # The operation ran on the uploaded body (12 full samples), not the truncated inline stand-in.
-        assert len(ops[-1].body["samples"]) == 12
+        # The operation ran on the uploaded body (40 full samples), not the truncated inline stand-in.
+        assert len(ops[-1].body["samples"]) == 40
         assert len(ops[-1].body["samples"][0]["loss_fn_inputs"]["target_tokens"]["data"]) == 1198
     session.stop()
     resources.stop()

@@ -11,7 +11,9 @@ from emulator.api import handler_for
 
 ROOT = Path(__file__).resolve().parent.parent
 ALLOWED_TIME = {"emulator/clock.py", "emulator/testing.py"}
-TIME_CALLS = re.compile(r"\btime\.time\(|datetime\.now\(|datetime\.utcnow\(|\bimport random\b|\brandom\.\w+\(")
+# Wall-clock reads, the stdlib's global random source, numpy's global (unseeded) random state.
+TIME_CALLS = re.compile(r"\btime\.time\(|datetime\.now\(|datetime\.utcnow\(|\bimport random\b|(?<![\w.])random\.\w+\("
+                        r"|np\.random\.(rand|randn|randint|random|seed|choice|shuffle|normal|uniform|default_rng\(\))")
 
 
 def _operation_ids(path: Path) -> list[str]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from emulator.api.request import Reply, Request
 from emulator.clock import ClockError, parse_rfc3339
-from emulator.errors import InvalidRequest
+from emulator.errors import InvalidRequest, NotFound
+from emulator.faults import FaultError
 from emulator.store import snapshot
 
 
@@ -73,3 +74,40 @@ def admin_import_state(req: Request) -> Reply:
         raise InvalidRequest(str(exc)) from exc
     req.runtime.committed()
     return 200, {"imported": True}
+
+
+def admin_list_faults(req: Request) -> Reply:
+    return 200, {"data": req.runtime.faults.describe()}
+
+
+def admin_add_faults(req: Request) -> Reply:
+    try:
+        added = req.runtime.faults.load(req.body)
+    except FaultError as exc:
+        raise InvalidRequest(str(exc)) from exc
+    return 200, {"data": added}
+
+
+def admin_clear_faults(req: Request) -> Reply:
+    req.runtime.faults.clear()
+    return 200, {"data": []}
+
+
+def admin_list_scenarios(req: Request) -> Reply:
+    from emulator import scenarios
+
+    return 200, {"data": [{"name": k, "description": v} for k, v in scenarios.available().items()]}
+
+
+def admin_load_scenario(req: Request) -> Reply:
+    from emulator import scenarios
+
+    name = req.path["name"]
+    if name not in scenarios.available():
+        raise NotFound(f"no scenario {name!r}; available: {', '.join(scenarios.available())}", param="name")
+    try:
+        result = scenarios.load(req.runtime, name)
+    except (scenarios.ScenarioError, FaultError) as exc:
+        raise InvalidRequest(str(exc)) from exc
+    req.runtime.committed()
+    return 200, result

@@ -42,7 +42,7 @@ class Request:
             ctx = self.runtime.ctx(self.principal, self.base_url)
             engine.settle(state, ctx)
             yield state, ctx
-        self.runtime.committed()
+        self.runtime.committed(mutating=not self.operation_id.startswith(("get", "list")))
 
     def json(self) -> dict[str, Any]:
         return self.body if isinstance(self.body, dict) else {}

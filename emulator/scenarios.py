@@ -1,0 +1,168 @@
+"""Named scenarios: seed states built by replaying API calls (``fixtures/scenarios/NAME.yaml``).
+
+A scenario is data: a description, the API token whose project it fills, optional clock settings
+and fault rules, and a list of steps. A step calls one operation of ``openapi.yaml`` by its
+operationId (``call``, ``path``, ``query``, ``body``, ``save``), advances the clock (``advance``),
+or repeats nested steps (``repeat``, ``steps``). Strings like ``"{s1.id}"`` refer to saved answers.
+Every request body and every answer is validated against the spec's schemas while loading, so a
+scenario can never seed a state the real API could not produce.
+
+Loaded with ``serve --scenario NAME`` or ``POST /_emulator/scenarios/NAME``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from connexion.json_schema import Draft4RequestValidator, Draft4ResponseValidator, resolve_refs
+
+from emulator.api import handler_for
+from emulator.api.request import Request
+from emulator.errors import ApiError
+
+if TYPE_CHECKING:
+    from emulator.runtime import Runtime
+
+SCENARIO_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "scenarios"
+_REF = re.compile(r"\{([A-Za-z_][\w-]*)((?:\.[\w-]+)+)\}")
+
+
+class ScenarioError(ValueError):
+    pass
+
+
+def available() -> dict[str, str]:
+    import yaml
+
+    out = {}
+    for path in sorted(SCENARIO_DIR.glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text()) or {}
+        out[path.stem] = str(doc.get("description", "")).strip()
+    return out
+
+
+class _Operations:
+    """operationId -> (method, path template, request schema, 200 schema), from the resolved spec."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        resolved = resolve_refs(spec)
+        self.ops: dict[str, tuple[str, str, Any, Any]] = {}
+        for path, item in resolved["paths"].items():
+            for method, op in item.items():
+                if not isinstance(op, dict) or "operationId" not in op:
+                    continue
+                body = (((op.get("requestBody") or {}).get("content") or {}).get("application/json") or {})
+                ok = (((op.get("responses") or {}).get("200") or {}).get("content") or {}).get("application/json")
+                self.ops[op["operationId"]] = (method.upper(), path, body.get("schema"), (ok or {}).get("schema"))
+
+
+def load(runtime: Runtime, name: str) -> dict[str, Any]:
+    import yaml
+
+    from emulator.runtime import SPEC_PATH, load_spec
+
+    path = SCENARIO_DIR / f"{name}.yaml"
+    if not re.fullmatch(r"[\w-]+", name) or not path.exists():
+        raise ScenarioError(f"no scenario {name!r}; available: {', '.join(available())}")
+    doc = yaml.safe_load(path.read_text()) or {}
+    token = str(doc.get("token") or "demo-key")
+    principal = runtime.principal_for(token)
+    if principal is None:
+        raise ScenarioError(f"scenario token {token!r} is not in the tokens file")
+    runtime.store.reset(principal.project)
+    clock = doc.get("clock") or {}
+    if clock:
+        runtime.clock.configure(mode=clock.get("mode"), speed=clock.get("speed"))
+    if doc.get("faults"):
+        runtime.faults.clear()
+        runtime.faults.load(doc["faults"])
+    ops = _Operations(load_spec(SPEC_PATH))
+    saved: dict[str, Any] = {}
+    counter = [0]
+    _run(runtime, ops, principal, doc.get("steps") or [], saved, counter, name)
+    return {"scenario": name, "token": token, "saved": {k: v.get("id") for k, v in saved.items()
+                                                         if isinstance(v, dict) and "id" in v}}
+
+
+def _run(runtime: Runtime, ops: _Operations, principal: Any, steps: list[Any], saved: dict[str, Any],
+         counter: list[int], name: str) -> None:
+    for i, step in enumerate(steps):
+        where = f"scenario {name} step {i + 1}"
+        if "advance" in step:
+            runtime.clock.advance(float(step["advance"]))
+        elif "repeat" in step:
+            for _ in range(int(step["repeat"])):
+                _run(runtime, ops, principal, step.get("steps") or [], saved, counter, name)
+        elif "call" in step:
+            result = _call(runtime, ops, principal, step, saved, counter, where)
+            if step.get("effect"):
+                _apply_effect(runtime, principal, step, result)
+            if step.get("save"):
+                saved[str(step["save"])] = result
+        else:
+            raise ScenarioError(f"{where}: a step needs one of call, advance, repeat")
+
+
+def _apply_effect(runtime: Runtime, principal: Any, step: dict[str, Any], result: Any) -> None:
+    """A step's ``effect`` is a fault effect (see emulator.faults) applied to what the call made."""
+    from emulator.domain import engine, fault_effects
+
+    with runtime.store.transaction(principal.project) as state:
+        ctx = runtime.ctx(principal, "")
+        engine.settle(state, ctx)
+        fault_effects.apply(state, ctx, step["effect"], step["call"], step.get("path") or {}, step.get("body"),
+                            result)
+
+
+def _substitute(value: Any, saved: dict[str, Any], where: str) -> Any:
+    if isinstance(value, str):
+        def ref(m: re.Match[str]) -> str:
+            obj: Any = saved.get(m.group(1))
+            for part in m.group(2).strip(".").split("."):
+                if isinstance(obj, list) and part.isdigit():
+                    obj = obj[int(part)]
+                elif isinstance(obj, dict) and part in obj:
+                    obj = obj[part]
+                else:
+                    raise ScenarioError(f"{where}: cannot resolve {m.group(0)}")
+            return str(obj)
+
+        return _REF.sub(ref, value)
+    if isinstance(value, list):
+        return [_substitute(v, saved, where) for v in value]
+    if isinstance(value, dict):
+        return {k: _substitute(v, saved, where) for k, v in value.items()}
+    return value
+
+
+def _call(runtime: Runtime, ops: _Operations, principal: Any, step: dict[str, Any], saved: dict[str, Any],
+          counter: list[int], where: str) -> Any:
+    operation_id = step["call"]
+    if operation_id not in ops.ops:
+        raise ScenarioError(f"{where}: no operation {operation_id!r} in openapi.yaml")
+    _method, _template, req_schema, resp_schema = ops.ops[operation_id]
+    body = _substitute(step.get("body"), saved, where)
+    if body is not None and req_schema is not None:
+        errors = sorted(Draft4RequestValidator(req_schema).iter_errors(body), key=str)
+        if errors:
+            raise ScenarioError(f"{where}: body does not match the {operation_id} request schema: {errors[0].message}")
+    counter[0] += 1
+    headers = {"idempotency-key": f"scenario-{counter[0]}"}
+    query = {k: str(v) for k, v in (_substitute(step.get("query"), saved, where) or {}).items()}
+    request = Request(runtime, principal, operation_id, _substitute(step.get("path") or {}, saved, where), query,
+                      headers, body, f"http://{runtime.config.host}:{runtime.config.port}")
+    handler = handler_for(operation_id)
+    assert handler is not None
+    try:
+        result = handler(request)
+    except ApiError as exc:
+        raise ScenarioError(f"{where}: {operation_id} answered {exc.status}: {exc.message}") from exc
+    payload = orjson.loads(orjson.dumps(result[1]))
+    if resp_schema is not None:
+        errors = sorted(Draft4ResponseValidator(resp_schema).iter_errors(payload), key=str)
+        if errors:
+            raise ScenarioError(f"{where}: the answer of {operation_id} does not match its schema: {errors[0].message}")
+    return payload
