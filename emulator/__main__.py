@@ -37,21 +37,17 @@ def _run(app: Any, host: str, port: int, log_level: str, banner: str) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from emulator.app import build_app
+    from emulator.app import build_server_app
     from emulator.config import ConfigError, config_from_args
     from emulator.runtime import Runtime
 
     try:
         config = config_from_args(args)
         runtime = Runtime(config)
-        app: Any = build_app(runtime=runtime)
+        app = build_server_app(runtime)
     except ConfigError as exc:
         print(f"emulator: {exc}", file=sys.stderr)
         return 2
-    if config.record_file:
-        from emulator.recording import Recorder, RecordingApp
-
-        app = RecordingApp(app, Recorder(config.record_file, runtime.clock.now))
     if config.defects:
         print(f"emulator: TEST ONLY defects injected: {', '.join(config.defects)}", file=sys.stderr, flush=True)
     return _run(app, config.host, config.port, config.log_level, "Together RL emulator")

@@ -120,6 +120,8 @@ class ErrorEnvelope:
             if "error_not_envelope" in self.runtime.defects:
                 return exc.status, orjson.dumps({"detail": exc.message}), exc.headers
             return exc.status, orjson.dumps(exc.body()), exc.headers
+        if isinstance(exc, UnicodeDecodeError):  # connexion decodes JSON bodies as UTF-8 before we see them
+            return 400, render_error(400, f"request body is not valid UTF-8: {exc.reason}"), {}
         if isinstance(exc, ProblemException):
             message = str(exc.detail or exc.title or "request rejected")
             return exc.status, render_error(exc.status, message), {}
@@ -210,8 +212,11 @@ class Dispatcher:
         if effect is not None and status < 400 and request.principal is not None:
             from emulator.domain import fault_effects
 
-            with request.tx() as (state, ctx):
+            # Not request.tx(): settling first would let an instant operation finish before it is marked.
+            with self.runtime.store.transaction(request.principal.project) as state:
+                ctx = self.runtime.ctx(request.principal, request.base_url)
                 fault_effects.apply(state, ctx, effect, operation_id, request.path, body, payload)
+            self.runtime.committed()
         extra = result[2] if len(result) > 2 else None  # type: ignore[misc]
         if isinstance(payload, (bytes, bytearray)):
             await send_json(send, status, bytes(payload), extra)
@@ -303,4 +308,14 @@ def build_app(config: Config | None = None, runtime: Runtime | None = None) -> E
             scenarios.load(runtime, runtime.config.scenario)
         except (scenarios.ScenarioError, ValueError) as exc:
             raise ConfigError(f"--scenario {runtime.config.scenario}: {exc}") from exc
+    return app
+
+
+def build_server_app(runtime: Runtime) -> Any:
+    """The app a server runs: :func:`build_app`, wrapped by the recorder under ``--record``."""
+    app: Any = build_app(runtime=runtime)
+    if runtime.config.record_file:
+        from emulator.recording import Recorder, RecordingApp
+
+        app = RecordingApp(app, Recorder(runtime.config.record_file, runtime.clock.now))
     return app

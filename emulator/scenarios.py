@@ -108,11 +108,11 @@ def _run(runtime: Runtime, ops: _Operations, principal: Any, steps: list[Any], s
 
 def _apply_effect(runtime: Runtime, principal: Any, step: dict[str, Any], result: Any) -> None:
     """A step's ``effect`` is a fault effect (see emulator.faults) applied to what the call made."""
-    from emulator.domain import engine, fault_effects
+    from emulator.domain import fault_effects
 
+    # No settle before: under the instant profile the call's effects are due now and must be marked first.
     with runtime.store.transaction(principal.project) as state:
         ctx = runtime.ctx(principal, "")
-        engine.settle(state, ctx)
         fault_effects.apply(state, ctx, step["effect"], step["call"], step.get("path") or {}, step.get("body"),
                             result)
 

@@ -8,10 +8,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import Any
 
 import uvicorn
 
-from emulator.app import build_app
+from emulator.app import build_server_app
 from emulator.config import Config
 from emulator.runtime import Runtime
 
@@ -20,11 +21,18 @@ from emulator.runtime import Runtime
 def serve_in_thread(config: Config | None = None) -> Iterator[tuple[str, Runtime]]:
     config = replace(config or Config(), host="127.0.0.1", port=0)
     runtime = Runtime(config)
-    app = build_app(runtime=runtime)
+    with serve_app(build_server_app(runtime)) as url:
+        yield url, runtime
+
+
+@contextmanager
+def serve_app(app: Any) -> Iterator[str]:
+    """Serve any ASGI app on a free loopback port in a background thread."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    # asyncio, not uvloop: several servers start and stop in one test process.
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", loop="asyncio"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -33,7 +41,7 @@ def serve_in_thread(config: Config | None = None) -> Iterator[tuple[str, Runtime
             raise RuntimeError("emulator did not start")
         time.sleep(0.01)
     try:
-        yield f"http://127.0.0.1:{port}", runtime
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)

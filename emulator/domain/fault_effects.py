@@ -31,6 +31,8 @@ def apply(state: TenantState, ctx: Ctx, effect: dict[str, Any], operation_id: st
         r = state.resources[resource_id]
         if r.status == ResourceStatus.PENDING.value:
             r.queue_extra = max(0, int(effect["queue_position"]) - 1)
+            if r.queue_extra:
+                model_resources.hold_in_queue(state, ctx, r, ctx.now)
             if isinstance(payload, dict) and isinstance(payload.get("status_details"), dict):
                 payload["status_details"]["queue_position"] = model_resources.queue_position(state, r)
     if "session_error" in effect and session_id in state.sessions:

@@ -194,16 +194,22 @@ def _push_expiry(state: TenantState, r: ModelResource, candidate: float) -> None
 # --- timeline events -------------------------------------------------------------------------------
 
 def on_dequeue(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
-    if r.status != R.PENDING.value:
-        return
+    if r.status != R.PENDING.value or at < (r.queue_exit_at or 0):
+        return  # stale event: the exit was pushed later
     if r.queue_extra > 0:
         # Fault effect "waits in the queue at position P": each phantom ahead takes one slot.
         r.queue_extra -= 1
-        state.schedule(at + max(ctx.timing.queue_slot_seconds, 1.0), "resource.dequeue", r.id)
+        hold_in_queue(state, ctx, r, at)
         return
     r.queue_exit_at = None
     transition(state, r, R.CREATING, at)
     state.schedule(at + ctx.timing.resource_creating_seconds, "resource.ready", r.id)
+
+
+def hold_in_queue(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
+    """The next phantom ahead leaves one queue slot (at least a virtual second) from ``at``."""
+    r.queue_exit_at = at + max(ctx.timing.queue_slot_seconds, 1.0)
+    state.schedule(r.queue_exit_at, "resource.dequeue", r.id)
 
 
 def on_ready(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:

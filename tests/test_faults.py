@@ -1,0 +1,148 @@
+"""Fault rules: every effect, triggers, the per-request header, and how the SDK meets them."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+from starlette.testclient import TestClient
+
+from emulator.config import Config
+from emulator.runtime import Runtime
+from emulator.testing import serve_in_thread
+from tests.conftest import make_client
+from tests.helpers import RL, assert_error, ce_sample, create_resource, create_session, get_resource, get_session, \
+    ready_resource, run_op, running_session
+
+
+def add(client: TestClient, *rules: dict) -> None:
+    resp = client.post("/_emulator/faults", json=list(rules))
+    assert resp.status_code == 200, resp.text
+
+
+def test_status_effect_answers_error_data_with_retry_after(client: TestClient) -> None:
+    add(client, {"name": "outage", "match": {"operation_id": "listModelResources"}, "trigger": {"first_n": 2},
+                 "effect": {"status": 503, "code": "overloaded", "message": "try later", "retry_after": 3}})
+    for _ in range(2):
+        resp = client.get(f"{RL}/model-resources")
+        err = assert_error(resp, 503)
+        assert err == {"message": "try later", "type": "server_error", "param": None, "code": "overloaded"}
+        assert resp.headers["retry-after"] == "3"
+    assert client.get(f"{RL}/model-resources").status_code == 200
+    listed = client.get("/_emulator/faults").json()["data"]
+    assert listed[0]["name"] == "outage" and listed[0]["matched"] == 3
+
+
+def test_nth_trigger_and_path_glob(client: TestClient) -> None:
+    add(client, {"match": {"method": "GET", "path": "/v1/rl/supported-*"}, "trigger": {"nth": [2]},
+                 "effect": {"status": 500}})
+    codes = [client.get(f"{RL}/supported-models").status_code for _ in range(3)]
+    assert codes == [200, 500, 200]
+
+
+def test_probability_is_seeded(client: TestClient) -> None:
+    def pattern(seed: int) -> list[int]:
+        with make_client(Runtime(Config(clock="manual", seed=seed))) as c:
+            add(c, {"match": {"operation_id": "getSupportedModels"}, "trigger": {"probability": 0.5},
+                    "effect": {"status": 502}})
+            return [c.get(f"{RL}/supported-models").status_code for _ in range(20)]
+
+    first = pattern(3)
+    assert first == pattern(3)
+    assert 502 in first and 200 in first
+
+
+def test_operation_fails_effect(client: TestClient) -> None:
+    s = running_session(client)
+    add(client, {"match": {"operation_id": "createForwardBackward"}, "trigger": {"first_n": 1},
+                 "effect": {"operation_fails": "TRAINING_OPERATION_ERROR_CODE_NON_FINITE_LOSS"}})
+    body = {"loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}, "samples": [ce_sample([1, 2], [3])]}
+    failed = run_op(client, s["id"], "forward-backward", body)
+    assert failed["status"] == "TRAINING_OPERATION_STATUS_FAILED"
+    assert failed["error"]["code"] == "TRAINING_OPERATION_ERROR_CODE_NON_FINITE_LOSS"
+    assert run_op(client, s["id"], "forward-backward", body)["status"] == "TRAINING_OPERATION_STATUS_COMPLETED"
+
+
+def test_resource_error_effect_takes_sessions_down(client: TestClient) -> None:
+    r = ready_resource(client)
+    s = running_session(client, r["id"])
+    add(client, {"name": "boom", "match": {}, "trigger": {"first_n": 0},
+                 "effect": {"resource_error": "MODEL_RESOURCES_ERROR_CODE_RESOURCE_UNAVAILABLE"}})
+    client.get(f"{RL}/model-resources/{r['id']}", headers={"X-Emulator-Fault": "boom"})
+    got = get_resource(client, r["id"])
+    assert got["status"] == "MODEL_RESOURCES_STATUS_ERROR"
+    assert got["error"]["code"] == "MODEL_RESOURCES_ERROR_CODE_RESOURCE_UNAVAILABLE"
+    sess = get_session(client, s["id"])
+    assert sess["status"] == "TRAINING_SESSION_STATUS_ERROR"
+    assert sess["error"]["code"] == "TRAINING_SESSION_ERROR_CODE_RESOURCE_UNAVAILABLE"
+
+
+def test_session_error_effect(client: TestClient) -> None:
+    r = ready_resource(client)
+    add(client, {"match": {"operation_id": "createSession"}, "trigger": {"first_n": 1},
+                 "effect": {"session_error": "TRAINING_SESSION_ERROR_CODE_SESSION_FAILED"}})
+    s = create_session(client, r["id"])
+    assert get_session(client, s["id"])["error"]["code"] == "TRAINING_SESSION_ERROR_CODE_SESSION_FAILED"
+
+
+def test_queue_position_effect(realistic_client: TestClient) -> None:
+    add(realistic_client, {"match": {"operation_id": "createModelResources"},
+                           "effect": {"queue_position": 3}})
+    r = create_resource(realistic_client)
+    assert r["status_details"]["queue_position"] == 3
+    realistic_client.post("/_emulator/clock/advance", json={"seconds": 45 * 1})
+    assert get_resource(realistic_client, r["id"])["status_details"]["queue_position"] == 2
+
+
+def test_unknown_fault_header_and_bad_rules_are_400(client: TestClient) -> None:
+    add(client, {"name": "x", "effect": {"status": 500}, "trigger": {"first_n": 0}})
+    assert_error(client.get(f"{RL}/supported-models", headers={"X-Emulator-Fault": "nope"}), 400)
+    assert_error(client.post("/_emulator/faults", json={"effect": {"status": 200}}), 400)
+    assert_error(client.post("/_emulator/faults", json={"effect": {}, "trigger": {"first_n": 1}}), 400)
+    assert client.delete("/_emulator/faults").json() == {"data": []}
+
+
+# --- through the SDK ----------------------------------------------------------------------------
+
+@pytest.fixture
+def sdk(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Runtime]]:
+    with serve_in_thread(Config()) as (url, runtime):
+        monkeypatch.setenv("TOGETHER_BASE_URL", url)
+        monkeypatch.setenv("TOGETHER_API_KEY", f"fault-key-{os.getpid()}")
+        yield url, runtime
+
+
+def test_sdk_retries_429_and_honours_retry_after(sdk: tuple[str, Runtime]) -> None:
+    from together import Together
+
+    sdk[1].faults.load({"match": {"operation_id": "getSupportedModels"}, "trigger": {"first_n": 2},
+                        "effect": {"status": 429, "retry_after": 1}})
+    start = time.monotonic()
+    models = Together(max_retries=2).post_training.supported_models.get()
+    assert models.data and time.monotonic() - start >= 1.5  # two waits of Retry-After: 1 s
+
+
+def test_sdk_gives_up_after_its_retries_on_503(sdk: tuple[str, Runtime]) -> None:
+    from together import InternalServerError, Together
+
+    sdk[1].faults.load({"match": {"operation_id": "getSupportedModels"}, "effect": {"status": 503, "retry_after": 1}})
+    with pytest.raises(InternalServerError):
+        Together(max_retries=1).post_training.supported_models.get()
+    assert sdk[1].faults.describe()[0]["matched"] == 2
+
+
+def test_sdk_operation_failure_raises(sdk: tuple[str, Runtime]) -> None:
+    from together.post_training import LossConfig, ModelResourcesClient, Sample
+    from together.post_training._operations import OperationFailedError
+
+    sdk[1].faults.load({"match": {"operation_id": "createForwardBackward"},
+                        "effect": {"operation_fails": "TRAINING_OPERATION_ERROR_CODE_NON_FINITE_LOSS"}})
+    resources = ModelResourcesClient.create(base_model="Qwen/Qwen3.8-27B", interval=0.1, ready_timeout=30)
+    session = resources.create_session(interval=0.1, timeout=30)
+    sample = Sample(**ce_sample([1, 2, 3], [4, 5]))
+    with pytest.raises(OperationFailedError, match="NON_FINITE_LOSS"):
+        session.trainer.forward_backward(samples=[sample], loss=LossConfig(type="LOSS_TYPE_CROSS_ENTROPY"))
+    session.stop()
+    resources.stop()
