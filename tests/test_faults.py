@@ -146,3 +146,19 @@ def test_sdk_operation_failure_raises(sdk: tuple[str, Runtime]) -> None:
         session.trainer.forward_backward(samples=[sample], loss=LossConfig(type="LOSS_TYPE_CROSS_ENTROPY"))
     session.stop()
     resources.stop()
+
+
+def test_readme_bad_day_rules_load() -> None:
+    """The README's example fault file is valid (docs that work as written)."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from emulator.faults import FaultSet
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = re.search(r"cat > bad-day.yaml <<'YAML'\n(.*?)\nYAML", readme, re.S)
+    assert block is not None
+    rules = FaultSet().load(yaml.safe_load(block.group(1)))
+    assert [r["name"] for r in rules] == ["gpu-queue", "overloaded", "nan-loss", "flaky", "provisioning-failed"]
