@@ -28,7 +28,6 @@ class CatalogModel:
     trainer_gpus: int
     price_per_gpu_hour: float
     registers_checkpoints: bool = True
-    eos_token_id: int = 2
 
     def to_json(self) -> dict[str, Any]:
         trainer: dict[str, Any] = {"lora": {"max_batch_size": self.lora_max_batch_size,

@@ -196,11 +196,13 @@ def model_spec(state: TenantState, ctx: Ctx, s: Session) -> ModelSpec:
     cat = BY_NAME[s.base_model]
     lora = s.lora_config
     if lora is not None:
-        seed = int(lora.get("seed") or 0)
         max_batch, max_seq = cat.lora_max_batch_size, cat.lora_max_seq_length
     else:
-        seed = int.from_bytes(hashlib.sha256(f"{ctx.seed}:{s.id}".encode()).digest()[:4], "big")
         max_batch, max_seq = cat.full_max_batch_size or 1, cat.full_max_seq_length or cat.lora_max_seq_length
+    # The base model's weights depend on the base model (and the emulator seed) only, so every session
+    # on one base model starts from the same model and checkpoints resume anywhere it is served.
+    # (A real LoRA adapter starts at zero, so its seed does not change the starting model either.)
+    seed = int.from_bytes(hashlib.sha256(f"{ctx.seed}:{s.base_model}".encode()).digest()[:4], "big")
     optimizer = "muon" if "muon" in (r.optimizer_config or {}) else "adam"
     return ModelSpec(vocab_size=cat.vocab_size, max_seq_length=max_seq, max_batch_size=max_batch,
                      context_length=cat.context_length, lora_rank=None if lora is None else int(lora["rank"]),

@@ -1,0 +1,41 @@
+"""The simulated model behind every training session (DESIGN.md section 7).
+
+Emulates the real service's trainer and generator with a tiny deterministic language model per
+session: a bigram logit table over the base model's full vocabulary, whose base part is an analytic
+seeded function (never stored) and whose trained part is stored sparsely, so memory and cost grow
+with what was trained, never with the vocabulary. Forward-backward returns the true loss of the
+configured loss type over the model's exact log-probabilities, optim-step really updates it
+(AdamW or Muon), sampling draws from a published weights snapshot, and checkpoints round-trip.
+It differs from a real model in what it can learn (one previous token of context) and in a few
+documented conventions (learning-rate scale, LoRA capacity, token <-> text mapping); see the module
+docstrings of ``model``, ``weights``, ``losses``, ``optim``, ``sampling`` and ``export``.
+"""
+
+from __future__ import annotations
+
+from emulator.compute.errors import (
+                                     INTERNAL_ERROR,
+                                     INVALID_INPUT,
+                                     NON_FINITE_LOSS,
+                                     RESOURCE_EXHAUSTED,
+                                     ComputeError,
+)
+from emulator.compute.export import weights_from_files
+from emulator.compute.model import SessionModel, load_files
+from emulator.compute.sampling import decode
+from emulator.compute.spec import ModelSpec
+from emulator.compute.weights import Weights
+
+__all__ = [
+                                     "INTERNAL_ERROR",
+                                     "INVALID_INPUT",
+                                     "NON_FINITE_LOSS",
+                                     "RESOURCE_EXHAUSTED",
+                                     "ComputeError",
+                                     "ModelSpec",
+                                     "SessionModel",
+                                     "Weights",
+                                     "decode",
+                                     "load_files",
+                                     "weights_from_files",
+]

@@ -1,0 +1,300 @@
+"""Parsing and validation of the operation bodies the simulated model computes on.
+
+Emulates the trainer's input checks (api-surface A.3.1-A.3.5): model inputs made of
+``encoded_text`` chunks, ``loss_fn_inputs`` tensors (1-D, ``shape == [len(data)]``, no sparse
+fields, the dtype each key allows, one slot per model-input token), the inputs each loss type
+requires, ``weights`` and ``mask`` never together, tokens inside the vocabulary, finite values, the
+batch and sequence limits of the model. Every failure is a ``ComputeError`` with code
+``INVALID_INPUT`` raised before anything is computed. int64 values may arrive as JSON numbers or
+numeric strings. Tensor keys the emulator does not know are checked for length and finiteness and
+otherwise ignored (the wire type is an open map and the SDK forwards unknown keys).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from emulator.compute.errors import invalid
+
+INPUT_DTYPES: dict[str, frozenset[str]] = {
+    "target_tokens": frozenset({"int64"}),
+    "logprobs": frozenset({"float32"}),
+    "advantages": frozenset({"float32"}),
+    "reference_logprobs": frozenset({"float32"}),
+    "weights": frozenset({"int64", "float32"}),
+    "mask": frozenset({"int64", "float32"}),
+}
+
+POLICY_REQUIRED = ("target_tokens", "logprobs", "advantages")
+LOSS_REQUIRED: dict[str, tuple[str, ...]] = {
+    "LOSS_TYPE_CROSS_ENTROPY": ("target_tokens", "weights"),
+    "LOSS_TYPE_GRPO": POLICY_REQUIRED,
+    "LOSS_TYPE_IMPORTANCE_SAMPLING": POLICY_REQUIRED,
+    "LOSS_TYPE_PPO": POLICY_REQUIRED,
+    "LOSS_TYPE_CISPO": POLICY_REQUIRED,
+    "LOSS_TYPE_DPPO": POLICY_REQUIRED,
+    "LOSS_TYPE_DRO": POLICY_REQUIRED,
+}
+PARAMS_KEY: dict[str, str | None] = {
+    "LOSS_TYPE_CROSS_ENTROPY": "cross_entropy_params",
+    "LOSS_TYPE_GRPO": "grpo_params",
+    "LOSS_TYPE_IMPORTANCE_SAMPLING": None,
+    "LOSS_TYPE_PPO": "ppo_params",
+    "LOSS_TYPE_CISPO": "cispo_params",
+    "LOSS_TYPE_DPPO": "dppo_params",
+    "LOSS_TYPE_DRO": "dro_params",
+}
+GRADIENT_DTYPES = frozenset({None, "D_TYPE_UNSPECIFIED", "D_TYPE_FLOAT32", "D_TYPE_BFLOAT16", "float32"})
+
+
+def parse_int(value: Any, where: str) -> int:
+    if isinstance(value, bool):
+        raise invalid(f"{where}: expected an integer, got a boolean")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value) and value.is_integer():
+            return int(value)
+        raise invalid(f"{where}: expected an integer, got {value!r}")
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise invalid(f"{where}: expected an integer, got {value!r}") from None
+    raise invalid(f"{where}: expected an integer, got {type(value).__name__}")
+
+
+def parse_float(value: Any, where: str) -> float:
+    if isinstance(value, bool):
+        raise invalid(f"{where}: expected a number, got a boolean")
+    if isinstance(value, (int, float)):
+        out = float(value)
+    elif isinstance(value, str):
+        try:
+            out = float(value.strip())
+        except ValueError:
+            raise invalid(f"{where}: expected a number, got {value!r}") from None
+    else:
+        raise invalid(f"{where}: expected a number, got {type(value).__name__}")
+    if not math.isfinite(out):
+        raise invalid(f"{where}: non-finite value {value!r} (mask the position with weight 0 instead)")
+    return out
+
+
+def _float_array(data: list[Any], where: str) -> np.ndarray:
+    try:
+        if all(type(x) is float or type(x) is int for x in data):
+            arr = np.asarray(data, dtype=np.float64)
+        else:
+            arr = np.asarray([parse_float(x, where) for x in data], dtype=np.float64)
+    except OverflowError:
+        raise invalid(f"{where}: value out of range") from None
+    if arr.size and not np.all(np.isfinite(arr)):
+        bad = int(np.nonzero(~np.isfinite(arr))[0][0])
+        raise invalid(f"{where}[{bad}]: non-finite value (mask the position with weight 0 instead)")
+    return arr
+
+
+def _int_array(data: list[Any], where: str) -> np.ndarray:
+    if all(type(x) is int for x in data):
+        try:
+            return np.asarray(data, dtype=np.int64)
+        except OverflowError:
+            raise invalid(f"{where}: integer out of int64 range") from None
+    out = [parse_int(x, f"{where}[{i}]") for i, x in enumerate(data)]
+    try:
+        return np.asarray(out, dtype=np.int64)
+    except OverflowError:
+        raise invalid(f"{where}: integer out of int64 range") from None
+
+
+def parse_tokens(model_input: Any, where: str, vocab_size: int) -> np.ndarray:
+    """The concatenated ``encoded_text`` tokens of a ``ModelInput``, range-checked."""
+    if not isinstance(model_input, dict):
+        raise invalid(f"{where} must be an object with 'chunks'")
+    chunks = model_input.get("chunks")
+    if not isinstance(chunks, list):
+        raise invalid(f"{where}.chunks must be a list")
+    parts: list[np.ndarray] = []
+    for ci, chunk in enumerate(chunks):
+        cw = f"{where}.chunks[{ci}]"
+        if not isinstance(chunk, dict) or not isinstance(chunk.get("encoded_text"), dict):
+            raise invalid(f"{cw}: only encoded_text chunks are supported")
+        tokens = chunk["encoded_text"].get("tokens")
+        if not isinstance(tokens, list):
+            raise invalid(f"{cw}.encoded_text.tokens must be a list")
+        parts.append(_int_array(tokens, f"{cw}.encoded_text.tokens"))
+    arr = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+    check_token_range(arr, where, vocab_size)
+    return arr
+
+
+def check_token_range(arr: np.ndarray, where: str, vocab_size: int) -> None:
+    if arr.size:
+        bad = np.nonzero((arr < 0) | (arr >= vocab_size))[0]
+        if bad.size:
+            i = int(bad[0])
+            raise invalid(f"{where}: token {int(arr[i])} at position {i} is outside the vocabulary "
+                          f"[0, {vocab_size})")
+
+
+def parse_tensor(name: str, tensor: Any, n: int, where: str) -> tuple[np.ndarray, str]:
+    if not isinstance(tensor, dict):
+        raise invalid(f"{where} must be a TensorData object")
+    data = tensor.get("data")
+    dtype = tensor.get("dtype")
+    if not isinstance(data, list):
+        raise invalid(f"{where}.data must be a list")
+    if dtype not in ("int64", "float32"):
+        raise invalid(f"{where}.dtype must be 'int64' or 'float32', got {dtype!r}")
+    allowed = INPUT_DTYPES.get(name)
+    if allowed is not None and dtype not in allowed:
+        raise invalid(f"{where}.dtype must be one of {sorted(allowed)}, got {dtype!r}")
+    for sparse in ("sparse_crow_indices", "sparse_col_indices"):
+        if tensor.get(sparse):
+            raise invalid(f"{where}.{sparse}: sparse tensors are not supported; send dense 1-D data")
+    shape = tensor.get("shape")
+    if shape is not None and (not isinstance(shape, list)
+                              or [parse_int(s, f"{where}.shape") for s in shape] != [len(data)]):
+        raise invalid(f"{where}.shape must be [len(data)] = [{len(data)}] (1-D tensors only), got {shape!r}")
+    if len(data) != n:
+        raise invalid(f"{where} has {len(data)} values but the sample's model_input has {n} tokens; every "
+                      "loss_fn_inputs tensor needs one value per model_input token")
+    if dtype == "int64":
+        return _int_array(data, f"{where}.data"), dtype
+    # float32 on the wire: the values the trainer sees are float32-rounded.
+    arr = _float_array(data, f"{where}.data")
+    with np.errstate(over="ignore"):
+        arr32 = arr.astype(np.float32)
+    if not np.all(np.isfinite(arr32)):
+        raise invalid(f"{where}.data: value out of float32 range")
+    return arr32.astype(np.float64), dtype
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch of samples flattened: sample ``i`` owns positions ``offsets[i]:offsets[i+1]``."""
+
+    prevs: np.ndarray
+    targets: np.ndarray
+    offsets: np.ndarray
+    tensors: dict[str, np.ndarray]
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.offsets.size - 1)
+
+    @property
+    def sample_id(self) -> np.ndarray:
+        return np.repeat(np.arange(self.num_samples, dtype=np.int64), np.diff(self.offsets))
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def parse_samples(samples: Any, *, vocab_size: int, max_batch_size: int, max_seq_length: int,
+                  required: tuple[str, ...], label: str = "samples") -> Batch:
+    if not isinstance(samples, list) or not samples:
+        raise invalid(f"{label} must be a non-empty list")
+    if len(samples) > max_batch_size:
+        raise invalid(f"batch of {len(samples)} samples exceeds the model's max_batch_size {max_batch_size}")
+    prevs: list[np.ndarray] = []
+    parsed: list[dict[str, np.ndarray]] = []
+    lengths: list[int] = []
+    for si, sample in enumerate(samples):
+        where = f"{label}[{si}]"
+        if not isinstance(sample, dict):
+            raise invalid(f"{where} must be an object")
+        tokens = parse_tokens(sample.get("model_input"), f"{where}.model_input", vocab_size)
+        n = int(tokens.size)
+        if n == 0:
+            raise invalid(f"{where}.model_input has no tokens")
+        if n > max_seq_length:
+            raise invalid(f"{where} has {n} tokens, over the model's max_seq_length {max_seq_length}")
+        lfi = sample.get("loss_fn_inputs")
+        if not isinstance(lfi, dict):
+            raise invalid(f"{where}.loss_fn_inputs must be an object of tensors")
+        if "weights" in lfi and "mask" in lfi:
+            raise invalid(f"{where}.loss_fn_inputs cannot contain both weights and mask")
+        missing = [k for k in required if k not in lfi]
+        if missing:
+            raise invalid(f"{where}.loss_fn_inputs is missing required {missing}")
+        known: dict[str, np.ndarray] = {}
+        for key, tensor in lfi.items():
+            arr, _ = parse_tensor(str(key), tensor, n, f"{where}.loss_fn_inputs[{key!r}]")
+            if key in INPUT_DTYPES:
+                known[key] = arr
+        parsed.append(known)
+        prevs.append(tokens)
+        lengths.append(n)
+    tensors: dict[str, np.ndarray] = {}
+    for key in INPUT_DTYPES:
+        have = [key in p for p in parsed]
+        if not any(have):
+            continue
+        if not all(have):
+            if key in ("weights", "mask"):
+                # weights on some samples and nothing on others: the others count every position
+                for p, n in zip(parsed, lengths):
+                    p.setdefault(key, np.ones(n, dtype=np.float64))
+            else:
+                raise invalid(f"loss_fn_inputs[{key!r}] is given for some samples but not all")
+        tensors[key] = np.concatenate([p[key] for p in parsed])
+    if "weights" in tensors and "mask" in tensors:
+        raise invalid("samples mix weights and mask; use one of them for the whole batch")
+    if "target_tokens" in tensors:
+        check_token_range(tensors["target_tokens"], f"{label} target_tokens", vocab_size)
+    offsets = np.zeros(len(samples) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    targets = tensors.get("target_tokens", np.zeros(int(offsets[-1]), dtype=np.int64)).astype(np.int64)
+    return Batch(np.concatenate(prevs), targets, offsets, tensors)
+
+
+def parse_gradients(gradients: Any, batch: Batch) -> np.ndarray:
+    if not isinstance(gradients, list):
+        raise invalid("gradients must be a list")
+    if len(gradients) != batch.num_samples:
+        raise invalid(f"got {len(gradients)} gradients for {batch.num_samples} samples; send one per sample")
+    out = []
+    lengths = batch.lengths()
+    for i, grad in enumerate(gradients):
+        where = f"gradients[{i}]"
+        if not isinstance(grad, dict) or not isinstance(grad.get("data"), list):
+            raise invalid(f"{where} must be an object with a 'data' list")
+        if grad.get("dtype") not in GRADIENT_DTYPES:
+            raise invalid(f"{where}.dtype must be D_TYPE_FLOAT32 (or omitted), got {grad.get('dtype')!r}")
+        if len(grad["data"]) != int(lengths[i]):
+            raise invalid(f"{where} has {len(grad['data'])} values but sample {i} has "
+                          f"{int(lengths[i])} tokens")
+        arr = _float_array(grad["data"], f"{where}.data")
+        with np.errstate(over="ignore"):
+            arr32 = arr.astype(np.float32)
+        if not np.all(np.isfinite(arr32)):
+            raise invalid(f"{where}.data: value out of float32 range")
+        out.append(arr32.astype(np.float64))
+    return np.concatenate(out)
+
+
+def number_param(params: dict[str, Any], key: str, default: float | None, where: str) -> float | None:
+    if key not in params or params[key] is None:
+        return default
+    return parse_float(params[key], f"{where}.{key}")
+
+
+__all__ = [
+    "INPUT_DTYPES",
+    "LOSS_REQUIRED",
+    "PARAMS_KEY",
+    "Batch",
+    "check_token_range",
+    "number_param",
+    "parse_float",
+    "parse_gradients",
+    "parse_int",
+    "parse_samples",
+    "parse_tokens",
+]

@@ -1,0 +1,285 @@
+"""The built-in loss functions, computed exactly over the model's per-token log-probabilities.
+
+Emulates the trainer's ``LOSS_TYPE_*`` losses (api-surface A.3.1; formulas as documented for the
+tinker-compatible losses). Notation, per position ``t`` of the batch: ``lp`` = log-prob of
+``target_tokens[t]`` under the current weights; ``q`` = ``logprobs`` (the sampler's log-prob);
+``A`` = ``advantages``; ``ref`` = ``reference_logprobs``; ``r = exp(lp - q)``;
+``m`` = 1 where the position counts (``weights``/``mask`` non-zero; all positions when neither is
+given). Policy losses read any non-zero weight as 1; only cross-entropy honours fractional weights.
+
+=================  ==============================================================================
+loss type          value (the returned ``loss``; ``metrics["loss:sum"]`` is the same number)
+=================  ==============================================================================
+CROSS_ENTROPY      ``-sum_t w_t * lp_t``  (a sum, like tinker; ``loss/mean`` = that / sum(w))
+IMPORTANCE_SAMP.   ``-sum_t m_t * r_t * A_t``
+PPO                ``-sum_t m_t * min(r_t A_t, clip(r_t, lo, hi) A_t)``  (lo/hi absolute, 0.8/1.2)
+CISPO              ``-sum_t m_t * sg(clip(r_t, lo, hi)) * lp_t * A_t``  (sg = stop-gradient; 0.8/1.2)
+DRO                ``-sum_t m_t * (lp_t A_t - beta/2 * (lp_t - q_t)^2)``  (beta required)
+DPPO               ``-sum_t m_t * r_t A_t``, with the gradient of position t dropped when the
+                   probability moved past the trust region in the advantage's direction:
+                   ``A>0 and exp(lp)-exp(q) > delta_high`` or ``A<0 and exp(q)-exp(lp) > delta_low``
+                   (binary total-variation DPPO; deltas default 0.15)
+GRPO               ``sum_t c_t * m_t * (-min(rho_t A_t, clip(rho_t, lo, hi) A_t) + beta * k3_t)`` with
+                   ``rho_t = r_t`` (ratio_type TOKEN) or ``rho_t = exp(mean_{s in seq} (lp_s - q_s))``
+                   over the sample's counted positions (SEQUENCE, GSPO; differentiated exactly),
+                   ``k3_t = exp(ref_t - lp_t) - (ref_t - lp_t) - 1`` (KL to the reference policy,
+                   only when beta > 0, which makes ``reference_logprobs`` required), and the
+                   aggregation weight ``c_t``: TOKEN_MEAN (default) ``1 / sum(m)`` over the batch;
+                   SEQUENCE_MEAN ``1 / (B' * n_i)`` (n_i counted positions of the sample, B'
+                   samples with any); FIXED_HORIZON ``1 / (B * L_max)`` (L_max the longest sample
+                   in the batch: a masked sum over a fixed, padded horizon, as in Dr. GRPO)
+=================  ==============================================================================
+
+Gradients are the exact derivatives of these values w.r.t. ``lp`` (``min`` picks the clipped branch
+only when it is strictly smaller, which is where the gradient is zero). Metrics: ``loss:sum``,
+``loss/num_tokens``, and where they apply ``loss/mean``, ``loss/ratio/mean`` (mean ``r``, or
+``rho``), ``loss/clip/high_fraction`` / ``loss/clip/low_fraction`` (share of counted positions
+whose gradient the upper/lower clip or trust region removed; for CISPO the share whose weight was
+clipped), ``loss/kl_sample/mean`` (mean ``q - lp``), ``loss/kl_ref/mean`` (mean ``k3`` when
+``reference_logprobs`` is given), ``loss/penalty/mean`` (DRO). ``loss_fn_outputs`` report ``lp``,
+with 0 where ``m = 0`` (or ``w = 0``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from emulator.compute.errors import invalid
+from emulator.compute.inputs import LOSS_REQUIRED, PARAMS_KEY, Batch, number_param
+
+AGG_TYPES = ("GRPO_LOSS_AGGREGATION_TYPE_UNSPECIFIED", "GRPO_LOSS_AGGREGATION_TYPE_FIXED_HORIZON",
+             "GRPO_LOSS_AGGREGATION_TYPE_TOKEN_MEAN", "GRPO_LOSS_AGGREGATION_TYPE_SEQUENCE_MEAN")
+RATIO_TYPES = ("GRPO_LOSS_RATIO_TYPE_TOKEN", "GRPO_LOSS_RATIO_TYPE_SEQUENCE")
+DEFAULT_CLIP_LOW = 0.8
+DEFAULT_CLIP_HIGH = 1.2
+DEFAULT_DPPO_DELTA = 0.15
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    type: str
+    clip_low: float = DEFAULT_CLIP_LOW
+    clip_high: float = DEFAULT_CLIP_HIGH
+    beta: float = 0.0
+    delta_low: float = DEFAULT_DPPO_DELTA
+    delta_high: float = DEFAULT_DPPO_DELTA
+    agg_type: str = "GRPO_LOSS_AGGREGATION_TYPE_TOKEN_MEAN"
+    ratio_type: str = "GRPO_LOSS_RATIO_TYPE_TOKEN"
+
+    @property
+    def required_inputs(self) -> tuple[str, ...]:
+        req = LOSS_REQUIRED[self.type]
+        if self.type == "LOSS_TYPE_GRPO" and self.beta > 0:
+            return (*req, "reference_logprobs")
+        return req
+
+
+@dataclass
+class LossResult:
+    loss: float
+    dlp: np.ndarray
+    counted: np.ndarray
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def parse_loss(loss: Any) -> LossConfig:
+    if not isinstance(loss, dict):
+        raise invalid("loss must be an object with a 'type'")
+    ltype = loss.get("type")
+    if ltype not in LOSS_REQUIRED:
+        raise invalid(f"unsupported loss type {ltype!r}; expected one of {sorted(LOSS_REQUIRED)}")
+    key = PARAMS_KEY[ltype]
+    params = loss.get(key) if key else None
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise invalid(f"loss.{key} must be an object")
+    where = f"loss.{key}"
+    if ltype in ("LOSS_TYPE_PPO", "LOSS_TYPE_GRPO", "LOSS_TYPE_CISPO"):
+        lo = number_param(params, "clip_low_threshold", DEFAULT_CLIP_LOW, where)
+        hi = number_param(params, "clip_high_threshold", DEFAULT_CLIP_HIGH, where)
+        assert lo is not None and hi is not None
+        if ltype == "LOSS_TYPE_CISPO":
+            if lo < 0 or hi < lo:
+                raise invalid(f"{where}: need 0 <= clip_low_threshold <= clip_high_threshold, "
+                              f"got {lo} / {hi}")
+        else:
+            if hi < 1:
+                raise invalid(f"{where}.clip_high_threshold must be >= 1, got {hi}")
+            if lo > 1 or lo < 0:
+                raise invalid(f"{where}.clip_low_threshold must be in [0, 1], got {lo}")
+        if ltype != "LOSS_TYPE_GRPO":
+            return LossConfig(ltype, clip_low=lo, clip_high=hi)
+        beta = number_param(params, "beta", 0.0, where)
+        assert beta is not None
+        if beta < 0:
+            raise invalid(f"{where}.beta must be >= 0, got {beta}")
+        agg = params.get("agg_type") or "GRPO_LOSS_AGGREGATION_TYPE_TOKEN_MEAN"
+        if agg not in AGG_TYPES:
+            raise invalid(f"{where}.agg_type must be one of {list(AGG_TYPES)}, got {agg!r}")
+        if agg == "GRPO_LOSS_AGGREGATION_TYPE_UNSPECIFIED":
+            agg = "GRPO_LOSS_AGGREGATION_TYPE_TOKEN_MEAN"
+        ratio = params.get("ratio_type") or "GRPO_LOSS_RATIO_TYPE_TOKEN"
+        if ratio not in RATIO_TYPES:
+            raise invalid(f"{where}.ratio_type must be one of {list(RATIO_TYPES)}, got {ratio!r}")
+        return LossConfig(ltype, clip_low=lo, clip_high=hi, beta=beta, agg_type=agg, ratio_type=ratio)
+    if ltype == "LOSS_TYPE_DPPO":
+        dl = number_param(params, "delta_low", DEFAULT_DPPO_DELTA, where)
+        dh = number_param(params, "delta_high", DEFAULT_DPPO_DELTA, where)
+        assert dl is not None and dh is not None
+        for name, val in (("delta_low", dl), ("delta_high", dh)):
+            if not 0 <= val <= 1:
+                raise invalid(f"{where}.{name} must be in [0, 1], got {val}")
+        return LossConfig(ltype, delta_low=dl, delta_high=dh)
+    if ltype == "LOSS_TYPE_DRO":
+        if "beta" not in params or params["beta"] is None:
+            raise invalid("LOSS_TYPE_DRO requires loss.dro_params.beta (it has no default)")
+        beta = number_param(params, "beta", None, where)
+        assert beta is not None
+        if beta < 0:
+            raise invalid(f"{where}.beta must be >= 0, got {beta}")
+        return LossConfig(ltype, beta=beta)
+    return LossConfig(ltype)
+
+
+def _masked(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``values`` where counted, exactly 0 elsewhere (so garbage at excluded positions cannot leak in)."""
+    return np.where(mask != 0, values, 0.0)
+
+
+def _mean(values: np.ndarray, mask: np.ndarray) -> float:
+    n = float(mask.sum())
+    return float(_masked(values, mask).sum() / n) if n else 0.0
+
+
+def counted_mask(batch: Batch) -> np.ndarray:
+    """1.0 where a policy loss counts the position (non-zero weight or mask), else 0.0."""
+    for key in ("weights", "mask"):
+        if key in batch.tensors:
+            return (batch.tensors[key] != 0).astype(np.float64)
+    return np.ones(batch.prevs.size, dtype=np.float64)
+
+
+def compute(cfg: LossConfig, batch: Batch, lp: np.ndarray) -> LossResult:
+    """Loss value, d loss / d lp per position, the counted mask and metrics. May return non-finite
+    numbers; the caller checks."""
+    with np.errstate(all="ignore"):
+        if cfg.type == "LOSS_TYPE_CROSS_ENTROPY":
+            return _cross_entropy(batch, lp)
+        if cfg.type == "LOSS_TYPE_GRPO":
+            return _grpo(cfg, batch, lp)
+        return _policy(cfg, batch, lp)
+
+
+def _cross_entropy(batch: Batch, lp: np.ndarray) -> LossResult:
+    w = batch.tensors["weights"]
+    loss = float(-_masked(w * lp, w).sum())
+    wsum = float(w.sum())
+    counted = w != 0
+    metrics = {"loss:sum": loss, "loss/num_tokens": float(counted.sum()), "loss/weight_sum": wsum,
+               "loss/mean": loss / wsum if wsum else 0.0}
+    return LossResult(loss, -w, counted, metrics)
+
+
+def _policy(cfg: LossConfig, batch: Batch, lp: np.ndarray) -> LossResult:
+    m = counted_mask(batch)
+    q = batch.tensors["logprobs"]
+    adv = batch.tensors["advantages"]
+    r = np.exp(lp - q)
+    metrics: dict[str, float] = {"loss/ratio/mean": _mean(r, m), "loss/kl_sample/mean": _mean(q - lp, m)}
+    if cfg.type == "LOSS_TYPE_IMPORTANCE_SAMPLING":
+        per = r * adv
+        dlp = -_masked(r * adv, m)
+    elif cfg.type == "LOSS_TYPE_PPO":
+        clipped_r = np.clip(r, cfg.clip_low, cfg.clip_high)
+        high = (adv > 0) & (r > cfg.clip_high)
+        low = (adv < 0) & (r < cfg.clip_low)
+        per = np.minimum(r * adv, clipped_r * adv)
+        dlp = -_masked(np.where(high | low, 0.0, r * adv), m)
+        metrics["loss/clip/high_fraction"] = _mean(high.astype(np.float64), m)
+        metrics["loss/clip/low_fraction"] = _mean(low.astype(np.float64), m)
+    elif cfg.type == "LOSS_TYPE_CISPO":
+        clipped_r = np.clip(r, cfg.clip_low, cfg.clip_high)
+        per = clipped_r * lp * adv
+        dlp = -_masked(clipped_r * adv, m)
+        metrics["loss/clip/high_fraction"] = _mean((r > cfg.clip_high).astype(np.float64), m)
+        metrics["loss/clip/low_fraction"] = _mean((r < cfg.clip_low).astype(np.float64), m)
+    elif cfg.type == "LOSS_TYPE_DRO":
+        pen = 0.5 * cfg.beta * (lp - q) ** 2
+        per = lp * adv - pen
+        dlp = -_masked(adv - cfg.beta * (lp - q), m)
+        metrics["loss/penalty/mean"] = _mean(pen, m)
+    elif cfg.type == "LOSS_TYPE_DPPO":
+        moved = np.exp(lp) - np.exp(q)
+        high = (adv > 0) & (moved > cfg.delta_high)
+        low = (adv < 0) & (-moved > cfg.delta_low)
+        per = r * adv
+        dlp = -_masked(np.where(high | low, 0.0, r * adv), m)
+        metrics["loss/clip/high_fraction"] = _mean(high.astype(np.float64), m)
+        metrics["loss/clip/low_fraction"] = _mean(low.astype(np.float64), m)
+    else:  # pragma: no cover - parse_loss rejects anything else
+        raise invalid(f"unsupported loss type {cfg.type!r}")
+    loss = float(-_masked(per, m).sum())
+    metrics = {"loss:sum": loss, "loss/num_tokens": float(m.sum()), **metrics}
+    return LossResult(loss, dlp, m != 0, metrics)
+
+
+def _grpo(cfg: LossConfig, batch: Batch, lp: np.ndarray) -> LossResult:
+    m = counted_mask(batch)
+    q = batch.tensors["logprobs"]
+    adv = batch.tensors["advantages"]
+    sid = batch.sample_id
+    nb = batch.num_samples
+    n_i = np.bincount(sid, weights=m, minlength=nb)
+    # aggregation weights c_t
+    if cfg.agg_type == "GRPO_LOSS_AGGREGATION_TYPE_TOKEN_MEAN":
+        total = float(m.sum())
+        c = np.full(lp.size, 1.0 / total if total else 0.0)
+    elif cfg.agg_type == "GRPO_LOSS_AGGREGATION_TYPE_SEQUENCE_MEAN":
+        b_eff = int(np.count_nonzero(n_i))
+        per_sample = np.where(n_i > 0, 1.0 / (np.maximum(b_eff, 1) * np.maximum(n_i, 1.0)), 0.0)
+        c = per_sample[sid]
+    else:  # FIXED_HORIZON
+        l_max = int(batch.lengths().max())
+        c = np.full(lp.size, 1.0 / (nb * l_max))
+    d = lp - q
+    if cfg.ratio_type == "GRPO_LOSS_RATIO_TYPE_SEQUENCE":
+        mean_d = np.bincount(sid, weights=_masked(d, m), minlength=nb) / np.maximum(n_i, 1.0)
+        rho = np.exp(mean_d)[sid]
+    else:
+        rho = np.exp(d)
+    clipped = np.clip(rho, cfg.clip_low, cfg.clip_high)
+    high = (adv > 0) & (rho > cfg.clip_high)
+    low = (adv < 0) & (rho < cfg.clip_low)
+    surr = np.minimum(rho * adv, clipped * adv)
+    unclipped_grad = np.where(high | low, 0.0, rho * adv)   # d surr / d log(rho)
+    per = -surr
+    dlp = np.zeros(lp.size)
+    w = _masked(c, m)
+    if cfg.ratio_type == "GRPO_LOSS_RATIO_TYPE_SEQUENCE":
+        # d log(rho_i) / d lp_s = m_s / n_i for every position s of sample i
+        summed = np.bincount(sid, weights=_masked(w * unclipped_grad, m), minlength=nb)
+        per_sample = summed / np.maximum(n_i, 1.0)
+        dlp = dlp - _masked(per_sample[sid], m)
+    else:
+        dlp = dlp - _masked(w * unclipped_grad, m)
+    metrics: dict[str, float] = {}
+    if "reference_logprobs" in batch.tensors:
+        ref = batch.tensors["reference_logprobs"]
+        k3 = np.exp(ref - lp) - (ref - lp) - 1.0
+        metrics["loss/kl_ref/mean"] = _mean(k3, m)
+        if cfg.beta > 0:
+            per = per + cfg.beta * k3
+            dlp = dlp + _masked(w * cfg.beta * (1.0 - np.exp(ref - lp)), m)
+    loss = float(_masked(w * per, m).sum())
+    metrics = {"loss:sum": loss, "loss/num_tokens": float(m.sum()), "loss/ratio/mean": _mean(rho, m),
+               "loss/clip/high_fraction": _mean(high.astype(np.float64), m),
+               "loss/clip/low_fraction": _mean(low.astype(np.float64), m),
+               "loss/kl_sample/mean": _mean(-d, m), **metrics}
+    return LossResult(loss, dlp, m != 0, metrics)
+
+
+__all__ = ["LossConfig", "LossResult", "compute", "counted_mask", "parse_loss"]

@@ -1,0 +1,266 @@
+"""One training session's simulated model: forward-backward, optim-step, sampling, checkpoints.
+
+Emulates the trainer + generator pair behind a session with a tiny deterministic language model:
+a bigram table over the base model's real vocabulary (see :mod:`emulator.compute.weights` for the
+exact sparse representation, :mod:`emulator.compute.base` for the analytic base,
+:mod:`emulator.compute.losses` for the loss formulas, :mod:`emulator.compute.optim` for AdamW/Muon
+and the learning-rate scale, :mod:`emulator.compute.sampling` for the sampling conventions and
+:mod:`emulator.compute.export` for the checkpoint files).
+
+How it differs from a real model: it only conditions on the previous token; it generalises across
+rows only through the shared tail parameter; a LoRA session differs from a full-weight one by a
+per-row capacity (``4 * rank`` individually trained next tokens per token) and a 10x smaller
+learning-rate response, not by a literal low-rank factorisation; and pending gradients are not
+part of a checkpoint (a real trainer does not save them either).
+
+Costs: creating a model allocates nothing proportional to the vocabulary; a forward-backward costs
+O(tokens * (8 + trained entries of the rows involved)); an optimizer step is O(trained entries).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from emulator.compute import export as _export
+from emulator.compute.base import BaseModel
+from emulator.compute.errors import NON_FINITE_LOSS, RESOURCE_EXHAUSTED, ComputeError, invalid
+from emulator.compute.inputs import parse_gradients, parse_int, parse_samples, parse_tokens
+from emulator.compute.losses import compute, parse_loss
+from emulator.compute.optim import OptState, optim_step
+from emulator.compute.sampling import generate, parse_sampling_params, topk_row
+from emulator.compute.spec import MAX_SAMPLE_TOKENS, MAX_TOPK_PROMPT_LOGPROBS, ModelSpec
+from emulator.compute.weights import GradAccum, Weights, backward
+
+STATE_FORMAT = "together-rl-emulator/session-model"
+STATE_VERSION = 1
+
+
+def _floats(arr: np.ndarray) -> list[float]:
+    return [float(x) for x in arr.tolist()]
+
+
+class SessionModel:
+    """The simulated model of one session. Every public method either completes or raises
+    :class:`ComputeError` without changing the model."""
+
+    step: int
+
+    def __init__(self, spec: ModelSpec) -> None:
+        spec.validate()
+        self.spec = spec
+        base = BaseModel(int(spec.seed), int(spec.vocab_size), spec.eos)
+        self._weights = Weights.initial(base)
+        self._opt = OptState.zeros(self._weights)
+        self._acc = GradAccum.empty()
+        self.step = 0
+        self._export_step = 0
+        self.last_optim_info: dict[str, float] = {}
+
+    # --- introspection -------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self._weights.vocab_size
+
+    @property
+    def eos_token_id(self) -> int:
+        return self._weights.base.eos
+
+    @property
+    def has_pending_gradients(self) -> bool:
+        return not self._acc.is_empty
+
+    def nbytes(self) -> int:
+        """Bytes held in arrays (weights, optimizer state, pending gradients)."""
+        return self._weights.nbytes() + self._opt.nbytes() + self._acc.nbytes()
+
+    def pending_gradient(self, rows: list[int]) -> np.ndarray:
+        """Dense d loss / d logit rows accumulated since the last optim-step (O(V) per row; for tests)."""
+        return self._acc.dense(rows, self.vocab_size)
+
+    def weights(self) -> Weights:
+        """An immutable snapshot of the current parameters (what weights-sync publishes)."""
+        return self._weights
+
+    # --- training ------------------------------------------------------------------------------
+    def forward_backward(self, samples: list[dict], loss: dict, *, forward_only: bool = False,
+                         return_loss_fn_outputs: bool = False) -> dict:
+        cfg = parse_loss(loss)
+        s = self.spec
+        batch = parse_samples(samples, vocab_size=self.vocab_size, max_batch_size=s.max_batch_size,
+                              max_seq_length=s.max_seq_length, required=cfg.required_inputs)
+        lp, rs, ridx = self._weights.token_logprobs(batch.prevs, batch.targets)
+        res = compute(cfg, batch, lp)
+        if not math.isfinite(res.loss) or not np.all(np.isfinite(res.dlp)):
+            raise ComputeError(NON_FINITE_LOSS, f"the {cfg.type} loss is not finite ({res.loss}); check the "
+                               "logprobs/advantages inputs for extreme values")
+        bad = [k for k, v in res.metrics.items() if not math.isfinite(v)]
+        if bad:
+            raise ComputeError(NON_FINITE_LOSS, f"non-finite loss metrics {bad}")
+        new_acc = self._acc
+        if not forward_only:
+            grad = backward(rs, ridx, batch.targets, res.dlp)
+            new_acc = self._acc.merge(grad, self.vocab_size)
+        outputs: list[dict[str, Any]] = []
+        if return_loss_fn_outputs:
+            shown = np.where(res.counted, lp, 0.0)
+            for i in range(batch.num_samples):
+                a, b = int(batch.offsets[i]), int(batch.offsets[i + 1])
+                outputs.append({"tensors": {"logprobs": {"data": _floats(shown[a:b]), "dtype": "float32",
+                                                         "shape": [b - a]}}})
+        self._acc = new_acc
+        return {"loss": float(res.loss), "loss_fn_outputs": outputs,
+                "metrics": {k: float(v) for k, v in res.metrics.items()}}
+
+    def custom_forward_backward(self, samples: list[dict], gradients: list[dict]) -> dict:
+        """Accumulate caller-supplied d loss / d logprob (one value per token) through the same backward
+        path. ``weights``/``mask`` are validated but not applied: the gradients are taken as given (the
+        SDK's tinker path sends zero weights alongside real gradients)."""
+        s = self.spec
+        batch = parse_samples(samples, vocab_size=self.vocab_size, max_batch_size=s.max_batch_size,
+                              max_seq_length=s.max_seq_length, required=("target_tokens",))
+        dlp = parse_gradients(gradients, batch)
+        _, rs, ridx = self._weights.token_logprobs(batch.prevs, batch.targets)
+        grad = backward(rs, ridx, batch.targets, dlp)
+        if not (np.all(np.isfinite(grad.vals)) and np.all(np.isfinite(grad.tail))):
+            raise ComputeError(NON_FINITE_LOSS,
+                               "the supplied gradients produce non-finite parameter gradients")
+        self._acc = self._acc.merge(grad, self.vocab_size)
+        return {}
+
+    def optim_step(self, adam_params: dict | None, muon_params: dict | None) -> int:
+        new_w, new_opt, info = optim_step(self.spec, self._weights, self._opt, self._acc, adam_params,
+                                          muon_params)
+        if not (np.all(np.isfinite(new_w.theta)) and np.all(np.isfinite(new_w.beta))):
+            raise ComputeError(NON_FINITE_LOSS, "the optimizer step produced non-finite weights")
+        self._weights, self._opt, self._acc = new_w, new_opt, GradAccum.empty()
+        self.step += 1
+        self._export_step = self.step
+        self.last_optim_info = info
+        return self.step
+
+    # --- sampling ------------------------------------------------------------------------------
+    def sample(self, weights: Weights, model_inputs: list[dict], *, num_samples: int, sampling_params: dict,
+               prompt_logprobs: bool, topk_prompt_logprobs: int, seed: int, version: int) -> dict:
+        if not isinstance(weights, Weights):
+            raise invalid("weights must be a Weights snapshot")
+        if weights.vocab_size != self.vocab_size:
+            raise invalid("the weights snapshot belongs to a model with a different vocabulary")
+        cfg = parse_sampling_params(sampling_params, int(seed))
+        num_samples = parse_int(num_samples, "num_samples")
+        if num_samples < 1:
+            raise invalid(f"num_samples must be >= 1, got {num_samples}")
+        topk = parse_int(topk_prompt_logprobs or 0, "topk_prompt_logprobs")
+        if not 0 <= topk <= MAX_TOPK_PROMPT_LOGPROBS:
+            raise invalid(f"topk_prompt_logprobs must be in [0, {MAX_TOPK_PROMPT_LOGPROBS}], got {topk}")
+        if not isinstance(model_inputs, list) or not model_inputs:
+            raise invalid("model_inputs must be a non-empty list")
+        prompts = [parse_tokens(mi, f"model_inputs[{i}]", self.vocab_size)
+                   for i, mi in enumerate(model_inputs)]
+        for i, p in enumerate(prompts):
+            if p.size == 0:
+                raise invalid(f"model_inputs[{i}] has no tokens")
+            if p.size + cfg.max_tokens > self.spec.context_length:
+                raise invalid(f"model_inputs[{i}]: prompt ({p.size} tokens) + max_tokens ({cfg.max_tokens}) "
+                              f"exceeds the model's context_length {self.spec.context_length}")
+        if len(prompts) * num_samples * cfg.max_tokens > MAX_SAMPLE_TOKENS:
+            raise ComputeError(RESOURCE_EXHAUSTED,
+                               f"this request could generate more than {MAX_SAMPLE_TOKENS} tokens; split it")
+        eos = weights.base.eos
+        groups = generate(weights, prompts, num_samples, cfg, eos)
+        # log-probs of every sampled token, by the same function forward-backward uses
+        prevs: list[np.ndarray] = []
+        targets: list[np.ndarray] = []
+        for p, group in zip(prompts, groups):
+            for toks, _ in group:
+                if toks:
+                    t = np.asarray(toks, dtype=np.int64)
+                    prevs.append(np.concatenate([p[-1:], t[:-1]]))
+                    targets.append(t)
+        lps = (weights.token_logprobs(np.concatenate(prevs), np.concatenate(targets))[0] if targets
+               else np.empty(0))
+        results = []
+        cursor = 0
+        for p, group in zip(prompts, groups):
+            seqs = []
+            for j, (toks, reason) in enumerate(group):
+                n = len(toks)
+                seqs.append({"tokens": [str(t) for t in toks], "logprobs": _floats(lps[cursor:cursor + n]),
+                             "stop_reason": reason,
+                             "prompt_cache_hit_tokens": 0 if j == 0 else (int(p.size) // 16) * 16})
+                cursor += n
+            result: dict[str, Any] = {"sequences": seqs, "policy_segments": [{"start_token": 0,
+                                                                                "version": int(version)}]}
+            if prompt_logprobs or topk:
+                plp, rs, ridx = weights.token_logprobs(p[:-1], p[1:])
+                if prompt_logprobs:
+                    result["prompt_logprobs"] = [0.0] + _floats(plp)
+                if topk:
+                    entries: list[dict[str, Any]] = [{}]
+                    for i in range(p.size - 1):
+                        ids, vals = topk_row(rs, int(ridx[i]), topk)
+                        entries.append({"token_ids": ids, "logprobs": vals})
+                    result["topk_prompt_logprobs"] = entries
+            results.append(result)
+        return {"results": results}
+
+    # --- checkpoints ---------------------------------------------------------------------------
+    def to_state(self, *, include_optimizer: bool = True) -> dict:
+        """JSON-ready state. With ``include_optimizer`` it also carries the optimizer moments and any
+        gradients accumulated since the last optim-step, so a restored model continues exactly."""
+        acc = self._acc
+        v = self.vocab_size
+        pending = {"entry_rows": (acc.keys // v).tolist(), "entry_cols": (acc.keys % v).tolist(),
+                   "entry_grad": acc.vals.tolist(), "rows": acc.rows.tolist(),
+                   "row_tail_grad": acc.tail.tolist()}
+        return {"format": STATE_FORMAT, "version": STATE_VERSION, "step": self.step,
+                "weights": self._weights.to_state(),
+                "optimizer": self._opt.to_state() if include_optimizer else None,
+                "pending_gradients": pending if include_optimizer and not acc.is_empty else None}
+
+    @classmethod
+    def from_state(cls, spec: ModelSpec, state: dict, *, load_optimizer: bool = True) -> SessionModel:
+        """Restore a model. The base model (seed, end token) comes from the state, so a resumed session
+        continues the checkpoint's model even if its own spec carries another seed."""
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise invalid("not a session-model state")
+        if int(state.get("version", 0)) != STATE_VERSION:
+            raise invalid(f"unsupported session-model state version {state.get('version')!r}")
+        model = cls(spec)
+        weights = Weights.from_state(state["weights"])
+        if weights.vocab_size != model.vocab_size:
+            raise invalid(f"checkpoint vocabulary {weights.vocab_size} does not match the model's "
+                          f"{model.vocab_size}")
+        model._weights = weights
+        opt_state = state.get("optimizer")
+        if load_optimizer and opt_state is not None:
+            model._opt = OptState.from_state(opt_state, weights)
+            model.step = int(state.get("step", 0))
+            pend = state.get("pending_gradients")
+            if pend:
+                try:
+                    keys = np.asarray(pend["entry_rows"], dtype=np.int64) * weights.vocab_size + np.asarray(
+                        pend["entry_cols"], dtype=np.int64)
+                    model._acc = GradAccum(keys, np.asarray(pend["entry_grad"], dtype=np.float64),
+                                           np.asarray(pend["rows"], dtype=np.int64),
+                                           np.asarray(pend["row_tail_grad"], dtype=np.float64))
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise invalid(f"malformed pending gradients: {exc}") from exc
+        else:
+            model._opt = OptState.zeros(weights)
+            model.step = 0
+        model._export_step = int(state.get("step", 0))
+        return model
+
+    def export_files(self, variant: str) -> list[tuple[str, bytes]]:
+        return _export.export_files(self.spec, self._weights, self._export_step, variant)
+
+
+def load_files(files: list[tuple[str, bytes]]) -> dict:
+    """Parse files from :meth:`SessionModel.export_files` (see :func:`emulator.compute.export.load_files`)."""
+    return _export.load_files(files)
+
+
+__all__ = ["SessionModel", "load_files"]

@@ -1,0 +1,277 @@
+"""Optimizer step: AdamW or Muon applied to the sparse bigram parameters.
+
+Emulates ``optim-step`` (api-surface A.3.3). The accumulated gradient (in dense-table terms, see
+:mod:`emulator.compute.weights`) is clipped to ``grad_clip_norm`` by its global norm over the whole
+(virtual) ``V x V`` table (unset = 1.0, 0 = off), then:
+
+* **AdamW** (defaults lr 1e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1) updates every stored
+  parameter, ``theta <- theta * (1 - lr * wd) - lr * S * m_hat / (sqrt(v_hat) + eps)``. ``S`` is the
+  session's learning-rate multiplier (``ModelSpec.lr_multiplier``: ``LR_SCALE`` = 2000, x10 for
+  full-weight sessions, x alpha/16 for LoRA), which maps a real model's learning rate onto a table
+  with one parameter per logit. Weight decay uses the raw ``lr``: it shrinks weights, and a
+  logit shrinks with them by the same factor in a real network.
+* **Muon** (defaults lr 0.02, momentum 0.95 with Nesterov, 5 Newton-Schulz steps, wd 0) treats the
+  individually trained columns of each row as a ``1 x n`` matrix; the momentum update of that row is
+  orthogonalised by the Newton-Schulz quintic (for a rank-one matrix the iteration acts on its single
+  singular value, which is computed exactly) and applied with ``lr * S / 64``. The per-row tail
+  parameters are the "non-matrix" parameters and get AdamW with the nested ``adam`` params. A real
+  Muon orthogonalises hidden-layer matrices; a bigram has none, so this is a stand-in with the same
+  hyperparameters and the same qualitative behaviour (update size independent of gradient scale).
+
+Before the update, columns that became training targets get their own parameters (LoRA sessions:
+at most ``4 * rank`` per row, largest gradients first; the rest stay tied to the row's tail). Muon
+momentum for a new column starts at zero; Adam moments are copied from the tail they leave.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from emulator.compute.errors import RESOURCE_EXHAUSTED, ComputeError, invalid
+from emulator.compute.inputs import parse_float, parse_int
+from emulator.compute.spec import (
+    ADAM_DEFAULTS,
+    MAX_ENTRIES,
+    MUON_DEFAULTS,
+    MUON_LR_DIVISOR,
+    NS_COEFFS,
+    ModelSpec,
+)
+from emulator.compute.weights import STATS, GradAccum, Weights, lookup_sorted
+
+_F64 = np.float64
+_I64 = np.int64
+
+
+@dataclass(frozen=True, eq=False)
+class OptState:
+    """Optimizer state aligned with a :class:`Weights`: per entry and per trained row."""
+
+    m: np.ndarray         # Adam first moment, per entry
+    v: np.ndarray         # Adam second moment, per entry
+    buf: np.ndarray       # Muon momentum, per entry
+    m_tail: np.ndarray    # Adam moments of each row's tail parameter
+    v_tail: np.ndarray
+    t_entries: int = 0    # Adam steps applied to entries (bias correction)
+    t_tail: int = 0       # Adam steps applied to tails
+
+    @staticmethod
+    def zeros(weights: Weights) -> OptState:
+        n, r = weights.num_entries, weights.rows.size
+        return OptState(np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(r), np.zeros(r))
+
+    def nbytes(self) -> int:
+        return int(sum(a.nbytes for a in (self.m, self.v, self.buf, self.m_tail, self.v_tail)))
+
+    def to_state(self) -> dict[str, Any]:
+        return {"adam_m": self.m.tolist(), "adam_v": self.v.tolist(), "muon_momentum": self.buf.tolist(),
+                "tail_adam_m": self.m_tail.tolist(), "tail_adam_v": self.v_tail.tolist(),
+                "adam_steps": self.t_entries, "tail_adam_steps": self.t_tail}
+
+    @staticmethod
+    def from_state(state: dict[str, Any], weights: Weights) -> OptState:
+        try:
+            out = OptState(np.asarray(state["adam_m"], dtype=_F64), np.asarray(state["adam_v"], dtype=_F64),
+                           np.asarray(state["muon_momentum"], dtype=_F64),
+                           np.asarray(state["tail_adam_m"], dtype=_F64),
+                           np.asarray(state["tail_adam_v"], dtype=_F64),
+                           int(state["adam_steps"]), int(state["tail_adam_steps"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise invalid(f"malformed optimizer state: {exc}") from exc
+        n, r = weights.num_entries, weights.rows.size
+        if not (out.m.size == out.v.size == out.buf.size == n and out.m_tail.size == out.v_tail.size == r):
+            raise invalid("malformed optimizer state: arrays do not match the weights")
+        return out
+
+
+# --- hyperparameters ---------------------------------------------------------------------------------
+
+def _num(params: dict[str, Any], key: str, default: float, where: str) -> float:
+    val = params.get(key)
+    return default if val is None else parse_float(val, f"{where}.{key}")
+
+
+def parse_adam(params: Any, where: str = "adam_params") -> dict[str, float]:
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise invalid(f"{where} must be an object")
+    hp = {k: _num(params, k, d, where) for k, d in ADAM_DEFAULTS.items()}
+    if hp["learning_rate"] < 0:
+        raise invalid(f"{where}.learning_rate must be >= 0, got {hp['learning_rate']}")
+    for k in ("beta1", "beta2"):
+        if not 0 <= hp[k] < 1:
+            raise invalid(f"{where}.{k} must be in [0, 1), got {hp[k]}")
+    if not hp["eps"] > 0:
+        raise invalid(f"{where}.eps must be > 0, got {hp['eps']}")
+    for k in ("weight_decay", "grad_clip_norm"):
+        if hp[k] < 0:
+            raise invalid(f"{where}.{k} must be >= 0, got {hp[k]}")
+    return hp
+
+
+def parse_muon(params: Any, fallback_adam: Any) -> tuple[dict[str, float], dict[str, float]]:
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise invalid("muon_params must be an object")
+    where = "muon_params"
+    hp = {k: _num(params, k, d, where) for k, d in MUON_DEFAULTS.items() if k != "newton_schulz_steps"}
+    ns = params.get("newton_schulz_steps")
+    hp["newton_schulz_steps"] = float(MUON_DEFAULTS["newton_schulz_steps"] if ns is None
+                                      else parse_int(ns, f"{where}.newton_schulz_steps"))
+    if hp["learning_rate"] < 0:
+        raise invalid(f"{where}.learning_rate must be >= 0, got {hp['learning_rate']}")
+    if not 0 <= hp["momentum"] < 1:
+        raise invalid(f"{where}.momentum must be in [0, 1), got {hp['momentum']}")
+    if not 0 <= hp["newton_schulz_steps"] <= 100:
+        raise invalid(f"{where}.newton_schulz_steps must be in [0, 100], "
+                      f"got {int(hp['newton_schulz_steps'])}")
+    for k in ("weight_decay", "grad_clip_norm"):
+        if hp[k] < 0:
+            raise invalid(f"{where}.{k} must be >= 0, got {hp[k]}")
+    nested = params.get("adam")
+    adam = parse_adam(nested if nested is not None else fallback_adam,
+                      f"{where}.adam" if nested is not None else "adam_params")
+    return hp, adam
+
+
+def choose(spec: ModelSpec, adam_params: Any, muon_params: Any
+           ) -> tuple[str, dict[str, float], dict[str, float]]:
+    """(algorithm, matrix hyperparameters, adam hyperparameters). The session's optimizer decides,
+    except that a request carrying only the other optimizer's params object gets that optimizer."""
+    algo = "muon" if (adam_params is None and muon_params is not None) else spec.optimizer
+    if algo == "muon":
+        hp, adam = parse_muon(muon_params, adam_params)
+        return algo, hp, adam
+    adam = parse_adam(adam_params)
+    return algo, adam, adam
+
+
+# --- the step ----------------------------------------------------------------------------------------
+
+def _adam(theta: np.ndarray, m: np.ndarray, v: np.ndarray, g: np.ndarray, t: int, hp: dict[str, float],
+          mult: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    b1, b2 = hp["beta1"], hp["beta2"]
+    m = b1 * m + (1.0 - b1) * g
+    v = b2 * v + (1.0 - b2) * g * g
+    m_hat = m / (1.0 - b1 ** t)
+    v_hat = v / (1.0 - b2 ** t)
+    lr = hp["learning_rate"]
+    theta = theta * (1.0 - lr * hp["weight_decay"]) - (lr * mult) * m_hat / (np.sqrt(v_hat) + hp["eps"])
+    return theta, m, v
+
+
+def newton_schulz_sigma(sigma: np.ndarray, steps: int) -> np.ndarray:
+    """Newton-Schulz quintic on the singular value of a rank-one matrix: X <- aX + b(XX^T)X + c(XX^T)^2X."""
+    a, b, c = NS_COEFFS
+    for _ in range(steps):
+        s2 = sigma * sigma
+        sigma = a * sigma + b * s2 * sigma + c * s2 * s2 * sigma
+    return sigma
+
+
+def optim_step(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum, adam_params: Any,
+               muon_params: Any) -> tuple[Weights, OptState, dict[str, float]]:
+    algo, hp, adam_hp = choose(spec, adam_params, muon_params)
+    v_size = weights.vocab_size
+    base = weights.base
+    k = base.k
+
+    # 1. global-norm clipping factor (dense-table norm of the accumulated gradient)
+    norm = float(np.sqrt(acc.dense_norm_sq(v_size))) if not acc.is_empty else 0.0
+    clip = hp["grad_clip_norm"]
+    scale = clip / (norm + 1e-6) if clip > 0 and norm > clip else 1.0
+
+    # 2. materialise new rows (their preferred columns) and new target columns
+    new_rows = np.setdiff1d(acc.rows, weights.rows, assume_unique=True)
+    if weights.num_entries + new_rows.size * k + acc.keys.size > MAX_ENTRIES:
+        raise ComputeError(RESOURCE_EXHAUSTED,
+                           f"the session's model would exceed {MAX_ENTRIES} trained entries")
+    pc, pl = base.prefs(new_rows)
+    nr_keys = (new_rows[:, None] * v_size + pc).reshape(-1)
+    nr_base = pl.reshape(-1)
+    rows_all = np.union1d(weights.rows, new_rows)
+    in_old, old_vals = lookup_sorted(weights.rows, weights.beta, rows_all)
+    beta = np.where(in_old, old_vals, 0.0)
+    m_tail = np.where(in_old, lookup_sorted(weights.rows, opt.m_tail, rows_all)[1], 0.0)
+    v_tail = np.where(in_old, lookup_sorted(weights.rows, opt.v_tail, rows_all)[1], 0.0)
+    known = np.union1d(weights.keys, nr_keys)
+    cand = np.setdiff1d(acc.keys, known, assume_unique=True)
+    cand_row = cand // v_size
+    cand_ri = np.searchsorted(rows_all, cand_row)
+    leftover = np.empty(0, dtype=_I64)
+    cap = spec.lora_row_capacity
+    if cap is not None and cand.size:
+        lo = np.searchsorted(weights.keys, rows_all * v_size)
+        hi = np.searchsorted(weights.keys, (rows_all + 1) * v_size)
+        existing = np.where(hi > lo, hi - lo - k, 0)
+        room = np.maximum(cap - existing, 0)
+        g_abs = np.abs(acc.value_at(cand, v_size))
+        order = np.lexsort((cand, -g_abs, cand_ri))
+        sorted_ri = cand_ri[order]
+        first = np.searchsorted(sorted_ri, sorted_ri)   # first index of each row's group
+        rank = np.arange(order.size) - first
+        keep_sorted = rank < room[sorted_ri]
+        keep = np.zeros(cand.size, dtype=bool)
+        keep[order[keep_sorted]] = True
+        leftover = cand[~keep]
+        cand, cand_ri = cand[keep], cand_ri[keep]
+    all_keys = np.concatenate([weights.keys, nr_keys, cand])
+    order = np.argsort(all_keys, kind="stable")
+    keys = all_keys[order]
+    zeros_nr = np.zeros(nr_keys.size)
+
+    def _join(old: np.ndarray, new_rows_vals: np.ndarray, cand_vals: np.ndarray) -> np.ndarray:
+        return np.concatenate([old, new_rows_vals, cand_vals])[order]
+
+    base_vals = _join(weights.base_vals, nr_base, np.zeros(cand.size))
+    theta = _join(weights.theta, zeros_nr, beta[cand_ri])
+    m = _join(opt.m, zeros_nr, m_tail[cand_ri])
+    v = _join(opt.v, zeros_nr, v_tail[cand_ri])
+    buf = _join(opt.buf, zeros_nr, np.zeros(cand.size))
+    STATS.note(keys)
+
+    # 3. gradients per entry and per tail (per-column units), clipped
+    g_entry = acc.value_at(keys, v_size) * scale if not acc.is_empty else np.zeros(keys.size)
+    in_acc, acc_tail = lookup_sorted(acc.rows, acc.tail, rows_all)
+    g_tail = np.where(in_acc, acc_tail, 0.0)
+    if leftover.size:
+        lo_ri = np.searchsorted(rows_all, leftover // v_size)
+        extra = np.bincount(lo_ri, weights=acc.value_at(leftover, v_size) - g_tail[lo_ri],
+                            minlength=rows_all.size)
+        lo2 = np.searchsorted(keys, rows_all * v_size)
+        hi2 = np.searchsorted(keys, (rows_all + 1) * v_size)
+        n_tail = v_size - (hi2 - lo2)
+        g_tail = g_tail + np.where(n_tail > 0, extra / np.maximum(n_tail, 1), 0.0)
+    g_tail = g_tail * scale
+
+    # 4. update
+    mult = spec.lr_multiplier
+    t_tail = opt.t_tail + 1
+    beta_new, m_tail, v_tail = _adam(beta, m_tail, v_tail, g_tail, t_tail, adam_hp, mult)
+    t_entries = opt.t_entries
+    if algo == "adam":
+        t_entries += 1
+        theta, m, v = _adam(theta, m, v, g_entry, t_entries, hp, mult)
+    else:
+        mu = hp["momentum"]
+        buf = mu * buf + g_entry
+        upd = g_entry + mu * buf
+        ri = np.searchsorted(rows_all, keys // v_size)
+        nrm = np.sqrt(np.bincount(ri, weights=upd * upd, minlength=rows_all.size))
+        sigma0 = nrm / (nrm + 1e-7)
+        sigma = newton_schulz_sigma(sigma0, int(hp["newton_schulz_steps"]))
+        factor = np.where(nrm > 0, sigma / np.maximum(sigma0, 1e-300) / (nrm + 1e-7), 0.0)
+        lr = hp["learning_rate"]
+        theta = theta * (1.0 - lr * hp["weight_decay"]) - (lr * mult / MUON_LR_DIVISOR) * upd * factor[ri]
+    new_w = Weights(base, keys, base_vals, theta, rows_all, beta_new)
+    new_opt = OptState(m, v, buf, m_tail, v_tail, t_entries, t_tail)
+    info = {"grad_norm": norm, "clip_scale": scale}
+    return new_w, new_opt, info
+
+
+__all__ = ["OptState", "choose", "newton_schulz_sigma", "optim_step", "parse_adam", "parse_muon"]

@@ -1,0 +1,314 @@
+"""Sampling from a weights snapshot: temperature, top-k, top-p, max_tokens, stop strings, EOS, seeds.
+
+Emulates the generator (api-surface A.3.5). Each step draws the next token from the row of the
+previous token, over the full vocabulary, without touching a vocabulary-sized array: a row is its
+explicit columns plus a block of equal-logit tail tokens, and "the r-th tail token" is found by
+index arithmetic over the row's sorted explicit columns.
+
+Conventions (where a real engine's behaviour depends on its tokenizer or kernels):
+
+* ``temperature`` 0 (anything below 1e-5, as in vLLM) is greedy. Ties between equal logits go to
+  the explicit (preferred or trained) token first, then to the lower token id; the same order
+  decides which tokens survive ``top_k`` / ``top_p`` when a cut falls inside the tail block (its
+  lowest ids survive).
+* ``top_k`` <= 0 (or -1) is off; ``top_p`` in (0, 1]; both are applied after temperature (top-k
+  first, then top-p on the renormalised remainder, keeping the smallest prefix reaching ``top_p``).
+* Text: there is no tokenizer, so token ``t`` decodes to ``" " + str(t)`` (a space, then its decimal
+  id): tokens ``[5, 12]`` read ``" 5 12"``. A ``stop`` string ends the sequence as soon as it occurs
+  in the decoded completion (it may span tokens, and may end inside a token's text, like a real
+  detokenizer); the token that completed it is kept. The model's end token (``eos_token_id``,
+  default ``vocab_size - 1``) also ends it and is kept. Both report ``STOP_REASON_STOP``;
+  reaching ``max_tokens`` reports ``STOP_REASON_LENGTH``.
+* ``max_tokens`` defaults to 16. ``seed``: ``sampling_params.seed`` wins over the operation's seed;
+  each (seed, prompt tokens, sample index) has its own random stream, so a completion does not
+  depend on what else is in the batch.
+* ``logprobs`` are the model's own (temperature 1, untruncated) log-probabilities of the sampled
+  tokens, computed by the same function as forward-backward's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from emulator.compute.base import hash_tokens, seed_to_u64
+from emulator.compute.errors import invalid
+from emulator.compute.inputs import parse_float, parse_int
+from emulator.compute.spec import DEFAULT_MAX_TOKENS
+from emulator.compute.weights import RowSet, Weights, tail_tokens
+
+GREEDY_BELOW = 1e-5
+STOP = "STOP_REASON_STOP"
+LENGTH = "STOP_REASON_LENGTH"
+
+
+def decode(tokens: list[int]) -> str:
+    """The emulator's token -> text mapping: each token is a space followed by its decimal id."""
+    return "".join(f" {t}" for t in tokens)
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    max_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    stop: tuple[str, ...]
+    seed: int
+
+    @property
+    def truncates(self) -> bool:
+        return self.top_k > 0 or self.top_p < 1.0
+
+
+def parse_sampling_params(params: Any, seed: int) -> SamplingConfig:
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise invalid("sampling_params must be an object")
+    w = "sampling_params"
+    max_tokens = DEFAULT_MAX_TOKENS if params.get("max_tokens") is None else parse_int(params["max_tokens"],
+                                                                                          f"{w}.max_tokens")
+    if max_tokens < 0:
+        raise invalid(f"{w}.max_tokens must be >= 0, got {max_tokens}")
+    temperature = 1.0 if params.get("temperature") is None else parse_float(params["temperature"],
+                                                                             f"{w}.temperature")
+    if temperature < 0:
+        raise invalid(f"{w}.temperature must be >= 0, got {temperature}")
+    top_k = -1 if params.get("top_k") is None else parse_int(params["top_k"], f"{w}.top_k")
+    if top_k < -1:
+        raise invalid(f"{w}.top_k must be -1 (off), 0 (off) or positive, got {top_k}")
+    top_p = 1.0 if params.get("top_p") is None else parse_float(params["top_p"], f"{w}.top_p")
+    if not 0 < top_p <= 1:
+        raise invalid(f"{w}.top_p must be in (0, 1], got {top_p}")
+    stop_raw = params.get("stop")
+    if stop_raw is None:
+        stop: tuple[str, ...] = ()
+    elif isinstance(stop_raw, str):
+        stop = (stop_raw,) if stop_raw else ()
+    elif isinstance(stop_raw, list) and all(isinstance(s, str) for s in stop_raw):
+        stop = tuple(s for s in stop_raw if s)
+    else:
+        raise invalid(f"{w}.stop must be a list of strings")
+    if params.get("seed") is not None:
+        seed = parse_int(params["seed"], f"{w}.seed")
+    return SamplingConfig(max_tokens, temperature, top_k, top_p, stop, seed)
+
+
+# --- per-row distributions ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class Tables:
+    """Kept explicit tokens (flat, per row) with unnormalised weights, plus the kept tail block."""
+
+    offsets: np.ndarray
+    cols: np.ndarray
+    weights: np.ndarray
+    tail_m: np.ndarray
+    tail_w: np.ndarray
+
+
+def _row_max(rs: RowSet) -> np.ndarray:
+    seg_max = np.maximum.reduceat(rs.logits, rs.offsets[:-1])
+    return np.where(rs.tail_n > 0, np.maximum(seg_max, rs.tail_logit), seg_max)
+
+
+def ranked_row(rs: RowSet, r: int) -> tuple[np.ndarray, np.ndarray, int, int, float, np.ndarray]:
+    """Row ``r`` in sampling order: explicit tokens by (logit desc, id asc) with the tail block inserted
+    after every explicit token whose logit is >= the tail's. Returns (cols, logits, tail position,
+    tail count, tail logit, the row's sorted explicit cols)."""
+    cols, logits, tn, tl, _ = rs.row(r)
+    order = np.lexsort((cols, -logits))
+    c, lg = cols[order], logits[order]
+    pos = int(np.count_nonzero(lg >= tl)) if tn > 0 else c.size
+    return c, lg, pos, tn, tl, cols
+
+
+def _truncate_row(rs: RowSet, r: int, cfg: SamplingConfig) -> tuple[np.ndarray, np.ndarray, int, float]:
+    c, lg, pos, tn, tl, _ = ranked_row(rs, r)
+    top = lg[0] if (pos > 0 or tn == 0) else tl
+    inv_t = 1.0 / cfg.temperature
+    w = np.exp((lg - top) * inv_t)
+    tw = math.exp((tl - top) * inv_t) if tn > 0 else 0.0
+    # blocks in order: explicit[:pos], tail (tn tokens), explicit[pos:]
+    blk_w = np.concatenate([w[:pos], [tw], w[pos:]])
+    blk_n = np.concatenate([np.ones(pos, dtype=np.int64), [tn], np.ones(c.size - pos, dtype=np.int64)])
+    blk_tok = np.concatenate([c[:pos], [-1], c[pos:]])
+    keep_n = blk_n.copy()
+    if cfg.top_k > 0:
+        before = np.concatenate([[0], np.cumsum(blk_n)[:-1]])
+        keep_n = np.clip(cfg.top_k - before, 0, blk_n)
+    if cfg.top_p < 1.0:
+        mass = blk_w * keep_n
+        total = float(mass.sum())
+        threshold = cfg.top_p * total
+        cum = 0.0
+        cut = None
+        for i in range(blk_w.size):
+            if keep_n[i] == 0:
+                continue
+            if cum + mass[i] >= threshold:
+                if blk_n[i] > 1:   # the tail block: keep just enough of its lowest ids
+                    need = math.ceil((threshold - cum) / blk_w[i]) if blk_w[i] > 0 else int(keep_n[i])
+                    keep_n[i] = min(max(need, 1), int(keep_n[i]))
+                cut = i
+                break
+            cum += float(mass[i])
+        if cut is not None:
+            keep_n[cut + 1:] = 0
+    kept_explicit = (blk_tok >= 0) & (keep_n > 0)
+    tail_m = int(keep_n[pos])
+    return blk_tok[kept_explicit], blk_w[kept_explicit], tail_m, float(tw)
+
+
+def build_tables(rs: RowSet, cfg: SamplingConfig) -> Tables:
+    n = rs.uprevs.size
+    if not cfg.truncates:
+        top = _row_max(rs)
+        inv_t = 1.0 / cfg.temperature
+        w = np.exp((rs.logits - top[rs.seg]) * inv_t)
+        tw = np.where(rs.tail_n > 0, np.exp((rs.tail_logit - top) * inv_t), 0.0)
+        return Tables(rs.offsets, rs.cols, w, rs.tail_n.copy(), tw)
+    cols_l, w_l, tail_m, tail_w = [], [], np.zeros(n, dtype=np.int64), np.zeros(n)
+    lengths = np.zeros(n, dtype=np.int64)
+    for r in range(n):
+        c, kept_w, m, t_w = _truncate_row(rs, r, cfg)
+        cols_l.append(c)
+        w_l.append(kept_w)
+        tail_m[r], tail_w[r], lengths[r] = m, t_w, c.size
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return Tables(offsets, np.concatenate(cols_l).astype(np.int64), np.concatenate(w_l), tail_m, tail_w)
+
+
+def draw(rs: RowSet, tables: Tables, ridx: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """One token per sequence (row ``ridx[s]``, uniform ``u[s]``) by inverse CDF over its row table."""
+    cum = np.cumsum(tables.weights)
+    starts, ends = tables.offsets[:-1], tables.offsets[1:]
+    before = np.where(starts > 0, cum[np.maximum(starts - 1, 0)], 0.0) if cum.size else np.zeros(starts.size)
+    last = (np.where(ends > starts, cum[np.maximum(ends - 1, 0)], before) if cum.size
+            else np.zeros(starts.size))
+    explicit_mass = last - before
+    total = explicit_mass + tables.tail_m * tables.tail_w
+    x = u * total[ridx]
+    in_explicit = x < explicit_mass[ridx]
+    out = np.empty(ridx.size, dtype=np.int64)
+    if np.any(in_explicit):
+        e = np.nonzero(in_explicit)[0]
+        re = ridx[e]
+        pos = np.searchsorted(cum, before[re] + x[e], side="right")
+        pos = np.clip(pos, starts[re], ends[re] - 1)
+        out[e] = tables.cols[pos]
+    if not np.all(in_explicit):
+        t = np.nonzero(~in_explicit)[0]
+        rt = ridx[t]
+        tw = tables.tail_w[rt]
+        j = np.floor((x[t] - explicit_mass[rt]) / np.where(tw > 0, tw, 1.0)).astype(np.int64)
+        j = np.clip(j, 0, np.maximum(tables.tail_m[rt] - 1, 0))
+        out[t] = tail_token_per_row(rs, rt, j)
+    return out
+
+
+def tail_token_per_row(rs: RowSet, rows: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """The ``ranks[s]``-th tail token of row ``rows[s]`` (vectorised ``tail_tokens``)."""
+    v = rs.vocab_size
+    within = np.arange(rs.cols.size, dtype=np.int64) - rs.offsets[rs.seg]
+    key = rs.seg * v + (rs.cols - within)
+    counts = np.searchsorted(key, rows * v + ranks, side="right") - rs.offsets[rows]
+    return ranks + counts
+
+
+def greedy(rs: RowSet) -> np.ndarray:
+    """Most likely token per row (explicit before tail, then lower id, on ties)."""
+    seg_max = np.maximum.reduceat(rs.logits, rs.offsets[:-1])
+    idx = np.arange(rs.cols.size)
+    first = np.minimum.reduceat(np.where(rs.logits == seg_max[rs.seg], idx, rs.cols.size), rs.offsets[:-1])
+    best = rs.cols[first]
+    tail_wins = (rs.tail_n > 0) & (rs.tail_logit > seg_max)
+    if np.any(tail_wins):
+        rows = np.nonzero(tail_wins)[0]
+        best[rows] = tail_token_per_row(rs, rows, np.zeros(rows.size, dtype=np.int64))
+    return best
+
+
+# --- generation --------------------------------------------------------------------------------------
+
+def generate(weights: Weights, prompts: list[np.ndarray], num_samples: int, cfg: SamplingConfig,
+             eos: int) -> list[list[tuple[list[int], str]]]:
+    """Token lists and stop reasons, ``num_samples`` per prompt."""
+    seqs: list[tuple[int, int]] = [(i, j) for i in range(len(prompts)) for j in range(num_samples)]
+    n = len(seqs)
+    out_tokens: list[list[int]] = [[] for _ in range(n)]
+    reasons = [LENGTH] * n
+    if cfg.max_tokens == 0 or n == 0:
+        return _group(prompts, num_samples, out_tokens, reasons)
+    last = np.array([int(prompts[i][-1]) for i, _ in seqs], dtype=np.int64)
+    greedy_mode = cfg.temperature < GREEDY_BELOW
+    if not greedy_mode:
+        seed64 = seed_to_u64(cfg.seed)
+        hashes = [hash_tokens(p) for p in prompts]
+        u_all = np.stack([np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed64, hashes[i], j])))
+                          .random(cfg.max_tokens) for i, j in seqs])
+    texts = [""] * n
+    max_stop = max((len(s) for s in cfg.stop), default=0)
+    active = np.arange(n)
+    for step in range(cfg.max_tokens):
+        if active.size == 0:
+            break
+        uprev, ridx = np.unique(last[active], return_inverse=True)
+        ridx = ridx.reshape(-1)
+        rs = weights.rowset(uprev)
+        if greedy_mode:
+            toks = greedy(rs)[ridx]
+        else:
+            with np.errstate(over="ignore", under="ignore"):
+                toks = draw(rs, build_tables(rs, cfg), ridx, u_all[active, step])
+        still = []
+        for s, tok in zip(active.tolist(), toks.tolist()):
+            out_tokens[s].append(tok)
+            last[s] = tok
+            if tok == eos:
+                reasons[s] = STOP
+                continue
+            if cfg.stop:
+                before = len(texts[s])
+                texts[s] += f" {tok}"
+                window = texts[s][max(0, before - max_stop + 1):]
+                if any(st in window for st in cfg.stop):
+                    reasons[s] = STOP
+                    continue
+                if len(texts[s]) > 4 * max_stop + 64:   # only the tail can still matter
+                    texts[s] = texts[s][-(2 * max_stop + 32):]
+            if len(out_tokens[s]) < cfg.max_tokens:
+                still.append(s)
+        active = np.asarray(still, dtype=np.int64)
+    return _group(prompts, num_samples, out_tokens, reasons)
+
+
+def _group(prompts: list[np.ndarray], num_samples: int, toks: list[list[int]], reasons: list[str]
+           ) -> list[list[tuple[list[int], str]]]:
+    return [[(toks[i * num_samples + j], reasons[i * num_samples + j]) for j in range(num_samples)]
+            for i in range(len(prompts))]
+
+
+def topk_row(rs: RowSet, r: int, k: int) -> tuple[list[int], list[float]]:
+    """The ``k`` most likely next tokens of row ``r`` with log-probs, in sampling order."""
+    c, lg, pos, tn, tl, explicit = ranked_row(rs, r)
+    logz = float(rs.logz[r])
+    ids: list[int] = [int(x) for x in c[: min(pos, k)]]
+    lps: list[float] = [float(x - logz) for x in lg[: min(pos, k)]]
+    if len(ids) < k and tn > 0:
+        m = min(tn, k - len(ids))
+        ids.extend(int(x) for x in tail_tokens(explicit, np.arange(m)))
+        lps.extend([float(tl - logz)] * m)
+    if len(ids) < k:
+        rest = c[pos:][: k - len(ids)]
+        ids.extend(int(x) for x in rest)
+        lps.extend(float(x - logz) for x in lg[pos:][: rest.size])
+    return ids, lps
+
+
+__all__ = ["LENGTH", "STOP", "SamplingConfig", "decode", "generate", "parse_sampling_params", "topk_row"]

@@ -1,0 +1,134 @@
+"""What the domain layer tells the simulated model about a training session, plus its fixed constants.
+
+Emulates the per-session configuration a real trainer receives (base model limits from
+``supported-models``, LoRA or full-weight mode, the optimizer chosen in ``optimizer_config``).
+The real service runs a multi-billion-parameter transformer; the emulator runs a bigram table over
+the same vocabulary, so some constants below (learning-rate scale, LoRA capacity) translate the
+real hyperparameters into that tiny model. Each constant says why it has its value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from emulator.compute.errors import invalid
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Session configuration. ``lora_rank=None`` means a full-weight session.
+
+    ``seed`` selects the analytic *base* model (which tokens each token prefers). Two sessions
+    with the same ``seed`` and ``vocab_size`` start from identical models, so the domain should
+    derive it from the base model when sessions of one base model are meant to agree.
+    ``eos_token_id`` (optional, an addition to the agreed interface) overrides the default end
+    token ``vocab_size - 1``.
+    """
+
+    vocab_size: int
+    max_seq_length: int
+    max_batch_size: int
+    context_length: int
+    lora_rank: int | None
+    lora_alpha: float | None
+    train_unembed: bool
+    seed: int
+    optimizer: str
+    eos_token_id: int | None = None
+
+    @property
+    def is_lora(self) -> bool:
+        return self.lora_rank is not None
+
+    @property
+    def eos(self) -> int:
+        return self.vocab_size - 1 if self.eos_token_id is None else int(self.eos_token_id)
+
+    @property
+    def alpha(self) -> float:
+        return DEFAULT_LORA_ALPHA if self.lora_alpha is None else float(self.lora_alpha)
+
+    @property
+    def lora_row_capacity(self) -> int | None:
+        """Most individually trained non-preferred next tokens one row may hold (None = unlimited)."""
+        return None if self.lora_rank is None else LORA_ENTRIES_PER_RANK * int(self.lora_rank)
+
+    @property
+    def lr_multiplier(self) -> float:
+        """How much one unit of learning rate moves a logit in this session (see ``LR_SCALE``)."""
+        if self.lora_rank is None:
+            return LR_SCALE * FULL_WEIGHT_LR_FACTOR
+        return LR_SCALE * self.alpha / REFERENCE_LORA_ALPHA
+
+    def validate(self) -> None:
+        if int(self.vocab_size) < 2:
+            raise invalid(f"vocab_size must be >= 2, got {self.vocab_size}")
+        for name in ("max_seq_length", "max_batch_size", "context_length"):
+            if int(getattr(self, name)) < 1:
+                raise invalid(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.lora_rank is not None and int(self.lora_rank) < 1:
+            raise invalid(f"lora_rank must be >= 1, got {self.lora_rank}")
+        if self.lora_alpha is not None and not float(self.lora_alpha) > 0:
+            raise invalid(f"lora_alpha must be > 0, got {self.lora_alpha}")
+        if self.optimizer not in ("adam", "muon"):
+            raise invalid(f"optimizer must be 'adam' or 'muon', got {self.optimizer!r}")
+        if not 0 <= self.eos < int(self.vocab_size):
+            raise invalid(f"eos_token_id {self.eos} is outside [0, {self.vocab_size})")
+
+
+# --- base model shape ------------------------------------------------------------------------------
+#: Preferred next tokens per row. Each row of the base table is flat (logit 0) except for these.
+NUM_PREFERRED = 8
+#: Logit of preferred slot i is ``log(V) + PREF_LADDER[i] + PREF_JITTER * u`` (u seeded in [0, 1)).
+#: Offsetting by log(V) keeps the shape vocabulary-independent: the top token holds ~35-40% of the
+#: probability, the eight preferred tokens ~96%, the flat tail ~4% spread over the rest.
+PREF_LADDER = (2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -1.5)
+PREF_JITTER = 0.5
+#: One row in EOS_ROW_PERIOD (seeded) has the end token among its preferred tokens, in this slot, so
+#: free-running generation ends on its own now and then (a mean of roughly 50 tokens).
+EOS_ROW_PERIOD = 4
+EOS_SLOT = 3
+#: Version tag of the analytic base formula, written into exported configs.
+BASE_FORMULA = "bigram-ladder-v1"
+
+# --- optimisation ----------------------------------------------------------------------------------
+#: One Adam step moves a trained parameter by about ``learning_rate``. In a transformer a logit is a
+#: sum over thousands of hidden units (d_model ~ 2-5k), each moved coherently by that step, so the
+#: logit moves by roughly ``learning_rate * 10^3``. The bigram table has exactly one parameter per
+#: logit, so the emulator multiplies the learning rate by this factor. With it, the defaults and
+#: lr=1e-4 memorise an 8-token sequence in a few dozen steps, as a LoRA run does.
+LR_SCALE = 2000.0
+#: LoRA's optimal learning rate is ~10x full fine-tuning's (a LoRA moves far fewer weights per step),
+#: so a full-weight session's parameters respond 10x more strongly to the same learning rate.
+FULL_WEIGHT_LR_FACTOR = 10.0
+#: Under Adam a LoRA update changes the weights by about ``alpha/r * r * lr`` (r coherent rank-one
+#: directions, each scaled by alpha/r): proportional to alpha and independent of the rank. The
+#: emulator therefore scales the step by ``alpha / REFERENCE_LORA_ALPHA`` (16 = the classic default).
+REFERENCE_LORA_ALPHA = 16.0
+DEFAULT_LORA_ALPHA = 16.0
+#: A LoRA's capacity: each row may hold individual parameters for at most ``4 * rank`` next tokens
+#: beyond its preferred ones; further targets share the row's tail parameter (cannot be singled out).
+LORA_ENTRIES_PER_RANK = 4
+#: Muon's learning rates are ~100x Adam's (0.02 vs 1e-4..1e-3) because its update is an orthogonal
+#: matrix whose entries are ~1/sqrt(d) in size. This divisor (~sqrt(4096)) maps it onto the same scale.
+MUON_LR_DIVISOR = 64.0
+#: Newton-Schulz quintic coefficients used by Muon.
+NS_COEFFS = (3.4445, -4.7750, 2.0315)
+
+ADAM_DEFAULTS = {"learning_rate": 1e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1,
+                 "grad_clip_norm": 1.0}
+MUON_DEFAULTS = {"learning_rate": 0.02, "momentum": 0.95, "newton_schulz_steps": 5, "weight_decay": 0.0,
+                 "grad_clip_norm": 1.0}
+
+# --- sampling --------------------------------------------------------------------------------------
+#: ``max_tokens`` when the request gives none (the emulator catalog's sampling_defaults.max_tokens).
+DEFAULT_MAX_TOKENS = 16
+MAX_TOPK_PROMPT_LOGPROBS = 20
+
+# --- budgets (RESOURCE_EXHAUSTED beyond these) ----------------------------------------------------
+#: Trained (row, next-token) entries one session may hold (~40 bytes each with optimizer state).
+MAX_ENTRIES = 4_000_000
+#: Generated tokens one sample call may produce (prompts x num_samples x max_tokens).
+MAX_SAMPLE_TOKENS = 2_000_000
+
+__all__ = ["ModelSpec"]

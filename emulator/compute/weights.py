@@ -1,0 +1,373 @@
+"""Sparse trained parameters of the bigram model, exact normalisation and the backward pass.
+
+Emulates a session's trainable weights. The model is a ``V x V`` logit table
+``logits[p, j] = base[p, j] + delta[p, j]`` (``base`` is :class:`~emulator.compute.base.BaseModel`)
+stored without ever materialising a vocabulary-sized array:
+
+* A row ``p`` that was never trained has ``delta = 0``.
+* A trained row holds an individual parameter ``theta[p, j]`` for each of its *explicit* columns
+  (its preferred tokens plus every token it was trained towards) and one shared parameter
+  ``beta[p]`` for all its other ("tail") columns.
+
+This is an exact emulation of a dense table trained by gradient descent, not an approximation: in
+a dense table, every tail column of a row has the same base logit and receives the same gradient
+(``-sum(g) * p_tail``), so they stay equal forever until one of them becomes a training target, at
+which point it is given its own parameter initialised from the shared one (and the shared
+optimizer moments). Normalisation is therefore exact and costs O(explicit columns) per row:
+``Z(p) = sum_explicit exp(base + theta) + N_tail * exp(beta)``.
+
+Objects here are immutable: every optimizer step builds a new :class:`Weights`, so a snapshot
+handed to the generator (``SessionModel.weights()``) never changes afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from emulator.compute.base import BaseModel
+from emulator.compute.errors import invalid
+
+_I64 = np.int64
+_F64 = np.float64
+
+
+def _empty_i() -> np.ndarray:
+    return np.empty(0, dtype=_I64)
+
+
+def _empty_f() -> np.ndarray:
+    return np.empty(0, dtype=_F64)
+
+
+def _segment_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + n)`` for each (s, n), without a Python loop."""
+    total = int(lengths.sum())
+    if total == 0:
+        return _empty_i()
+    first = np.zeros(lengths.size, dtype=_I64)
+    np.cumsum(lengths[:-1], out=first[1:])
+    within = np.arange(total, dtype=_I64) - np.repeat(first, lengths)
+    return np.repeat(starts, lengths) + within
+
+
+def lookup_sorted(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each query key: (found mask, value or 0). ``keys`` must be sorted and unique."""
+    if keys.size == 0 or query.size == 0:
+        return np.zeros(query.shape, dtype=bool), np.zeros(query.shape, dtype=values.dtype)
+    pos = np.searchsorted(keys, query)
+    pos_c = np.minimum(pos, keys.size - 1)
+    found = keys[pos_c] == query
+    return found, np.where(found, values[pos_c], 0)
+
+
+class _Stats:
+    """Largest internal array built by the last operations (lets tests check sparsity without timing)."""
+
+    def __init__(self) -> None:
+        self.max_len = 0
+
+    def note(self, *arrays: np.ndarray) -> None:
+        for a in arrays:
+            if a.size > self.max_len:
+                self.max_len = int(a.size)
+
+    def reset(self) -> None:
+        self.max_len = 0
+
+
+STATS = _Stats()
+
+
+@dataclass(frozen=True, eq=False)
+class RowSet:
+    """Explicit columns, tail and log-partition of a set of rows, laid out flat.
+
+    Row ``r`` (``uprevs[r]``) owns ``cols[offsets[r]:offsets[r+1]]`` (sorted) with logits in the same
+    slice, plus ``tail_n[r]`` further columns that all have logit ``tail_logit[r]``.
+    """
+
+    uprevs: np.ndarray
+    offsets: np.ndarray
+    seg: np.ndarray
+    cols: np.ndarray
+    logits: np.ndarray
+    tail_n: np.ndarray
+    tail_logit: np.ndarray
+    logz: np.ndarray
+    vocab_size: int
+
+    @property
+    def flatkey(self) -> np.ndarray:
+        return self.seg * self.vocab_size + self.cols
+
+    def logit_of(self, ridx: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        found, vals = lookup_sorted(self.flatkey, self.logits, ridx * self.vocab_size + tokens)
+        return np.where(found, vals, self.tail_logit[ridx])
+
+    def explicit_probs(self) -> np.ndarray:
+        return np.exp(self.logits - self.logz[self.seg])
+
+    def tail_probs(self) -> np.ndarray:
+        return np.where(self.tail_n > 0, np.exp(self.tail_logit - self.logz), 0.0)
+
+    def row(self, r: int) -> tuple[np.ndarray, np.ndarray, int, float, float]:
+        a, b = int(self.offsets[r]), int(self.offsets[r + 1])
+        return (self.cols[a:b], self.logits[a:b], int(self.tail_n[r]), float(self.tail_logit[r]),
+                float(self.logz[r]))
+
+
+def tail_tokens(explicit_sorted: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """The ``ranks``-th smallest token ids (0-based) that are *not* in ``explicit_sorted``."""
+    ranks = np.asarray(ranks, dtype=_I64)
+    if explicit_sorted.size == 0:
+        return ranks
+    adj = explicit_sorted - np.arange(explicit_sorted.size, dtype=_I64)
+    return ranks + np.searchsorted(adj, ranks, side="right")
+
+
+@dataclass(frozen=True, eq=False)
+class GradAccum:
+    """Accumulated d loss / d logit, in dense-table terms.
+
+    ``vals[i]`` is the gradient of the column ``keys[i] = p * V + j``; every other column of a row
+    listed in ``rows`` has gradient ``tail[row]``; rows not listed have zero gradient.
+    """
+
+    keys: np.ndarray
+    vals: np.ndarray
+    rows: np.ndarray
+    tail: np.ndarray
+
+    @staticmethod
+    def empty() -> GradAccum:
+        return GradAccum(_empty_i(), _empty_f(), _empty_i(), _empty_f())
+
+    @property
+    def is_empty(self) -> bool:
+        return self.rows.size == 0
+
+    def value_at(self, keys: np.ndarray, vocab_size: int) -> np.ndarray:
+        found, vals = lookup_sorted(self.keys, self.vals, keys)
+        _, tails = lookup_sorted(self.rows, self.tail, keys // vocab_size)
+        return np.where(found, vals, tails)
+
+    def merge(self, other: GradAccum, vocab_size: int) -> GradAccum:
+        if self.is_empty:
+            return other
+        if other.is_empty:
+            return self
+        keys = np.union1d(self.keys, other.keys)
+        vals = self.value_at(keys, vocab_size) + other.value_at(keys, vocab_size)
+        rows = np.union1d(self.rows, other.rows)
+        tail = lookup_sorted(self.rows, self.tail, rows)[1] + lookup_sorted(other.rows, other.tail, rows)[1]
+        return GradAccum(keys, vals, rows, tail)
+
+    def row_counts(self, vocab_size: int) -> np.ndarray:
+        lo = np.searchsorted(self.keys, self.rows * vocab_size)
+        hi = np.searchsorted(self.keys, (self.rows + 1) * vocab_size)
+        return hi - lo
+
+    def dense_norm_sq(self, vocab_size: int) -> float:
+        tail_cols = vocab_size - self.row_counts(vocab_size)
+        return float(np.sum(self.vals * self.vals) + np.sum(tail_cols * self.tail * self.tail))
+
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + self.vals.nbytes + self.rows.nbytes + self.tail.nbytes)
+
+    def dense(self, rows: list[int] | np.ndarray, vocab_size: int) -> np.ndarray:
+        """Full gradient rows, O(V) each: for tests only."""
+        rows = np.asarray(rows, dtype=_I64)
+        out = np.zeros((rows.size, vocab_size), dtype=_F64)
+        for i, p in enumerate(rows.tolist()):
+            out[i] = self.value_at(p * vocab_size + np.arange(vocab_size, dtype=_I64), vocab_size)
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class Weights:
+    """An immutable snapshot of the model's parameters (what weights-sync publishes)."""
+
+    base: BaseModel
+    keys: np.ndarray       # int64, sorted: row * V + col of every explicit trained column
+    base_vals: np.ndarray  # float64: base logit of those columns
+    theta: np.ndarray      # float64: their delta
+    rows: np.ndarray       # int64, sorted: trained rows
+    beta: np.ndarray       # float64: the delta shared by each trained row's tail columns
+
+    @staticmethod
+    def initial(base: BaseModel) -> Weights:
+        return Weights(base, _empty_i(), _empty_f(), _empty_f(), _empty_i(), _empty_f())
+
+    @property
+    def vocab_size(self) -> int:
+        return self.base.vocab_size
+
+    @property
+    def num_entries(self) -> int:
+        return int(self.keys.size)
+
+    def nbytes(self) -> int:
+        return int(sum(a.nbytes for a in (self.keys, self.base_vals, self.theta, self.rows, self.beta)))
+
+    def row_index(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(trained mask, index into ``self.rows``) for each row id."""
+        if self.rows.size == 0:
+            return np.zeros(rows.shape, dtype=bool), np.zeros(rows.shape, dtype=_I64)
+        pos = np.minimum(np.searchsorted(self.rows, rows), self.rows.size - 1)
+        return self.rows[pos] == rows, pos
+
+    # --- forward --------------------------------------------------------------------------------
+    def rowset(self, uprevs: np.ndarray) -> RowSet:
+        """Explicit columns, tails and exact log-partition for the sorted unique rows ``uprevs``."""
+        v = self.vocab_size
+        uprevs = np.asarray(uprevs, dtype=_I64)
+        n = uprevs.size
+        trained, tidx = self.row_index(uprevs)
+        lengths = np.full(n, self.base.k, dtype=_I64)
+        t_pos = np.nonzero(trained)[0]
+        starts = np.searchsorted(self.keys, uprevs[t_pos] * v)
+        ends = np.searchsorted(self.keys, (uprevs[t_pos] + 1) * v)
+        lengths[t_pos] = ends - starts
+        offsets = np.zeros(n + 1, dtype=_I64)
+        np.cumsum(lengths, out=offsets[1:])
+        total = int(offsets[-1])
+        cols = np.empty(total, dtype=_I64)
+        logits = np.empty(total, dtype=_F64)
+        if t_pos.size:
+            src = _segment_ranges(starts, ends - starts)
+            dst = _segment_ranges(offsets[t_pos], ends - starts)
+            cols[dst] = self.keys[src] - np.repeat(uprevs[t_pos], ends - starts) * v
+            logits[dst] = self.base_vals[src] + self.theta[src]
+        u_pos = np.nonzero(~trained)[0]
+        if u_pos.size:
+            pc, pl = self.base.prefs(uprevs[u_pos])
+            dst2 = offsets[u_pos][:, None] + np.arange(self.base.k, dtype=_I64)[None, :]
+            cols[dst2] = pc
+            logits[dst2] = pl
+        tail_n = v - lengths
+        tail_logit = np.zeros(n, dtype=_F64)
+        tail_logit[t_pos] = self.beta[tidx[t_pos]]
+        seg = np.repeat(np.arange(n, dtype=_I64), lengths)
+        if n:
+            seg_max = np.maximum.reduceat(logits, offsets[:-1])
+            has_tail = tail_n > 0
+            m = np.where(has_tail, np.maximum(seg_max, tail_logit), seg_max)
+            s = np.add.reduceat(np.exp(logits - m[seg]), offsets[:-1])
+            s = s + np.where(has_tail, tail_n * np.exp(tail_logit - m), 0.0)
+            logz = m + np.log(s)
+        else:
+            logz = _empty_f()
+        STATS.note(cols, logits, seg)
+        return RowSet(uprevs, offsets, seg, cols, logits, tail_n, tail_logit, logz, v)
+
+    def token_logprobs(self, prevs: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, RowSet, np.ndarray]:
+        """log p(target | prev) per position, plus the row set and each position's row index."""
+        prevs = np.asarray(prevs, dtype=_I64)
+        targets = np.asarray(targets, dtype=_I64)
+        uprevs, ridx = np.unique(prevs, return_inverse=True)
+        ridx = ridx.reshape(-1).astype(_I64)
+        rs = self.rowset(uprevs)
+        lp = rs.logit_of(ridx, targets) - rs.logz[ridx]
+        return lp, rs, ridx
+
+    def dense_logits(self, rows: list[int] | np.ndarray) -> np.ndarray:
+        """Full logit rows, O(V) each: for tests and small-vocabulary reference computations only."""
+        rows = np.asarray(rows, dtype=_I64)
+        v = self.vocab_size
+        out = np.zeros((rows.size, v), dtype=_F64)
+        trained, tidx = self.row_index(rows)
+        for i, p in enumerate(rows.tolist()):
+            out[i] = self.base.dense_row(p)
+            if trained[i]:
+                out[i] += self.beta[tidx[i]]
+                a = np.searchsorted(self.keys, p * v)
+                b = np.searchsorted(self.keys, (p + 1) * v)
+                out[i, self.keys[a:b] - p * v] = self.base_vals[a:b] + self.theta[a:b]
+        return out
+
+    # --- state ----------------------------------------------------------------------------------
+    def to_state(self) -> dict[str, Any]:
+        v = self.vocab_size
+        return {
+            "base": self.base.describe(),
+            "entry_rows": (self.keys // v).tolist(),
+            "entry_cols": (self.keys % v).tolist(),
+            "entry_base": self.base_vals.tolist(),
+            "entry_delta": self.theta.tolist(),
+            "rows": self.rows.tolist(),
+            "row_tail_delta": self.beta.tolist(),
+        }
+
+    @staticmethod
+    def from_state(state: dict[str, Any]) -> Weights:
+        try:
+            b = state["base"]
+            base = BaseModel(int(b["seed"]), int(b["vocab_size"]), int(b["eos_token_id"]))
+            v = base.vocab_size
+            keys = (np.asarray(state["entry_rows"], dtype=_I64) * v
+                    + np.asarray(state["entry_cols"], dtype=_I64))
+            w = Weights(base, keys, np.asarray(state["entry_base"], dtype=_F64),
+                        np.asarray(state["entry_delta"], dtype=_F64), np.asarray(state["rows"], dtype=_I64),
+                        np.asarray(state["row_tail_delta"], dtype=_F64))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise invalid(f"malformed weights state: {exc}") from exc
+        w.check()
+        return w
+
+    def check(self) -> None:
+        """Structural invariants (sorted unique keys, aligned arrays); raises INVALID_INPUT."""
+        n = self.keys.size
+        if not (self.base_vals.size == n and self.theta.size == n and self.beta.size == self.rows.size):
+            raise invalid("malformed weights: misaligned arrays")
+        if n and (np.any(np.diff(self.keys) <= 0) or self.keys[0] < 0
+                  or self.keys[-1] >= self.vocab_size ** 2):
+            raise invalid("malformed weights: entries are not sorted and unique")
+        if self.rows.size and (np.any(np.diff(self.rows) <= 0) or self.rows[0] < 0
+                               or self.rows[-1] >= self.vocab_size):
+            raise invalid("malformed weights: rows are not sorted and unique")
+        if not (np.all(np.isfinite(self.theta)) and np.all(np.isfinite(self.beta))
+                and np.all(np.isfinite(self.base_vals))):
+            raise invalid("malformed weights: non-finite values")
+
+
+def backward(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray) -> GradAccum:
+    """Turn d loss / d logprob per position into d loss / d logit (dense-table terms).
+
+    For a position with row ``p``, target ``y`` and upstream gradient ``g``:
+    ``d logp / d logit[p, j] = 1[j = y] - P(j | p)``, so the row's gradient is
+    ``c_j - S_p * P(j | p)`` with ``S_p = sum(g)`` over its positions and ``c_j`` the ``g`` summed over
+    positions targeting ``j``. Every tail column that is not a target gets ``-S_p * P_tail``.
+    """
+    v = rs.vocab_size
+    nz = np.nonzero(dlp != 0)[0]
+    if nz.size == 0:
+        return GradAccum.empty()
+    r = ridx[nz]
+    y = np.asarray(targets, dtype=_I64)[nz]
+    g = np.asarray(dlp, dtype=_F64)[nz]
+    n = rs.uprevs.size
+    s_row = np.bincount(r, weights=g, minlength=n)
+    touched = np.bincount(r, minlength=n) > 0
+    in_touched = touched[rs.seg]
+    e_keys = (rs.uprevs[rs.seg] * v + rs.cols)[in_touched]
+    e_vals = (-s_row[rs.seg] * rs.explicit_probs())[in_touched]
+    p_tail = rs.tail_probs()
+    t_keys_all = rs.uprevs[r] * v + y
+    t_keys, inv = np.unique(t_keys_all, return_inverse=True)
+    t_vals = np.bincount(inv.reshape(-1), weights=g, minlength=t_keys.size)
+    keys = np.union1d(e_keys, t_keys)
+    found_e, ev = lookup_sorted(e_keys, e_vals, keys)
+    found_t, tv = lookup_sorted(t_keys, t_vals, keys)
+    row_of = np.searchsorted(rs.uprevs, keys // v)
+    tail_for_key = -s_row[row_of] * p_tail[row_of]
+    vals = np.where(found_e, ev, tail_for_key) + np.where(found_t, tv, 0.0)
+    rows_t = np.nonzero(touched)[0]
+    tail = np.where(rs.tail_n[rows_t] > 0, -s_row[rows_t] * p_tail[rows_t], 0.0)
+    STATS.note(keys, vals)
+    return GradAccum(keys, vals, rs.uprevs[rows_t], tail)
+
+
+__all__ = ["STATS", "GradAccum", "RowSet", "Weights", "backward", "lookup_sorted", "tail_tokens"]

@@ -1,0 +1,129 @@
+"""Shared helpers for the compute tests, plus tests of the model's building blocks.
+
+The helpers compute reference values the slow, obvious way: a dense ``V x V`` logit table (small V)
+and a full log-softmax, independent of the sparse normalisation the model uses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from emulator.compute import ModelSpec, SessionModel, Weights
+from emulator.compute.base import BaseModel
+from emulator.compute.weights import tail_tokens
+
+V = 64
+
+
+def make_spec(**kw: Any) -> ModelSpec:
+    base: dict[str, Any] = {"vocab_size": V, "max_seq_length": 512, "max_batch_size": 64,
+                            "context_length": 256, "lora_rank": 8, "lora_alpha": 16.0, "train_unembed": True,
+                            "seed": 7, "optimizer": "adam"}
+    base.update(kw)
+    return ModelSpec(**base)
+
+
+def model_input(tokens: list[int]) -> dict[str, Any]:
+    return {"chunks": [{"encoded_text": {"tokens": list(tokens)}}]}
+
+
+def tensor(data: Any, dtype: str) -> dict[str, Any]:
+    return {"data": list(data), "dtype": dtype}
+
+
+def datum(inputs: list[int], targets: list[int], **tensors: Any) -> dict[str, Any]:
+    """A sample; keyword tensors are float32 unless given as (data, dtype)."""
+    lfi: dict[str, Any] = {"target_tokens": tensor(targets, "int64")}
+    for key, val in tensors.items():
+        lfi[key] = tensor(val[0], val[1]) if isinstance(val, tuple) else tensor(val, "float32")
+    return {"model_input": model_input(inputs), "loss_fn_inputs": lfi}
+
+
+def sft_datum(seq: list[int], weights: list[float] | None = None) -> dict[str, Any]:
+    w = weights if weights is not None else [1.0] * (len(seq) - 1)
+    return datum(seq[:-1], seq[1:], weights=w)
+
+
+def dense_table(weights: Weights) -> np.ndarray:
+    return weights.dense_logits(np.arange(weights.vocab_size))
+
+
+def dense_logprobs(weights: Weights, prevs: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    table = dense_table(weights)
+    m = table.max(axis=1, keepdims=True)
+    logz = (m + np.log(np.exp(table - m).sum(axis=1, keepdims=True)))[:, 0]
+    return table[prevs, targets] - logz[prevs]
+
+
+def random_trained_model(seed: int = 0, steps: int = 3, **spec_kw: Any) -> SessionModel:
+    """A model with non-trivial weights: trained rows, moved tails, several explicit columns."""
+    rng = np.random.default_rng(seed)
+    model = SessionModel(make_spec(**spec_kw))
+    for _ in range(steps):
+        seqs = [rng.integers(0, V - 1, 12).tolist() for _ in range(4)]
+        model.forward_backward([sft_datum(s) for s in seqs], {"type": "LOSS_TYPE_CROSS_ENTROPY"})
+        model.optim_step({"learning_rate": 3e-4}, None)
+    return model
+
+
+# --- tests of the building blocks ---------------------------------------------------------------------
+
+def test_base_preferred_tokens_are_distinct_sorted_and_in_range() -> None:
+    for vocab in (2, 3, 8, 9, 64, 1000, 151_936):
+        base = BaseModel(seed=5, vocab_size=vocab, eos=vocab - 1)
+        rows = np.arange(min(vocab, 500))
+        cols, logits = base.prefs(rows)
+        assert cols.shape == (rows.size, min(8, vocab))
+        assert np.all((cols >= 0) & (cols < vocab))
+        assert np.all(np.diff(cols, axis=1) > 0)          # sorted and distinct
+        assert np.all(logits > 0)                         # above the flat tail (logit 0)
+
+
+def test_base_depends_on_seed_only_through_the_seed() -> None:
+    a = BaseModel(1, 1000, 999).prefs(np.arange(50))
+    b = BaseModel(1, 1000, 999).prefs(np.arange(50))
+    c = BaseModel(2, 1000, 999).prefs(np.arange(50))
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    assert not np.array_equal(a[0], c[0])
+
+
+def test_some_rows_prefer_the_end_token() -> None:
+    base = BaseModel(3, 5000, 4999)
+    cols, _ = base.prefs(np.arange(400))
+    share = np.mean(np.any(cols == 4999, axis=1))
+    assert 0.15 < share < 0.35
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.integers(0, 60), max_size=30), st.data())
+def test_tail_tokens_is_the_rth_token_outside_the_explicit_set(explicit: set[int],
+                                                                data: st.DataObject) -> None:
+    vocab = 61
+    complement = [t for t in range(vocab) if t not in explicit]
+    if not complement:
+        return
+    ranks = data.draw(st.lists(st.integers(0, len(complement) - 1), min_size=1, max_size=10))
+    got = tail_tokens(np.array(sorted(explicit), dtype=np.int64), np.array(ranks))
+    assert got.tolist() == [complement[r] for r in ranks]
+
+
+def test_sparse_normalisation_equals_dense_log_softmax() -> None:
+    model = random_trained_model(seed=1, steps=4)
+    w = model.weights()
+    assert w.rows.size > 5 and np.any(w.beta != 0)
+    prevs = np.repeat(np.arange(V), V)
+    targets = np.tile(np.arange(V), V)
+    got = w.token_logprobs(prevs, targets)[0]
+    np.testing.assert_allclose(got, dense_logprobs(w, prevs, targets), rtol=0, atol=1e-12)
+    # every row is a proper distribution
+    np.testing.assert_allclose(np.exp(got.reshape(V, V)).sum(axis=1), 1.0, atol=1e-12)
+
+
+def test_fresh_model_holds_no_arrays() -> None:
+    model = SessionModel(make_spec(vocab_size=200_000, lora_rank=None))
+    assert model.nbytes() == 0
+    assert model.weights().num_entries == 0
