@@ -10,7 +10,16 @@ import re
 from collections.abc import Callable
 from types import ModuleType
 
-from emulator.api import admin, checkpoints, model_resources, operations, payloads, sessions, shaping, supported_models
+from emulator.api import (
+    admin,
+    checkpoints,
+    model_resources,
+    operations,
+    payloads,
+    sessions,
+    shaping,
+    supported_models,
+)
 from emulator.api.request import Reply, Request
 
 Handler = Callable[[Request], Reply]
@@ -25,8 +34,6 @@ def _collect(*modules: ModuleType) -> dict[str, Handler]:
     for module in modules:
         for name, fn in vars(module).items():
             if callable(fn) and not name.startswith("_") and getattr(fn, "__module__", "") == module.__name__:
-                out[name] = fn
-            elif callable(fn) and name.startswith(("create_", "get_")) and module is operations:
                 out[name] = fn
     return out
 

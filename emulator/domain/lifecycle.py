@@ -46,7 +46,7 @@ class ShapingStatus(StrEnum):
     USER_ERROR = "user_error"
 
 
-R, S, O, Q = ResourceStatus, SessionStatus, OperationStatus, ShapingStatus
+R, S, Op, Q = ResourceStatus, SessionStatus, OperationStatus, ShapingStatus
 
 TRANSITIONS: dict[type[StrEnum], dict[StrEnum, frozenset[StrEnum]]] = {
     ResourceStatus: {
@@ -66,10 +66,10 @@ TRANSITIONS: dict[type[StrEnum], dict[StrEnum, frozenset[StrEnum]]] = {
         S.ERROR: frozenset(),
     },
     OperationStatus: {
-        O.PENDING: frozenset({O.RUNNING, O.FAILED}),
-        O.RUNNING: frozenset({O.COMPLETED, O.FAILED}),
-        O.COMPLETED: frozenset(),
-        O.FAILED: frozenset(),
+        Op.PENDING: frozenset({Op.RUNNING, Op.FAILED}),
+        Op.RUNNING: frozenset({Op.COMPLETED, Op.FAILED}),
+        Op.COMPLETED: frozenset(),
+        Op.FAILED: frozenset(),
     },
     ShapingStatus: {
         Q.PENDING: frozenset({Q.QUEUED, Q.CANCEL_REQUESTED, Q.ERROR, Q.USER_ERROR}),
@@ -86,7 +86,7 @@ TRANSITIONS: dict[type[StrEnum], dict[StrEnum, frozenset[StrEnum]]] = {
 TERMINAL = {
     ResourceStatus: frozenset({R.STOPPED, R.ERROR}),
     SessionStatus: frozenset({S.STOPPED, S.EXPIRED, S.ERROR}),
-    OperationStatus: frozenset({O.COMPLETED, O.FAILED}),
+    OperationStatus: frozenset({Op.COMPLETED, Op.FAILED}),
     ShapingStatus: frozenset({Q.COMPLETED, Q.CANCELLED, Q.ERROR, Q.USER_ERROR}),
 }
 

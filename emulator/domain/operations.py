@@ -35,7 +35,7 @@ from emulator.domain.records import Checkpoint, Operation, Session
 from emulator.errors import FailedPrecondition, IdempotencyKeyReused, InvalidRequest, NotFound
 from emulator.store import TenantState
 
-O = OperationStatus
+Op = OperationStatus
 KINDS = ("forward-backward", "custom-forward-backward", "optim-step", "weights-sync", "sample",
          "inference-checkpoint", "training-checkpoint")
 SESSION_NOT_ACTIVE = "TRAINING_OPERATION_ERROR_CODE_SESSION_NOT_ACTIVE"
@@ -69,7 +69,7 @@ def submit(state: TenantState, ctx: Ctx, session_id: str, kind: str, body: dict[
                                  "it cannot sample", param="session_id")
     effective = _resolve_payload(state, s, body)
     now = ctx.now
-    op = Operation(id=state.ids.uuid("operation"), session_id=s.id, kind=kind, status=O.PENDING.value,
+    op = Operation(id=state.ids.uuid("operation"), session_id=s.id, kind=kind, status=Op.PENDING.value,
                    created_at=now, updated_at=now, body=effective, body_hash=digest,
                    idempotency_key=idempotency_key)
     state.operations[op.id] = op
@@ -77,7 +77,7 @@ def submit(state: TenantState, ctx: Ctx, session_id: str, kind: str, body: dict[
     state.log(now, "operation", op.id, None, op.status, op_kind=kind)
     if s.status != SessionStatus.RUNNING.value:
         op.error = {"code": SESSION_NOT_ACTIVE, "message": f"training session {s.id} is {s.status}, not RUNNING"}
-        transition(state, op, O.FAILED, now)
+        transition(state, op, Op.FAILED, now)
         return op, False
     if s.queue is None:
         s.queue = []
@@ -126,7 +126,7 @@ def fail_queue(state: TenantState, s: Session, at: float) -> None:
         op = state.operations[op_id]
         op.error = {"code": SESSION_NOT_ACTIVE, "message": f"training session {s.id} stopped before the "
                     "operation finished"}
-        transition(state, op, O.FAILED, at)
+        transition(state, op, Op.FAILED, at)
         r.inflight_ops -= 1
     s.queue = None
     s.busy_until = None
@@ -155,31 +155,31 @@ def _token_count(model_input: dict[str, Any]) -> int:
 
 
 def on_start(state: TenantState, ctx: Ctx, op: Operation, at: float) -> None:
-    if op.status != O.PENDING.value:
+    if op.status != Op.PENDING.value:
         return
     s = state.sessions[op.session_id]
-    transition(state, op, O.RUNNING, at)
+    transition(state, op, Op.RUNNING, at)
     done = at + _duration(ctx, op)
     s.busy_until = done
     state.schedule(done, "operation.complete", op.id)
 
 
 def on_complete(state: TenantState, ctx: Ctx, op: Operation, at: float) -> None:
-    if op.status != O.RUNNING.value:
+    if op.status != Op.RUNNING.value:
         return
     s = state.sessions[op.session_id]
     r = state.resources[s.model_resources_id]
     if op.fault_code:
         op.error = {"code": op.fault_code, "message": f"operation failed ({op.fault_code}; injected fault)"}
-        transition(state, op, O.FAILED, at)
+        transition(state, op, Op.FAILED, at)
     else:
         try:
             op.output = _execute(state, ctx, s, op, at)
         except ComputeError as exc:
             op.error = {"code": exc.code, "message": exc.message}
-            transition(state, op, O.FAILED, at)
+            transition(state, op, Op.FAILED, at)
         else:
-            transition(state, op, O.COMPLETED, at)
+            transition(state, op, Op.COMPLETED, at)
     if s.queue and s.queue[0] == op.id:
         s.queue.pop(0)
     r.inflight_ops -= 1
