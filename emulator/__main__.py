@@ -98,8 +98,17 @@ def main(argv: list[str] | None = None) -> int:
     record.add_argument("--out", required=True)
     record.add_argument("--host", default="127.0.0.1")
     record.add_argument("--port", type=int, default=8765)
+    sub.add_parser("coverage", help="rewrite COVERAGE.md (spec operations versus handlers)")
     args = parser.parse_args(argv)
-    return {"serve": _serve, "replay": _replay, "record": _record}[args.command](args)
+    return {"serve": _serve, "replay": _replay, "record": _record, "coverage": _coverage}[args.command](args)
+
+
+def _coverage(args: argparse.Namespace) -> int:
+    from emulator import coverage
+
+    coverage.write()
+    print(f"wrote {coverage.OUT}")
+    return 0
 
 
 if __name__ == "__main__":

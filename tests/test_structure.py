@@ -49,3 +49,9 @@ def test_domain_does_not_import_http_layers() -> None:
             if re.search(rf"^\s*(from|import) {re.escape(banned)}\b", text, re.M):
                 offenders.append(f"{path.name} imports {banned}")
     assert offenders == []
+
+
+def test_coverage_md_is_current() -> None:
+    from emulator import coverage
+
+    assert (ROOT / "COVERAGE.md").read_text() == coverage.render(), "run: python -m emulator coverage"
