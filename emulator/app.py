@@ -9,7 +9,8 @@ Layers, outermost first (DESIGN.md section 3):
 3. connexion ``RoutingMiddleware`` - resolves the operationId from ``openapi.yaml`` (and
    ``admin.yaml`` under ``/_emulator``).
 4. :class:`AuthMiddleware` - bearer token -> principal (401 before any validation), admin token.
-5. connexion ``RequestValidationMiddleware`` (+ ``ResponseValidationMiddleware`` when enabled).
+5. connexion's request validation with compiled validators (:mod:`emulator.validation`), plus
+   ``ResponseValidationMiddleware`` when enabled.
 6. :class:`Dispatcher` - picks the handler by operationId, parses, renders JSON with orjson.
 
 Connexion's default ``AsyncApp`` stack is not used: its per-request decorator layer costs most of
@@ -27,7 +28,6 @@ from urllib.parse import parse_qsl
 import orjson
 from connexion.exceptions import ProblemException
 from connexion.middleware import ConnexionMiddleware
-from connexion.middleware.request_validation import RequestValidationMiddleware
 from connexion.middleware.response_validation import ResponseValidationMiddleware
 from connexion.middleware.routing import RoutingMiddleware
 from connexion.middleware.swagger_ui import SwaggerUIMiddleware
@@ -35,12 +35,14 @@ from connexion.options import SwaggerUIOptions
 from connexion.resolver import Resolver
 from starlette.exceptions import HTTPException
 
+from emulator import defects
 from emulator.api import handler_for
 from emulator.api.request import Request
 from emulator.config import Config
 from emulator.errors import ApiError, InvalidRequest, NotFound, PayloadTooLarge, Unauthenticated, render_error
 from emulator.faults import FaultMiddleware
 from emulator.runtime import ADMIN_SPEC_PATH, SPEC_PATH, Runtime, load_spec
+from emulator.validation import PARSED_BODY, FastRequestValidationMiddleware, validator_map
 
 log = logging.getLogger("emulator")
 ROUTING = "connexion_routing"
@@ -113,12 +115,12 @@ class ErrorEnvelope:
             if started:
                 raise
             status, body, headers = self.translate(exc)
+            if self.runtime.defects:  # TEST-ONLY contract defects (emulator/defects.py)
+                status, body = defects.on_error(self.runtime, scope, exc, status, body)
             await send_json(send, status, body, headers)
 
     def translate(self, exc: Exception) -> tuple[int, bytes, dict[str, str]]:
         if isinstance(exc, ApiError):
-            if "error_not_envelope" in self.runtime.defects:
-                return exc.status, orjson.dumps({"detail": exc.message}), exc.headers
             return exc.status, orjson.dumps(exc.body()), exc.headers
         if isinstance(exc, UnicodeDecodeError):  # connexion decodes JSON bodies as UTF-8 before we see them
             return 400, render_error(400, f"request body is not valid UTF-8: {exc.reason}"), {}
@@ -195,17 +197,23 @@ class Dispatcher:
         handler = handler_for(operation_id)
         if handler is None:
             raise NotFound(f"operation {operation_id} is not implemented", code="not_implemented")
-        raw = await read_body(receive, self.runtime.config.max_body_bytes)
-        body = None
-        if raw.strip():
-            try:
-                body = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
+        if PARSED_BODY in extensions:  # request validation already parsed it
+            body = extensions[PARSED_BODY]
+        else:
+            raw = await read_body(receive, self.runtime.config.max_body_bytes)
+            body = None
+            if raw.strip():
+                try:
+                    body = orjson.loads(raw)
+                except orjson.JSONDecodeError as exc:
+                    raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
+        raw_query = scope.get("query_string", b"")
+        query = dict(parse_qsl(raw_query.decode("latin-1"), keep_blank_values=True)) if raw_query else {}
         request = Request(self.runtime, extensions.get(PRINCIPAL), operation_id, scope.get("path_params", {}),
                           query, headers, body, base_url(scope))
+        if self.runtime.defects:  # TEST-ONLY contract defects (emulator/defects.py)
+            defects.on_request(self.runtime, request)
         result = handler(request)
         status, payload = result[0], result[1]
         effect = extensions.get("emulator_fault")
@@ -217,6 +225,8 @@ class Dispatcher:
                 ctx = self.runtime.ctx(request.principal, request.base_url)
                 fault_effects.apply(state, ctx, effect, operation_id, request.path, body, payload)
             self.runtime.committed()
+        if self.runtime.defects:  # TEST-ONLY contract defects (emulator/defects.py)
+            status, payload = defects.on_response(self.runtime, request, status, payload)
         extra = result[2] if len(result) > 2 else None  # type: ignore[misc]
         if isinstance(payload, (bytes, bytearray)):
             await send_json(send, status, bytes(payload), extra)
@@ -249,16 +259,16 @@ class EmulatorApp:
             RoutingMiddleware,
             functools.partial(AuthMiddleware, runtime=runtime),
             functools.partial(FaultMiddleware, runtime=runtime),
-            RequestValidationMiddleware,
+            FastRequestValidationMiddleware,
         ]
         if config.validate_responses:
             middlewares.append(ResponseValidationMiddleware)
         self.api = ConnexionMiddleware(Dispatcher(runtime), middlewares=middlewares,
                                        specification_dir=str(SPEC_PATH.parent))
         self.api.add_api(load_spec(SPEC_PATH), resolver=_resolver(), validate_responses=config.validate_responses,
-                         strict_validation=False)
+                         strict_validation=False, validator_map=validator_map())
         self.api.add_api(load_spec(ADMIN_SPEC_PATH), base_path="/_emulator", resolver=_resolver(),
-                         validate_responses=config.validate_responses)
+                         validate_responses=config.validate_responses, validator_map=validator_map())
         self._docs: ConnexionMiddleware | None = None
         from emulator.files import FileServer
 

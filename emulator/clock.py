@@ -13,6 +13,7 @@ Differences from the real API: none visible; timestamps are rendered with millis
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from datetime import UTC, datetime
@@ -90,6 +91,7 @@ class Clock:
         return {"now": rfc3339(self.now()), "mode": self._mode, "speed": self._speed}
 
 
+@functools.lru_cache(maxsize=1 << 16)  # pure; objects keep their timestamps, so hits are the norm
 def rfc3339(ts: float) -> str:
     """POSIX seconds -> RFC 3339 UTC with milliseconds, e.g. 2026-01-01T00:00:00.000Z."""
     dt = datetime.fromtimestamp(round(ts, 3), tz=UTC)

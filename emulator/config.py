@@ -49,6 +49,10 @@ class Config:
             raise ConfigError("--port must be 0-65535")
         if self.profile not in ("instant", "realistic"):
             raise ConfigError("--profile must be 'instant' or 'realistic'")
+        if self.defects:  # TEST-ONLY contract defects: refuse names that would silently do nothing
+            from emulator.defects import unknown
+            if bad := unknown(self.defects):
+                raise ConfigError(f"unknown --defect {', '.join(bad)}; see emulator/defects.py")
         if self.max_body_bytes < 1024:
             raise ConfigError("--max-body-bytes must be at least 1024")
         if not self.is_loopback and not self.admin_token:

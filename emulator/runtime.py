@@ -145,6 +145,15 @@ class Runtime:
         return Ctx(now=self.clock.now(), principal=principal, timing=self.timing, seed=self.store.seed,
                    defects=self.defects, base_url=base_url)
 
+    def settle_all(self) -> None:
+        """Apply every transition due by now in every tenant (for whole-store views)."""
+        from emulator.domain import engine
+        from emulator.domain.context import Principal
+
+        for project in self.store.projects():
+            with self.store.transaction(project) as state:
+                engine.settle(state, self.ctx(Principal(user="", project=project), ""))
+
     def file_token(self, project: str, checkpoint_id: str, variant: str) -> str:
         token = hashlib.sha256(f"{self.store.seed}:{project}:{checkpoint_id}:{variant}".encode()).hexdigest()[:32]
         self.store.presigned[token] = (project, variant, checkpoint_id)

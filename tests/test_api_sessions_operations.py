@@ -12,10 +12,11 @@ FB = {"loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}, "samples": [ce_sample([1, 2, 
 
 def test_create_session_takes_defaults_from_resource(client: TestClient) -> None:
     r = ready_resource(client)
-    s = create_session(client, r["id"], display_name="exp-1", lora_config={"rank": 16})
+    s = create_session(client, r["id"], display_name="exp-1", lora_config={"rank": 16, "seed": 59})
     assert s["status"] == "TRAINING_SESSION_STATUS_CREATING"
     assert s["base_model"] == r["base_model"] and s["model_resources_id"] == r["id"]
-    assert s["lora_config"]["rank"] == 16 and isinstance(s["lora_config"]["seed"], str)
+    assert s["lora_config"] == {"rank": 16, "alpha": 16, "dropout": 0.0, "train_unembed": True, "seed": "59"}
+    assert "seed" not in create_session(client, r["id"])["lora_config"]
     assert s["step"] == "0" and s["policy_state"]["trainer_step"] == "0"
     assert s["metadata"] == {} and s["inference_checkpoints"] == []
     assert get_session(client, s["id"])["status"] == "TRAINING_SESSION_STATUS_RUNNING"
@@ -50,6 +51,21 @@ def test_update_session_sets_and_clears(client: TestClient) -> None:
     body = client.patch(f"{RL}/training-sessions/{s['id']}",
                         json={"display_name": "", "metadata": {"wandb": {"project": ""}}}).json()
     assert "display_name" not in body and body["metadata"] == {"wandb": {"run_name": "r"}}
+
+
+def test_list_sessions_of_one_resource_pages(client: TestClient) -> None:
+    r = ready_resource(client)
+    ids = [create_session(client, r["id"])["id"] for _ in range(5)]
+    running_session(client)  # another resource's session stays out
+    seen, after = [], None
+    while True:
+        params = {"model_resources_id": r["id"], "limit": 2, **({"after": after} if after else {})}
+        page = client.get(f"{RL}/training-sessions", params=params).json()
+        seen += [s["id"] for s in page["data"]]
+        if not page["meta"]["has_more"]:
+            break
+        after = page["meta"]["next_cursor"]
+    assert seen == list(reversed(ids))
 
 
 def test_list_sessions_filters(client: TestClient) -> None:

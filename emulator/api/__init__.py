@@ -41,5 +41,12 @@ def _collect(*modules: ModuleType) -> dict[str, Handler]:
 _BY_SNAKE = _collect(model_resources, sessions, operations, payloads, checkpoints, supported_models, shaping, admin)
 
 
+_BY_OPERATION: dict[str, Handler | None] = {}
+
+
 def handler_for(operation_id: str) -> Handler | None:
-    return _BY_SNAKE.get(_snake(operation_id))
+    try:
+        return _BY_OPERATION[operation_id]
+    except KeyError:
+        handler = _BY_OPERATION[operation_id] = _BY_SNAKE.get(_snake(operation_id))
+        return handler

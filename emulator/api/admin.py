@@ -59,6 +59,7 @@ def admin_set_seed(req: Request) -> Reply:
 def admin_list_events(req: Request) -> Reply:
     tenant = req.query_str("tenant")
     project = req.runtime.project_for_token(tenant) if tenant else None
+    req.runtime.settle_all()  # transitions that are due have happened by now
     events = req.runtime.store.events.since(req.query_int("since", 0), project, req.query_int("limit", 1000))
     return 200, {"data": events}
 

@@ -42,3 +42,21 @@ def page(index: OrderedIndex, table: dict[str, Any], after: str | None, limit: i
 
 def error_detail(code: str, message: str, at: float) -> dict[str, Any]:
     return {"code": code, "message": message, "occurred_at": at}
+
+
+def page_ids(ids: list[str], table: dict[str, Any], after: str | None, limit: int, keep: Any) -> tuple[list[Any], bool]:
+    """:func:`page` over a short id list in creation order (e.g. one resource's sessions)."""
+    if after is None:
+        start = len(ids) - 1
+    elif after in ids:
+        start = ids.index(after) - 1
+    else:
+        raise InvalidRequest(f"cursor 'after' {after!r} does not name an item of this list", param="after")
+    out: list[Any] = []
+    for i in range(start, -1, -1):
+        record = table[ids[i]]
+        if keep(record):
+            if len(out) == limit:
+                return out, True
+            out.append(record)
+    return out, False

@@ -89,6 +89,7 @@ def create(state: TenantState, ctx: Ctx, body: dict[str, Any]) -> ModelResource:
         queue_exit_at=queue_exit)
     state.resources[r.id] = r
     state.resource_index.add(r.id)
+    state.gpu_queue.setdefault(r.gpu_type, []).append(r.id)
     state.log(now, "model_resources", r.id, None, r.status)
     state.schedule(queue_exit, "resource.dequeue", r.id)
     return r
@@ -113,11 +114,16 @@ def queue_position(state: TenantState, r: ModelResource) -> int | None:
     """Older same-GPU resources still waiting, plus one; None once out of the queue."""
     if r.status != R.PENDING.value:
         return None
-    ahead = sum(1 for other in state.resources.values()
-                if other.status == R.PENDING.value and other.gpu_type == r.gpu_type
-                and other.created_at <= r.created_at and other.id != r.id
-                and (other.queue_exit_at or 0) <= (r.queue_exit_at or 0))
+    waiting = state.gpu_queue.get(r.gpu_type, [])
+    ahead = waiting.index(r.id) if r.id in waiting else 0
     return ahead + 1 + r.queue_extra
+
+
+def _leave_queue(state: TenantState, r: ModelResource) -> None:
+    waiting = state.gpu_queue.get(r.gpu_type)
+    if waiting and r.id in waiting:
+        waiting.remove(r.id)
+    r.queue_exit_at = None
 
 
 def active_sessions(state: TenantState, r: ModelResource) -> list[Any]:
@@ -146,7 +152,7 @@ def stop(state: TenantState, ctx: Ctx, resource_id: str, force: bool) -> ModelRe
 def _begin_stop(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
     transition(state, r, R.STOPPING, at)
     r.expires_at = None
-    r.queue_exit_at = None
+    _leave_queue(state, r)
     state.schedule(at + ctx.timing.resource_stopping_seconds, "resource.stopped", r.id)
 
 
@@ -201,7 +207,7 @@ def on_dequeue(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> Non
         r.queue_extra -= 1
         hold_in_queue(state, ctx, r, at)
         return
-    r.queue_exit_at = None
+    _leave_queue(state, r)
     transition(state, r, R.CREATING, at)
     state.schedule(at + ctx.timing.resource_creating_seconds, "resource.ready", r.id)
 
@@ -261,7 +267,7 @@ def fail(state: TenantState, ctx: Ctx, r: ModelResource, code: str, message: str
                           f"model resource {r.id} failed: {message}", at)
     r.error = error_detail(code, message, at)
     r.expires_at = None
-    r.queue_exit_at = None
+    _leave_queue(state, r)
     transition(state, r, R.ERROR, at)
 
 

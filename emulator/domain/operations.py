@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from emulator.compute import ComputeError, ModelSpec, SessionModel
 from emulator.domain import checkpoints, model_resources
 from emulator.domain.catalog import BY_NAME
 from emulator.domain.common import transition
@@ -34,6 +33,11 @@ from emulator.domain.lifecycle import OperationStatus, SessionStatus
 from emulator.domain.records import Checkpoint, Operation, Session
 from emulator.errors import FailedPrecondition, IdempotencyKeyReused, InvalidRequest, NotFound
 from emulator.store import TenantState
+
+if TYPE_CHECKING:
+    from emulator.compute import ModelSpec, SessionModel
+
+# emulator.compute (numpy) is imported on first use: it is a fifth of the start-up time.
 
 Op = OperationStatus
 KINDS = ("forward-backward", "custom-forward-backward", "optim-step", "weights-sync", "sample",
@@ -169,6 +173,8 @@ def on_complete(state: TenantState, ctx: Ctx, op: Operation, at: float) -> None:
         return
     s = state.sessions[op.session_id]
     r = state.resources[s.model_resources_id]
+    from emulator.compute import ComputeError
+
     if op.fault_code:
         op.error = {"code": op.fault_code, "message": f"operation failed ({op.fault_code}; injected fault)"}
         transition(state, op, Op.FAILED, at)
@@ -192,6 +198,8 @@ def on_complete(state: TenantState, ctx: Ctx, op: Operation, at: float) -> None:
 # --- execution -----------------------------------------------------------------------------------
 
 def model_spec(state: TenantState, ctx: Ctx, s: Session) -> ModelSpec:
+    from emulator.compute import ModelSpec
+
     r = state.resources[s.model_resources_id]
     cat = BY_NAME[s.base_model]
     lora = s.lora_config
@@ -212,10 +220,14 @@ def model_spec(state: TenantState, ctx: Ctx, s: Session) -> ModelSpec:
 
 
 def model_spec_for_checkpoint(ckpt: Checkpoint) -> ModelSpec:
+    from emulator.compute import ModelSpec
+
     return ModelSpec(**(ckpt.model_state or {})["spec"])
 
 
 def session_model(state: TenantState, ctx: Ctx, s: Session) -> SessionModel:
+    from emulator.compute import SessionModel
+
     model = state.models.get(s.id)
     if model is None:
         spec = model_spec(state, ctx, s)
@@ -276,6 +288,8 @@ def _execute(state: TenantState, ctx: Ctx, s: Session, op: Operation, at: float)
                             version=version)
     if kind in ("inference-checkpoint", "training-checkpoint"):
         return {"checkpoint": _checkpoint(state, ctx, s, model, kind, at)}
+    from emulator.compute import ComputeError
+
     raise ComputeError(INTERNAL_ERROR, f"unknown operation kind {kind}")
 
 

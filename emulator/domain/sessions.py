@@ -18,7 +18,7 @@ from typing import Any
 
 from emulator.domain import model_resources
 from emulator.domain.catalog import BY_NAME
-from emulator.domain.common import error_detail, lookup, page, transition
+from emulator.domain.common import error_detail, lookup, page, page_ids, transition
 from emulator.domain.context import Ctx
 from emulator.domain.lifecycle import ACTIVE_SESSION, ResourceStatus, SessionStatus
 from emulator.domain.records import Session
@@ -44,10 +44,11 @@ def _lora_config(state: TenantState, ctx: Ctx, r: Any, given: dict[str, Any] | N
         raise InvalidRequest(f"lora_config.rank must be between 1 and {max_rank} for {r.base_model}",
                              param="lora_config.rank")
     cfg["rank"] = rank
-    if "seed" not in cfg:
-        cfg["seed"] = state.ids.int63("lora-seed") % 1_000_000
-    cfg["seed"] = int(cfg["seed"])
-    return cfg
+    if "seed" in cfg:
+        cfg["seed"] = int(cfg["seed"])
+    # Sessions mostly share a handful of configs: keep one dict per distinct config (never mutated).
+    key = tuple(sorted(cfg.items()))
+    return state.lora_configs.setdefault(key, cfg)
 
 
 def _capacity(r: Any) -> int:
@@ -139,7 +140,11 @@ def list_(state: TenantState, ctx: Ctx, *, status: set[str] | None, model_resour
                 and (model_resources_id is None or s.model_resources_id == model_resources_id)
                 and (creator is None or s.created_by == creator))
 
-    no_filter = status is None and model_resources_id is None and creator is None
+    if model_resources_id is not None:
+        # Walk only that resource's sessions (it keeps them in creation order), not the whole project.
+        r = state.resources.get(model_resources_id)
+        return page_ids(r.session_ids if r else [], state.sessions, after, limit, keep)
+    no_filter = status is None and creator is None
     return page(state.session_index, state.sessions, after, limit, None if no_filter else keep)
 
 

@@ -69,30 +69,49 @@ class OrderedIndex:
 
 
 class EventLog:
-    """The timeline of transitions, requests and faults, for ``GET /_emulator/events``."""
+    """The timeline of transitions, requests and faults, for ``GET /_emulator/events``.
+
+    Transitions are kept as compact tuples and rendered only when read: the log is the largest
+    per-object cost of an idle session otherwise.
+    """
 
     def __init__(self, maxlen: int = 50_000) -> None:
-        self._events: deque[dict[str, Any]] = deque(maxlen=maxlen)
+        self._events: deque[tuple[Any, ...]] = deque(maxlen=maxlen)
         self._seq = 0
         self._lock = threading.Lock()
 
     def append(self, event: dict[str, Any]) -> None:
         with self._lock:
             self._seq += 1
-            event["seq"] = self._seq
-            self._events.append(event)
+            self._events.append((self._seq, event.get("tenant"), event))
+
+    def transition(self, at: float, tenant: str, kind: str, obj_id: str, old: str | None, new: str,
+                   extra: dict[str, Any] | None) -> None:
+        with self._lock:
+            self._seq += 1
+            self._events.append((self._seq, tenant, at, kind, obj_id, old, new, extra))
+
+    @staticmethod
+    def _render(entry: tuple[Any, ...]) -> dict[str, Any]:
+        from emulator.clock import rfc3339
+
+        if len(entry) == 3:
+            return {**entry[2], "seq": entry[0]}
+        seq, tenant, at, kind, obj_id, old, new, extra = entry
+        return {"type": "transition", "at": rfc3339(at), "tenant": tenant, "kind": kind, "id": obj_id,
+                "from": old, "to": new, **(extra or {}), "seq": seq}
 
     def since(self, seq: int = 0, tenant: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
         with self._lock:
-            out = [e for e in self._events if e["seq"] > seq and (tenant is None or e.get("tenant") == tenant)]
-        return out[:limit]
+            picked = [e for e in self._events if e[0] > seq and (tenant is None or e[1] == tenant)][:limit]
+        return [self._render(e) for e in picked]
 
     def clear(self, tenant: str | None = None) -> None:
         with self._lock:
             if tenant is None:
                 self._events.clear()
             else:
-                kept = [e for e in self._events if e.get("tenant") != tenant]
+                kept = [e for e in self._events if e[1] != tenant]
                 self._events.clear()
                 self._events.extend(kept)
 
@@ -124,6 +143,8 @@ class TenantState:
         self.file_cache: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
         self.faults_state: dict[str, Any] = {}
         self.gpu_queue_tail: dict[str, float] = {}        # when the last queued resource leaves, per GPU type
+        self.gpu_queue: dict[str, list[str]] = {}         # PENDING resource ids in queue order, per GPU type
+        self.lora_configs: dict[tuple[Any, ...], dict[str, Any]] = {}  # interned, shared by sessions
 
     def schedule(self, at: float, event: str, obj_id: str) -> None:
         self._timeline_seq += 1
@@ -136,10 +157,7 @@ class TenantState:
         return None
 
     def log(self, at: float, kind: str, obj_id: str, old: str | None, new: str, **extra: Any) -> None:
-        from emulator.clock import rfc3339
-
-        self.events.append({"type": "transition", "at": rfc3339(at), "tenant": self.project, "kind": kind,
-                            "id": obj_id, "from": old, "to": new, **extra})
+        self.events.transition(at, self.project, kind, obj_id, old, new, extra or None)
 
 
 class Store:

@@ -26,13 +26,11 @@ class StateError(ValueError):
 
 
 def export_state(runtime: Runtime) -> dict[str, Any]:
-    from emulator.domain import engine
-
     store = runtime.store
+    runtime.settle_all()
     tenants = {}
     for project in store.projects():
         with store.transaction(project) as state:
-            engine.settle(state, runtime.ctx(_any_principal(project), ""))
             tenants[project] = _export_tenant(state)
     return {
         "format": STATE_FORMAT,
@@ -108,6 +106,8 @@ def _import_tenant(runtime: Runtime, project: str, data: dict[str, Any]) -> Tena
             target[record.id] = record
             if idx is not None:
                 idx.add(record.id)
+            if cls_name == "ModelResource" and record.status == "MODEL_RESOURCES_STATUS_PENDING":
+                state.gpu_queue.setdefault(record.gpu_type, []).append(record.id)
     state.idempotency = {(a, b, c): v for a, b, c, v in data.get("idempotency", [])}
     for at, event, obj_id in data.get("timeline", []):
         state.schedule(float(at), event, obj_id)
