@@ -29,8 +29,18 @@ unit: $(STAMP)
 contract: $(STAMP)
 	$(BIN)/python -m contract_tests --report reports/contract
 
-bench: $(STAMP)
+$(VENV)/.bench-installed: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	touch $@
+
+# Benchmarks against a bare Starlette ceiling; writes bench/results.json and BENCHMARKS.md.
+bench: $(VENV)/.bench-installed
 	$(BIN)/python -m bench
+
+lint: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/ruff check emulator contract_tests bench --select E,F,W,I,B --ignore E501,B905
+	$(BIN)/mypy emulator contract_tests
 
 clean:
 	rm -rf $(VENV) reports .hypothesis

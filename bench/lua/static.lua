@@ -1,0 +1,2 @@
+-- GET one session / list a page: one fixed request (path and Authorization given on wrk's command
+-- line); only the report is needed.

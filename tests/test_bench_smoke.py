@@ -1,0 +1,161 @@
+"""Fast checks of the benchmark's own pure helpers (bench/); the benchmark itself runs with `make bench`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+
+from bench import report, stats
+from bench.ceiling import ROUTES, build_app
+from bench.loadgen import LUA
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = list(range(1, 101))
+    assert stats.percentile(values, 50) == 50
+    assert stats.percentile(values, 99) == 99
+    assert stats.percentile(values, 100) == 100
+    assert stats.percentile([7.0], 99) == 7.0
+    assert stats.percentile([], 50) is None
+
+
+def test_ratio_median_and_verdicts() -> None:
+    assert stats.ratio(1.0, 4.0) == 0.25
+    assert stats.ratio(1.0, 0.0) is None and stats.ratio(None, 1.0) is None
+    assert stats.median([3, 1, 2]) == 2 and stats.median([1, 2, 3, 4]) == 2.5 and stats.median([]) is None
+    assert stats.verdict(0.6, 0.5, True) == "PASS" and stats.verdict(0.4, 0.5, True) == "MISS"
+    assert stats.verdict(9.9, 10, False) == "PASS" and stats.verdict(10, 10, False) == "MISS"
+    assert stats.verdict(None, 1, True) == "n/a"
+
+
+def test_parse_and_summarize_a_load_generator_report() -> None:
+    raw = {
+        "requests": 5000,
+        "duration_us": 2_000_000,
+        "bytes": 1,
+        "errors_connect": 0,
+        "errors_read": 0,
+        "errors_write": 0,
+        "errors_status": 2,
+        "errors_timeout": 1,
+        "errors_flow": 0,
+        "lat_p50": 1500,
+        "lat_p90": 3000,
+        "lat_p99": 9000,
+        "lat_mean": 1700.5,
+        "lat_max": 20000,
+        "loops": 100,
+    }
+    text = "Running 2s test\n" + stats.MARK + json.dumps(raw) + "\n"
+    out = stats.summarize(stats.parse_marked_json(text))
+    assert out["rps"] == 2500.0 and out["p50_ms"] == 1.5 and out["p99_ms"] == 9.0
+    assert out["errors"] == 3 and out["loops_per_s"] == 50.0
+    with pytest.raises(ValueError):
+        stats.parse_marked_json("no report here")
+
+
+def test_wrk_version_and_pool_size() -> None:
+    assert stats.wrk_version("wrk debian/4.1.0-3+b2 [epoll] Copyright") == "4.1.0"
+    assert stats.wrk_version("wrk 4.2.0 [epoll]") == "4.2.0"
+    assert stats.pool_size(1000, 5, margin=1.0) == 1000  # 5000 creates / 5 per resource
+    assert stats.pool_size(1, 1) == 20
+
+
+def test_lua_scripts_are_present() -> None:
+    for name in ("common", "static", "create_session", "loop"):
+        assert (LUA / f"{name}.lua").is_file()
+    assert "BENCH_JSON" in (LUA / "common.lua").read_text()
+
+
+def test_png_fallback_writes_a_valid_png(tmp_path: Path) -> None:
+    sweep = {
+        "emulator": {
+            1: {"rps": 1000, "p50_ms": 0.9, "p99_ms": 3.0},
+            32: {"rps": 2000, "p50_ms": 15, "p99_ms": 40},
+        },
+        "ceiling": {
+            1: {"rps": 4000, "p50_ms": 0.2, "p99_ms": 1.0},
+            32: {"rps": 6000, "p50_ms": 5, "p99_ms": 9},
+        },
+    }
+    path = tmp_path / "plot.png"
+    report.write_png_fallback(sweep, path, w=120, h=80)
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert (width, height) == (120, 80)
+    idat = data[data.index(b"IDAT") + 4 : data.index(b"IEND") - 8]
+    assert len(zlib.decompress(idat)) == 80 * (1 + 120 * 3)
+
+
+def test_markdown_block_is_replaced_and_hand_text_kept(tmp_path: Path) -> None:
+    results = {
+        "get_rps_ratio": 0.6,
+        "get_c32_rps": 600.0,
+        "ceiling_get_c32_rps": 1000.0,
+        "get_c32_p99_ms": 8.0,
+        "list_p50_ms_100": 1.0,
+        "list_p50_ms_100k": 1.5,
+        "list_scaling_ratio": 1.5,
+        "mem_bytes_per_idle_session_10k": 900.0,
+        "mem_bytes_per_idle_session_100k": 1100.0,
+        "startup_s": 1.2,
+        "startup_s_max": 1.3,
+        "date_utc": "2026-01-01T00:00:00Z",
+    }
+    info = {
+        "nproc": 2,
+        "cpu": "X",
+        "mem_gib": 1.0,
+        "os": "Debian",
+        "kernel": "6",
+        "python": "3.11",
+        "versions": {k: "1" for k in ("uvicorn", "starlette", "connexion", "orjson", "uvloop", "httptools")},
+    }
+    md = tmp_path / "B.md"
+    md.write_text(f"# Title\n\nhand text\n\n{report.BEGIN}\nold\n{report.END}\n\n## Profile\nkept\n")
+    report.write_markdown(md, results, {}, info, ["100", "100k"], tmp_path / "p.png", "")
+    text = md.read_text()
+    assert "hand text" in text and "## Profile\nkept" in text and "\nold\n" not in text
+    assert "| GET one session: rate >= 0.5x the ceiling (32 connections) | 0.60x" in text
+    assert "memory per idle session < 1 KiB (store of 10k sessions) | 900 B | **PASS**" in text
+    assert "memory per idle session < 1 KiB (store of 100k sessions) | 1,100 B | **MISS**" in text
+    assert "1.50x (1.00 ms -> 1.50 ms) | **PASS**" in text
+
+
+def test_ceiling_serves_the_given_bytes() -> None:
+    bodies = {key: json.dumps({"id": key, "status": "X_READY"}) for key in ROUTES if key != "health"}
+    app = build_app(bodies)
+
+    async def call(method: str, path: str) -> tuple[int, bytes]:
+        sent: list[dict] = []
+
+        async def receive() -> dict:
+            return {"type": "http.request", "body": b"{}", "more_body": False}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "method": method,
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "headers": [],
+            "root_path": "",
+            "scheme": "http",
+            "server": ("127.0.0.1", 1),
+        }
+        await app(scope, receive, send)
+        return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+    status, body = asyncio.run(call("GET", "/v1/rl/training-sessions/abc"))
+    assert status == 200 and json.loads(body)["id"] == "get_session"
+    status, body = asyncio.run(call("POST", "/v1/rl/training-sessions/s/operations/optim-step"))
+    assert status == 200 and json.loads(body)["id"] == "create_optim"
