@@ -234,6 +234,21 @@ class Dispatcher:
             await send_json(send, status, orjson.dumps(payload), extra)
 
 
+def _limited(receive: Any, limit: int) -> Any:
+    """A receive channel that refuses bodies over ``limit`` bytes (chunked uploads have no length)."""
+    seen = 0
+
+    async def receive_() -> Any:
+        nonlocal seen
+        message = await receive()
+        seen += len(message.get("body", b""))
+        if seen > limit:
+            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+        return message
+
+    return receive_
+
+
 def _not_found_app(scope: dict[str, Any], receive: Any, send: Any) -> Any:
     return send_json(send, 404, render_error(404, "no such endpoint"))
 
@@ -279,6 +294,13 @@ class EmulatorApp:
             await self._lifespan(receive, send)
             return
         path: str = scope.get("path", "")
+        limit = self.runtime.config.max_body_bytes
+        length = header(scope, b"content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            await send_json(send, 413, render_error(413, f"request body is larger than {limit} bytes",
+                                                    code="payload_too_large"))
+            return
+        receive = _limited(receive, limit)
         if path.startswith("/_files/"):
             await self.files(scope, receive, send)
         elif path.startswith("/docs") or path == "/openapi.json":

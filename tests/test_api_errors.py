@@ -40,3 +40,27 @@ def test_health_and_docs(client: TestClient) -> None:
     assert client.get("/_emulator/health").json() == {"status": "ok"}
     assert client.get("/docs/").status_code == 200
     assert client.get("/openapi.json").json()["openapi"].startswith("3.0")
+
+
+def test_control_plane_needs_admin_token_off_loopback() -> None:
+    import pytest
+
+    from emulator.config import Config, ConfigError
+
+    with pytest.raises(ConfigError, match="admin-token"):
+        Config(host="0.0.0.0")
+    guarded = Runtime(Config(host="0.0.0.0", admin_token="s3cret", clock="manual"))
+    with make_client(guarded) as c:
+        assert_error(c.get("/_emulator/clock"), 401)
+        assert c.get("/_emulator/clock", headers={"X-Emulator-Admin-Token": "s3cret"}).status_code == 200
+        assert c.get(f"{RL}/supported-models").status_code == 200  # the vendor API is unaffected
+
+
+def test_oversized_body_is_413(runtime: Runtime) -> None:
+    from emulator.config import Config
+
+    small = Runtime(Config(clock="manual", max_body_bytes=2048))
+    with make_client(small) as c:
+        resp = c.post(f"{RL}/model-resources", content=b'{"base_model": "' + b"x" * 4096 + b'"}',
+                      headers={"Content-Type": "application/json"})
+        assert_error(resp, 413)
