@@ -101,7 +101,7 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write every request and response as JSONL")
     parser.add_argument("--defect", dest="defects", action="append",
                         default=[d for d in env("EMULATOR_DEFECTS", "").split(",") if d],
-                        help="TEST ONLY: inject a named contract defect (see contract_tests)")
+                        help="TEST ONLY: inject a named contract defect (see emulator/defects.py)")
     parser.add_argument("--max-body-bytes", type=int, default=int(env("EMULATOR_MAX_BODY_BYTES", str(64 << 20))))
     parser.add_argument("--log-level", default=env("EMULATOR_LOG_LEVEL", "warning"))
 

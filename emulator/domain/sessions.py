@@ -31,7 +31,8 @@ INACTIVE = frozenset({S.STOPPED.value, S.EXPIRED.value, S.ERROR.value})
 
 
 def _lora_config(state: TenantState, ctx: Ctx, r: Any, given: dict[str, Any] | None) -> dict[str, Any] | None:
-    given = {k: v for k, v in (given or {}).items() if v is not None}
+    # Unknown keys are ignored (the schema allows them; kept, an unhashable value broke the config key below).
+    given = {k: v for k, v in (given or {}).items() if v is not None and (k in DEFAULT_LORA or k == "seed")}
     if not r.lora_enabled:
         if given:
             raise InvalidRequest("lora_config is only valid on a LoRA-enabled model resource", param="lora_config")

@@ -1,0 +1,74 @@
+"""Contract suite for Together AI's RL / post-training HTTP API (``openapi.yaml``).
+
+It judges ANY implementation: the local emulator, the real service, a third party.
+
+Run it
+======
+
+    python -m contract_tests                                   # starts `python -m emulator serve --port 0`
+    python -m contract_tests --base-url URL --token TOKEN      # any other implementation
+        [--second-token T2] [--report DIR] [--max-examples N] [--seed N] [--allow-create-resources]
+    pytest contract_tests --base-url URL --token TOKEN         # the same tests under plain pytest
+
+Exit status 0 only when the target conforms. Unknown options of ``python -m contract_tests`` go to
+pytest (``-k``, ``-x``, ``-v``). Without ``--base-url`` the suite starts the emulator itself on a free
+port with a tokens file (two tenants, unknown tokens refused), reads its URL from the first line it
+prints and stops it at the end; ``--emulator-arg=ARG`` (repeatable) is passed through, e.g.
+``--emulator-arg=--defect=step_decreases`` (TEST-ONLY defects, see ``emulator/defects.py``) or
+``--emulator-arg="--profile realistic" --emulator-arg="--clock manual"``.
+
+The report (``--report DIR``, default ``reports/contract`` for ``python -m contract_tests``):
+``junit.xml`` (one test case per test, one per operation for the generated tests), ``summary.json``
+(every operationId x every check: passed/failed counts and the first failure messages) and
+``summary.md`` (the same as readable tables, plus notes, failures and skips).
+
+Markers
+=======
+
+Every test carries exactly one of:
+
+* ``real_safe``: runs against any implementation; needs nothing but the public API.
+* ``emulator_only``: needs the emulator control plane (``/_emulator/clock`` to make time pass).
+  Skipped with a reason when ``GET /_emulator/health`` is not 200.
+
+and, when it creates billable objects (model resources, sessions, operations, shaping jobs), also:
+
+* ``creates_resources``: skipped against a target without a control plane (the real service) unless
+  ``--allow-create-resources`` is given; ``--no-create-resources`` skips them everywhere. Against
+  the real service the default run therefore only reads (lists, supported-models, unknown ids,
+  refused requests) and never starts a GPU.
+
+What is checked
+===============
+
+``test_stateless``: every operation of ``openapi.yaml``, Schemathesis-generated requests (examples,
+coverage and fuzzing phases, ``--max-examples`` each), judged one check at a time: no server
+errors, documented status codes, documented content types, response schemas, negative data
+rejected, positive data accepted, required headers, auth enforced (``ignored_auth``, or
+``auth_required`` against an emulator that accepts any token), ``ErrorData`` on every error; see
+:mod:`contract_tests.checks` for the expected statuses and why.
+
+``test_stateful``: a Schemathesis state machine built from the spec's OpenAPI links (create a
+resource, attach sessions, submit every operation kind, poll them under their kind, payload URLs,
+shaping jobs), with the same checks plus ``use_after_free`` and ``ensure_resource_availability``.
+
+``test_scenarios``: the seed flows by hand: list sessions with every filter (status, several
+statuses, model_resources_id, created_by=me and by id, combined) and cursor pagination; create a
+session; stop a resource without ``force`` (refused, nothing changes) and with it (resource and
+sessions stop, a second stop is a 400 and changes nothing); stop a resource without sessions.
+
+``test_lifecycle``: one rule per test, using the copy of the documented lifecycles in
+:mod:`contract_tests.lifecycle` (the suite never imports the emulator): statuses move only along
+documented edges and terminal states never revert (checked on every read of every object),
+``step`` never decreases and matches the last optim-step, ``updated_at >= created_at``, created
+objects are listed for their tenant and invisible to another, cursors walk every item exactly once,
+operations reach a terminal state within ``--op-timeout`` (advancing ``/_emulator/clock`` when
+available), COMPLETED operations carry an ``output`` of the right shape per kind, checkpoints are
+registered where the docs say, ``Idempotency-Key`` replays return the original operation, stop is
+idempotent in effect, unknown ids are 404, every error body is ``ErrorData``, a full-weight resource
+holds one session (429), and (emulator only) idle resources expire with their sessions.
+
+``tests/test_contract_selftest.py`` proves the suite can fail: it runs it against every TEST-ONLY
+defect of the emulator and requires a failure that names the broken behaviour, and against the
+healthy emulator and requires a pass.
+"""

@@ -1,0 +1,84 @@
+"""``python -m contract_tests``: run the contract suite against a base URL, or against a fresh emulator.
+
+    python -m contract_tests --base-url URL --token TOKEN [--report DIR] [--max-examples N] [--seed N]
+    python -m contract_tests                                    # starts `python -m emulator serve --port 0`
+    python -m contract_tests --emulator-arg=--defect=step_decreases -k step   # must fail (self-test)
+
+Exit status 0 only when the target conforms. Every other option is handed to pytest (``-k``, ``-x``,
+``-v``, ...); ``pytest contract_tests --base-url ...`` runs the very same tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m contract_tests",
+        description="Judge an implementation of Together AI's RL API against openapi.yaml. Unknown options go "
+                    "to pytest.")
+    parser.add_argument("--base-url", help="implementation under test; omitted: start the emulator on a free port")
+    parser.add_argument("--token", help="API token of the main tenant (required with --base-url)")
+    parser.add_argument("--second-token", help="token of another tenant, for the isolation checks")
+    parser.add_argument("--admin-token", help="X-Emulator-Admin-Token of a non-loopback emulator")
+    parser.add_argument("--report", default="reports/contract",
+                        help="directory for junit.xml, summary.json, summary.md (default reports/contract)")
+    parser.add_argument("--max-examples", type=int, help="generated cases per operation (default 10)")
+    parser.add_argument("--stateful-examples", type=int, help="state machine scenarios (default: twice --max-examples)")
+    parser.add_argument("--seed", type=int, help="seed for reproducible generation")
+    parser.add_argument("--emulator-arg", action="append", default=[],
+                        help="argument for the emulator the suite starts (repeatable), e.g. --emulator-arg=--defect=X")
+    parser.add_argument("--allow-create-resources", action="store_true", default=None,
+                        help="also run tests that create billable resources against a target without a control plane")
+    parser.add_argument("--no-create-resources", action="store_true", help="skip every test that creates resources")
+    parser.add_argument("--op-timeout", type=float, help="seconds an operation may take (default 600)")
+    parser.add_argument("--shrink", action="store_true", help="shrink failing generated examples (slower)")
+    parser.add_argument("--no-coverage-phase", action="store_true", help="skip Schemathesis' coverage phase")
+    return parser
+
+
+def pytest_args(args: argparse.Namespace, rest: list[str]) -> list[str]:
+    out = [str(PACKAGE_DIR), "-c", str(PACKAGE_DIR / "pytest.ini"), "--rootdir", str(PACKAGE_DIR)]
+    for flag in ("base_url", "token", "second_token", "admin_token", "max_examples", "stateful_examples", "seed",
+                 "op_timeout"):
+        value = getattr(args, flag)
+        if value is not None:
+            out.append(f"--{flag.replace('_', '-')}={value}")
+    for arg in args.emulator_arg:
+        out.append(f"--emulator-arg={arg}")
+    if args.report:
+        report = Path(args.report).resolve()
+        report.mkdir(parents=True, exist_ok=True)
+        out += [f"--report={report}", f"--junitxml={report / 'junit.xml'}"]
+    if args.allow_create_resources:
+        out.append("--allow-create-resources")
+    if args.no_create_resources:
+        out.append("--no-create-resources")
+    if args.shrink:
+        out.append("--shrink")
+    if args.no_coverage_phase:
+        out.append("--no-coverage-phase")
+    return out + rest
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, rest = build_parser().parse_known_args(argv)
+    if args.base_url and not args.token:
+        build_parser().error("--token is required with --base-url")
+    import pytest
+
+    from contract_tests.report import RESULTS
+
+    code = int(pytest.main(pytest_args(args, rest)))
+    if code == 0 and RESULTS.failed:
+        code = 1  # a violation recorded outside any failing test still fails the run
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

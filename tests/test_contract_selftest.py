@@ -1,0 +1,87 @@
+"""The contract suite can fail: every seeded emulator defect must be caught, the healthy emulator must pass.
+
+Runs ``python -m contract_tests`` in subprocesses (in parallel), each starting its own emulator:
+once healthy (the whole suite, few examples) and once per ``--defect`` of ``emulator/defects.py``
+(TEST-ONLY defects), restricted with ``-k`` to the tests that judge the broken behaviour. A defect
+run must exit non-zero and its output must name the broken behaviour; because the healthy run
+executes every one of those tests too, a defect run cannot pass its check by failing for an unrelated
+reason that the healthy emulator shares.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from emulator.defects import DEFECTS
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = ["--max-examples", "3", "--no-coverage-phase", "--seed", "7"]
+
+# defect -> (-k expression selecting the tests that judge it, phrases the output must contain)
+CASES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "unknown_id_200": ("unknown_ids_are_404", ("unknown_id_404", "answered 200, expected 404")),
+    "ignore_list_filter": ("list_sessions_with_every_filter", ("list filter ignored",)),
+    "pagination_repeats": ("cursors_walk or list_sessions_with_every_filter", ("pagination repeats an item",)),
+    "status_backwards": ("statuses_follow or operation_completes",
+                         ("status went backwards", "MODEL_RESOURCES_STATUS_READY -> MODEL_RESOURCES_STATUS_CREATING",
+                          "terminal status TRAINING_OPERATION_STATUS_COMPLETED")),
+    "step_decreases": ("step_never_decreases", ("step decreased",)),
+    "stop_ignores_force": ("stop_resource_with_and_without_force", ("stop with force=true",)),
+    "error_not_envelope": ("error_bodies or stateless", ("error body is not ErrorData",)),
+    "missing_required_field": ("create_session or state_machine", ('"policy_state" is a required property',)),
+    "ignore_idempotency": ("idempotency", ("Idempotency-Key replay created a new operation",)),
+}
+
+
+@dataclass
+class Run:
+    args: list[str]
+    code: int
+    output: str
+
+
+def run_suite(tmp: Path, name: str, extra: list[str]) -> Run:
+    args = [sys.executable, "-m", "contract_tests", "--report", str(tmp / name), *FAST, *extra]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.run(args, check=False, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    return Run(args, proc.returncode, proc.stdout + proc.stderr)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    tmp = tmp_path_factory.mktemp("contract-selftest")
+    jobs = {"healthy": []}
+    for defect, (select, _) in CASES.items():
+        jobs[defect] = [f"--emulator-arg=--defect={defect}", "-k", select]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {name: pool.submit(run_suite, tmp, name, extra) for name, extra in jobs.items()}
+        return {name: f.result() for name, f in futures.items()}
+
+
+def test_every_defect_has_a_case() -> None:
+    assert set(CASES) == set(DEFECTS), "each TEST-ONLY defect of emulator/defects.py needs a self-test case"
+
+
+@pytest.mark.slow
+def test_healthy_emulator_conforms(runs: dict[str, Run]) -> None:
+    run = runs["healthy"]
+    assert run.code == 0, f"the contract suite fails against the healthy emulator:\n{run.output[-6000:]}"
+    assert "passed" in run.output and " failed" not in run.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("defect", sorted(CASES))
+def test_defect_is_caught(runs: dict[str, Run], defect: str) -> None:
+    run = runs[defect]
+    assert run.code != 0, f"--defect={defect} ({DEFECTS[defect]}) was not caught:\n{run.output[-4000:]}"
+    assert " failed" in run.output, f"--defect={defect}: no test failed:\n{run.output[-4000:]}"
+    missing = [p for p in CASES[defect][1] if p not in run.output]
+    assert not missing, (f"--defect={defect} failed the suite, but the output does not name the broken behaviour "
+                         f"{missing}:\n{run.output[-4000:]}")
