@@ -32,8 +32,19 @@ def _run(app: Any, host: str, port: int, log_level: str, banner: str) -> int:
     url = f"http://{bound_host}:{bound_port}"
     print(f"{banner} listening on {url}", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on"))
+    _tune_gc()
     server.run(sockets=[sock])
     return 0
+
+
+def _tune_gc() -> None:
+    """Fewer, cheaper garbage collections: the store holds many long-lived objects, and the default
+    thresholds make full collections over all of them show up as latency spikes (BENCHMARKS.md)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()  # what start-up built (modules, specs, validators) is never collected
+    gc.set_threshold(50_000, 20, 100)
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -95,15 +95,50 @@ def _trivial(operation: Any) -> bool:
 
 
 class FastRequestValidationOperation(RequestValidationOperation):
+    """connexion's ``RequestValidationOperation.__call__`` with its per-request set-up hoisted to
+    start-up: the parameter validator, URI parser and body schemas are built once per operation."""
+
     def __init__(self, next_app: Any, *, operation: Any, **kwargs: Any) -> None:
         super().__init__(next_app, operation=operation, **kwargs)
         self._skip = _trivial(operation)
+        op = self._operation
+        self._params = op.parameters
+        self._parameter_validator = self._validator_map["parameter"](
+            op.parameters, uri_parser=op._uri_parser_class(op.parameters, op.body_definition()),
+            strict_validation=self.strict_validation, security_query_params=self.security_query_params)
+        self._body_plans: dict[str, Any] = {}
+
+    def _body_plan(self, mime_type: str) -> Any:
+        plan = self._body_plans.get(mime_type)
+        if plan is None:
+            op = self._operation
+            schema = op.body_schema(mime_type)
+            body_validator = None
+            if schema:
+                try:
+                    body_validator = self._validator_map["body"][mime_type]
+                except KeyError:
+                    body_validator = None
+            plan = (schema, body_validator, op.request_body.get("required", False),
+                    is_nullable(op.body_definition(mime_type)))
+            self._body_plans[mime_type] = plan
+        return plan
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if self._skip:
             await self.next_app(scope, receive, send)
-        else:
-            await super().__call__(scope, receive, send)
+            return
+        if self._params:
+            self._parameter_validator.validate(scope)
+        mime_type, encoding = self.extract_content_type(scope["headers"])
+        self.validate_mime_type(mime_type)
+        schema, body_validator, required, nullable = self._body_plan(mime_type)
+        if schema and body_validator is not None:
+            validator = body_validator(schema=schema, required=required, nullable=nullable, encoding=encoding,
+                                       strict_validation=self.strict_validation,
+                                       uri_parser=self._parameter_validator.uri_parser)
+            receive, scope = await validator.wrap_receive(receive, scope=scope)
+        await self.next_app(scope, receive, send)
 
 
 class FastRequestValidationAPI(RequestValidationAPI):
