@@ -31,6 +31,8 @@ def _run(app: Any, host: str, port: int, log_level: str, banner: str) -> int:
     bound_host, bound_port = sock.getsockname()[:2]
     url = f"http://{bound_host}:{bound_port}"
     print(f"{banner} listening on {url}", flush=True)
+    if banner == "Together RL emulator":
+        print(f"  export TOGETHER_BASE_URL={url} TOGETHER_API_KEY=any-key    # Swagger UI: {url}/docs", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on"))
     _tune_gc()
     server.run(sockets=[sock])
@@ -95,6 +97,10 @@ def _wall_clock() -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
+    # connexion imports starlette's TestClient, which warns about httpx on every start; not our concern.
+    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
     from emulator.config import add_server_arguments
 
     parser = argparse.ArgumentParser(prog="python -m emulator", description="Together AI RL API emulator")
