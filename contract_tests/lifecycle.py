@@ -28,7 +28,7 @@ class ContractViolation(AssertionError):
 
 R = "MODEL_RESOURCES_STATUS_"
 S = "TRAINING_SESSION_STATUS_"
-O = "TRAINING_OPERATION_STATUS_"
+OP = "TRAINING_OPERATION_STATUS_"
 
 RESOURCE_EDGES: dict[str, frozenset[str]] = {
     R + "PENDING": frozenset({R + "CREATING", R + "STOPPING", R + "ERROR"}),
@@ -50,11 +50,11 @@ SESSION_EDGES: dict[str, frozenset[str]] = {
     S + "ERROR": frozenset(),
 }
 OPERATION_EDGES: dict[str, frozenset[str]] = {
-    O + "UNSPECIFIED": frozenset({O + "PENDING", O + "RUNNING", O + "COMPLETED", O + "FAILED"}),
-    O + "PENDING": frozenset({O + "RUNNING", O + "FAILED"}),
-    O + "RUNNING": frozenset({O + "COMPLETED", O + "FAILED"}),
-    O + "COMPLETED": frozenset(),
-    O + "FAILED": frozenset(),
+    OP + "UNSPECIFIED": frozenset({OP + "PENDING", OP + "RUNNING", OP + "COMPLETED", OP + "FAILED"}),
+    OP + "PENDING": frozenset({OP + "RUNNING", OP + "FAILED"}),
+    OP + "RUNNING": frozenset({OP + "COMPLETED", OP + "FAILED"}),
+    OP + "COMPLETED": frozenset(),
+    OP + "FAILED": frozenset(),
 }
 SHAPING_EDGES: dict[str, frozenset[str]] = {
     "pending": frozenset({"queued", "cancel_requested", "error", "user_error"}),

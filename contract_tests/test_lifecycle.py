@@ -26,7 +26,7 @@ from contract_tests.client import (
     verify,
     walk,
 )
-from contract_tests.lifecycle import ContractViolation, O, R, S
+from contract_tests.lifecycle import OP, ContractViolation, R, S
 from contract_tests.target import Target
 
 UNKNOWN = "00000000-0000-4000-8000-0000c0ffee00"
@@ -129,7 +129,7 @@ def _check_output(kind: str, op: dict[str, Any], body: dict[str, Any] | None, wh
     operation_id = KIND_OPERATION_IDS[kind][1]
 
     def shape() -> None:
-        if op["status"] != O + "COMPLETED":
+        if op["status"] != OP + "COMPLETED":
             raise ContractViolation("completed_output", f"{where}: a valid {kind} ended {op['status']} "
                                     f"({op.get('error')}), not COMPLETED")
         out = op.get("output")

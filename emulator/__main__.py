@@ -17,6 +17,7 @@ def _bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    sock.listen(2048)  # accept connections from the moment the URL is printed (uvicorn picks them up)
     return sock
 
 
@@ -28,13 +29,13 @@ def _run(app: Any, host: str, port: int, log_level: str, banner: str) -> int:
     except OSError as exc:
         print(f"emulator: cannot bind {host}:{port}: {exc}", file=sys.stderr)
         return 2
+    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on"))
+    _tune_gc()
     bound_host, bound_port = sock.getsockname()[:2]
     url = f"http://{bound_host}:{bound_port}"
     print(f"{banner} listening on {url}", flush=True)
     if banner == "Together RL emulator":
         print(f"  export TOGETHER_BASE_URL={url} TOGETHER_API_KEY=any-key    # Swagger UI: {url}/docs", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on"))
-    _tune_gc()
     server.run(sockets=[sock])
     return 0
 
