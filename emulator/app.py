@@ -76,6 +76,15 @@ async def read_body(receive: Any, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+async def lifespan(receive: Any, send: Any) -> None:
+    """Acknowledge ASGI start-up and shutdown; nothing needs doing at either."""
+    while True:
+        message = await receive()
+        await send({"type": message["type"] + ".complete"})
+        if message["type"] == "lifespan.shutdown":
+            return
+
+
 def header(scope: dict[str, Any], name: bytes) -> str | None:
     for key, value in scope["headers"]:
         if key == name:
@@ -291,7 +300,7 @@ class EmulatorApp:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
+            await lifespan(receive, send)
             return
         path: str = scope.get("path", "")
         limit = self.runtime.config.max_body_bytes
@@ -318,14 +327,6 @@ class EmulatorApp:
             self._docs = docs
         return self._docs
 
-    async def _lifespan(self, receive: Any, send: Any) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
 
 
 def build_app(config: Config | None = None, runtime: Runtime | None = None) -> EmulatorApp:

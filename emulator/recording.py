@@ -126,12 +126,11 @@ class ProxyApp:
         self.client = httpx.AsyncClient(base_url=self.upstream, timeout=300)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        from emulator.app import lifespan
+
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                await send({"type": message["type"] + ".complete"})
-                if message["type"] == "lifespan.shutdown":
-                    return
+            await lifespan(receive, send)
+            return
         await self.recorder.exchange(self._forward, scope, receive, send)
 
     async def _forward(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -179,14 +178,11 @@ class ReplayApp:
                 "unanswered": list(self.misses)}
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        from emulator.app import send_json
+        from emulator.app import lifespan, send_json
 
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                await send({"type": message["type"] + ".complete"})
-                if message["type"] == "lifespan.shutdown":
-                    return
+            await lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         while (await receive()).get("more_body"):

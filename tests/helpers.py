@@ -7,20 +7,14 @@ from typing import Any
 
 from starlette.testclient import TestClient
 
+# One builder of cross-entropy samples for both suites (re-exported for the emulator's tests).
+from contract_tests.client import ce_sample as ce_sample
+
 BASE = "Qwen/Qwen3.8-27B"
 RL = "/v1/rl"
 _keys = itertools.count()
 
 
-def ce_sample(prompt: list[int], response: list[int]) -> dict[str, Any]:
-    tokens = prompt + response
-    return {
-        "model_input": {"chunks": [{"encoded_text": {"tokens": tokens[:-1]}}]},
-        "loss_fn_inputs": {
-            "target_tokens": {"data": tokens[1:], "dtype": "int64"},
-            "weights": {"data": [0.0] * (len(prompt) - 1) + [1.0] * len(response), "dtype": "float32"},
-        },
-    }
 
 
 def create_resource(client: TestClient, **body: Any) -> dict[str, Any]:
