@@ -19,16 +19,24 @@ ANSWER = [205, 206, 207, 208]
 
 @pytest.fixture(scope="module")
 def session() -> Iterator[Any]:
+    saved = {k: os.environ.get(k) for k in ("TOGETHER_BASE_URL", "TOGETHER_API_KEY")}
     with serve_in_thread(Config(seed=11)) as (url, _runtime):
         os.environ["TOGETHER_BASE_URL"] = url
         os.environ["TOGETHER_API_KEY"] = "learning-key"
         from together.post_training import ModelResourcesClient
 
-        resources = ModelResourcesClient.create(base_model="Qwen/Qwen3.5-4B", interval=0.1, ready_timeout=30)
-        s = resources.create_session(lora_config={"rank": 16}, interval=0.1, timeout=30)
-        yield s
-        s.stop()
-        resources.stop()
+        try:
+            resources = ModelResourcesClient.create(base_model="Qwen/Qwen3.5-4B", interval=0.1, ready_timeout=30)
+            s = resources.create_session(lora_config={"rank": 16}, interval=0.1, timeout=30)
+            yield s
+            s.stop()
+            resources.stop()
+        finally:
+            for key, value in saved.items():  # module-scoped, so no monkeypatch: restore by hand
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
 
 def _ce(prompt: list[int], answer: list[int]) -> Any:

@@ -3,7 +3,6 @@ resources a training loop or a tool reaches for, with strict response validation
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -110,4 +109,3 @@ def test_resume_through_the_sdk(env: str) -> None:
     assert resumed.trainer.forward(samples=[_sample([9, 8, 7, 6])], loss=loss).loss == trained
     resumed.stop()
     resources.stop()
-    os.environ.pop("TOGETHER_CUSTOM_HEADERS", None)
