@@ -80,7 +80,7 @@ def test_trainer_generator_and_resource_calls(env: str, tmp_path: Path) -> None:
     assert estimate.currency == "USD"
     listed = client.post_training.model_resources.list(status=["MODEL_RESOURCES_STATUS_READY"], created_by="me")
     assert resources.model_resources_id in [r.id for r in listed.data]
-    # Shaping: quantize the merged model the inference checkpoint registered.
+    # Shaping: quantize the adapter the inference checkpoint registered (merged into its base first).
     model_id = got.inference_registration.adapter.id  # LoRA on base weights registers an adapter
     shaping = client.post_training.prepare_for_fp4_inference
     assert shaping.estimate_cost(inputs={"model_object_id": model_id}).allowed_to_proceed is True
