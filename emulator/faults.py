@@ -141,13 +141,16 @@ class FaultMiddleware:
         self.runtime = runtime
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        faults: FaultSet = self.runtime.faults
-        if not faults.rules or scope["type"] != "http":  # the hot path: no rules, nothing to do
-            await self.app(scope, receive, send)
-            return
         from emulator.app import PRINCIPAL, ROUTING, header, send_json
 
+        faults: FaultSet = self.runtime.faults
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
         forced = header(scope, b"x-emulator-fault")
+        if not faults.rules and forced is None:  # the hot path: no rules, nothing to do
+            await self.app(scope, receive, send)
+            return
         extensions = scope.setdefault("extensions", {})
         operation_id = extensions.get(ROUTING, {}).get("operation_id")
         if operation_id is not None and operation_id.startswith("admin"):

@@ -162,3 +162,8 @@ def test_readme_bad_day_rules_load() -> None:
     assert block is not None
     rules = FaultSet().load(yaml.safe_load(block.group(1)))
     assert [r["name"] for r in rules] == ["gpu-queue", "overloaded", "nan-loss", "flaky", "provisioning-failed"]
+
+
+def test_fault_header_without_any_rule_is_400(client: TestClient) -> None:
+    err = assert_error(client.get(f"{RL}/supported-models", headers={"X-Emulator-Fault": "missing"}), 400)
+    assert err["param"] == "X-Emulator-Fault"
