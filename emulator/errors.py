@@ -59,21 +59,10 @@ class Unauthenticated(ApiError):
     code = "invalid_api_key"
 
 
-class Forbidden(ApiError):
-    status = 403
-    type = "permission_error"
-
-
 class NotFound(ApiError):
     status = 404
     type = "not_found_error"
     code = "not_found"
-
-
-class PaymentRequired(ApiError):
-    status = 402
-    type = "insufficient_quota"
-    code = "payment_required"
 
 
 class PayloadTooLarge(ApiError):
@@ -88,12 +77,6 @@ class AtCapacity(ApiError):
     status = 429
     type = "rate_limit_error"
     code = "resource_at_capacity"
-
-
-class InternalError(ApiError):
-    status = 500
-    type = "server_error"
-    code = "internal_error"
 
 
 def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:

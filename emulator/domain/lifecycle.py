@@ -103,13 +103,3 @@ def check_edge(old: StrEnum, new: StrEnum) -> None:
     if new not in table[old]:
         raise IllegalTransition(f"{old} -> {new} is not a documented edge")
 
-
-def is_edge(old: str, new: str) -> bool:
-    """True when ``old -> new`` (status strings of any one kind) is documented, or ``old == new``."""
-    if old == new:
-        return True
-    for enum_cls, table in TRANSITIONS.items():
-        members = {m.value: m for m in enum_cls}
-        if old in members and new in members:
-            return members[new] in table[members[old]]
-    return False

@@ -20,14 +20,13 @@ from emulator.domain import model_resources
 from emulator.domain.catalog import BY_NAME
 from emulator.domain.common import error_detail, lookup, page, page_ids, transition
 from emulator.domain.context import Ctx
-from emulator.domain.lifecycle import ACTIVE_SESSION, ResourceStatus, SessionStatus
+from emulator.domain.lifecycle import ResourceStatus, SessionStatus
 from emulator.domain.records import Session
 from emulator.errors import AtCapacity, FailedPrecondition, InvalidRequest, NotFound
 from emulator.store import TenantState
 
 S = SessionStatus
 DEFAULT_LORA = {"rank": 8, "alpha": 16, "dropout": 0.0, "train_unembed": True}
-INACTIVE = frozenset({S.STOPPED.value, S.EXPIRED.value, S.ERROR.value})
 
 
 def _lora_config(state: TenantState, ctx: Ctx, r: Any, given: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -219,5 +218,3 @@ def on_stopped(state: TenantState, ctx: Ctx, s: Session, at: float) -> None:
     if s.status == S.STOPPING.value:
         transition(state, s, S.STOPPED, at)
 
-
-__all__ = ["ACTIVE_SESSION", "INACTIVE", "create", "get", "list_", "update", "stop"]
