@@ -227,13 +227,8 @@ class Dispatcher:
         status, payload = result[0], result[1]
         effect = extensions.get("emulator_fault")
         if effect is not None and status < 400 and request.principal is not None:
-            from emulator.domain import fault_effects
-
-            # Not request.tx(): settling first would let an instant operation finish before it is marked.
-            with self.runtime.store.transaction(request.principal.project) as state:
-                ctx = self.runtime.ctx(request.principal, request.base_url)
-                fault_effects.apply(state, ctx, effect, operation_id, request.path, body, payload)
-            self.runtime.committed()
+            self.runtime.apply_fault_effect(request.principal, request.base_url, effect, operation_id, request.path,
+                                            body, payload)
         if self.runtime.defects:  # TEST-ONLY contract defects (emulator/defects.py)
             status, payload = defects.on_response(self.runtime, request, status, payload)
         extra = result[2] if len(result) > 2 else None  # type: ignore[misc]

@@ -145,14 +145,28 @@ class Runtime:
         return Ctx(now=self.clock.now(), principal=principal, timing=self.timing, seed=self.store.seed,
                    defects=self.defects, base_url=base_url)
 
+    def system_ctx(self, project: str) -> Ctx:
+        """A context for work done on a tenant's state outside any caller's request."""
+        return self.ctx(Principal(user="", project=project), "")
+
     def settle_all(self) -> None:
         """Apply every transition due by now in every tenant (for whole-store views)."""
         from emulator.domain import engine
-        from emulator.domain.context import Principal
 
         for project in self.store.projects():
             with self.store.transaction(project) as state:
-                engine.settle(state, self.ctx(Principal(user="", project=project), ""))
+                engine.settle(state, self.system_ctx(project))
+
+    def apply_fault_effect(self, principal: Principal, base_url: str, effect: dict[str, Any], operation_id: str,
+                           path: dict[str, str], body: Any, payload: Any) -> None:
+        """A fault rule's state effect on what a request just made (see emulator.faults)."""
+        from emulator.domain import fault_effects
+
+        # No settle first: under the instant profile what the request made is already due, and must be
+        # marked (an operation to fail, a resource to hold in the queue) before it happens.
+        with self.store.transaction(principal.project) as state:
+            fault_effects.apply(state, self.ctx(principal, base_url), effect, operation_id, path, body, payload)
+        self.committed()
 
     def file_token(self, project: str, checkpoint_id: str, variant: str) -> str:
         token = hashlib.sha256(f"{self.store.seed}:{project}:{checkpoint_id}:{variant}".encode()).hexdigest()[:32]

@@ -97,24 +97,16 @@ def _run(runtime: Runtime, ops: _Operations, principal: Any, steps: list[Any], s
             for _ in range(int(step["repeat"])):
                 _run(runtime, ops, principal, step.get("steps") or [], saved, counter, name)
         elif "call" in step:
-            result = _call(runtime, ops, principal, step, saved, counter, where)
+            step = _substitute(step, saved, where)  # once, so the call and its effect see the same ids
+            result = _call(runtime, ops, principal, step, counter, where)
             if step.get("effect"):
-                _apply_effect(runtime, principal, step, result)
+                # A fault effect (see emulator.faults) on what the call made.
+                runtime.apply_fault_effect(principal, "", step["effect"], step["call"], step.get("path") or {},
+                                           step.get("body"), result)
             if step.get("save"):
                 saved[str(step["save"])] = result
         else:
             raise ScenarioError(f"{where}: a step needs one of call, advance, repeat")
-
-
-def _apply_effect(runtime: Runtime, principal: Any, step: dict[str, Any], result: Any) -> None:
-    """A step's ``effect`` is a fault effect (see emulator.faults) applied to what the call made."""
-    from emulator.domain import fault_effects
-
-    # No settle before: under the instant profile the call's effects are due now and must be marked first.
-    with runtime.store.transaction(principal.project) as state:
-        ctx = runtime.ctx(principal, "")
-        fault_effects.apply(state, ctx, step["effect"], step["call"], step.get("path") or {}, step.get("body"),
-                            result)
 
 
 def _substitute(value: Any, saved: dict[str, Any], where: str) -> Any:
@@ -138,22 +130,22 @@ def _substitute(value: Any, saved: dict[str, Any], where: str) -> Any:
     return value
 
 
-def _call(runtime: Runtime, ops: _Operations, principal: Any, step: dict[str, Any], saved: dict[str, Any],
-          counter: list[int], where: str) -> Any:
+def _call(runtime: Runtime, ops: _Operations, principal: Any, step: dict[str, Any], counter: list[int],
+          where: str) -> Any:
     operation_id = step["call"]
     if operation_id not in ops.ops:
         raise ScenarioError(f"{where}: no operation {operation_id!r} in openapi.yaml")
     _method, _template, req_schema, resp_schema = ops.ops[operation_id]
-    body = _substitute(step.get("body"), saved, where)
+    body = step.get("body")
     if body is not None and req_schema is not None:
         errors = sorted(Draft4RequestValidator(req_schema).iter_errors(body), key=str)
         if errors:
             raise ScenarioError(f"{where}: body does not match the {operation_id} request schema: {errors[0].message}")
     counter[0] += 1
     headers = {"idempotency-key": f"scenario-{counter[0]}"}
-    query = {k: str(v) for k, v in (_substitute(step.get("query"), saved, where) or {}).items()}
-    request = Request(runtime, principal, operation_id, _substitute(step.get("path") or {}, saved, where), query,
-                      headers, body, f"http://{runtime.config.host}:{runtime.config.port}")
+    query = {k: str(v) for k, v in (step.get("query") or {}).items()}
+    request = Request(runtime, principal, operation_id, step.get("path") or {}, query, headers, body,
+                      f"http://{runtime.config.host}:{runtime.config.port}")
     handler = handler_for(operation_id)
     assert handler is not None
     try:

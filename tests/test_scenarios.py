@@ -90,3 +90,19 @@ def test_serve_scenario_flag() -> None:
     build_app(runtime=runtime)
     principal = runtime.principal_for("demo-key")
     assert principal is not None and len(runtime.store.tenant(principal.project).resources) == 1
+
+
+def test_scenario_effect_sees_substituted_ids(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "failing.yaml").write_text(
+        "description: a session that fails\nsteps:\n"
+        "  - call: createModelResources\n    body: {base_model: Qwen/Qwen3.8-27B}\n    save: r\n"
+        "  - call: getModelResources\n    path: {model_resources_id: '{r.id}'}\n"
+        "  - call: createSession\n    body: {model_resources_id: '{r.id}'}\n    save: s\n"
+        "  - call: getSession\n    path: {session_id: '{s.id}'}\n"
+        "    effect: {session_error: TRAINING_SESSION_ERROR_CODE_SESSION_FAILED}\n")
+    monkeypatch.setattr(scenarios, "SCENARIO_DIR", tmp_path)
+    runtime = Runtime(Config(clock="manual"))
+    saved = scenarios.load(runtime, "failing")["saved"]
+    with make_client(runtime, "demo-key") as c:
+        s = c.get(f"{RL}/training-sessions/{saved['s']}").json()
+    assert s["status"] == "TRAINING_SESSION_STATUS_ERROR"

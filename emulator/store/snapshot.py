@@ -42,12 +42,6 @@ def export_state(runtime: Runtime) -> dict[str, Any]:
     }
 
 
-def _any_principal(project: str) -> Any:
-    from emulator.domain.context import Principal
-
-    return Principal(user="", project=project)
-
-
 def _export_tenant(state: TenantState) -> dict[str, Any]:
     out: dict[str, Any] = {"ids_counter": state.ids.counter}
     for table, _cls, index in TABLES:
@@ -113,7 +107,7 @@ def _import_tenant(runtime: Runtime, project: str, data: dict[str, Any]) -> Tena
         state.schedule(float(at), event, obj_id)
     state.registry = dict(data.get("registry") or {})
     state.gpu_queue_tail = dict(data.get("gpu_queue_tail") or {})
-    ctx = runtime.ctx(_any_principal(project), "")
+    ctx = runtime.system_ctx(project)
     for sid, model_state in (data.get("models") or {}).items():
         state.models[sid] = SessionModel.from_state(model_spec(state, ctx, state.sessions[sid]), model_state)
     for key, entry in (data.get("published") or {}).items():
