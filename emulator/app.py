@@ -59,18 +59,14 @@ async def send_json(send: Any, status: int, body: bytes, headers: dict[str, str]
     await send({"type": "http.response.body", "body": body})
 
 
-async def read_body(receive: Any, limit: int) -> bytes:
+async def read_body(receive: Any) -> bytes:
+    """The whole body; its size limit is enforced once, by ``EmulatorApp``'s receive channel."""
     chunks = []
-    size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             break
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
-        chunks.append(chunk)
+        chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             break
     return b"".join(chunks)
@@ -209,7 +205,7 @@ class Dispatcher:
         if PARSED_BODY in extensions:  # request validation already parsed it
             body = extensions[PARSED_BODY]
         else:
-            raw = await read_body(receive, self.runtime.config.max_body_bytes)
+            raw = await read_body(receive)
             body = None
             if raw.strip():
                 try:

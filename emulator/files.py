@@ -34,7 +34,7 @@ class FileServer:
                     return
                 project, _, payload_id = target
                 if method == "PUT":
-                    data = await read_body(receive, self.runtime.config.max_body_bytes)
+                    data = await read_body(receive)
                     with store.transaction(project) as state:
                         payloads.put(state, payload_id, data)
                     self.runtime.committed()

@@ -64,3 +64,15 @@ def test_oversized_body_is_413(runtime: Runtime) -> None:
         resp = c.post(f"{RL}/model-resources", content=b'{"base_model": "' + b"x" * 4096 + b'"}',
                       headers={"Content-Type": "application/json"})
         assert_error(resp, 413)
+
+
+def test_oversized_upload_to_presigned_url_is_413() -> None:
+    from emulator.config import Config
+
+    small = Runtime(Config(clock="manual", max_body_bytes=2048))
+    with make_client(small) as c:
+        r = c.post(f"{RL}/model-resources", json={"base_model": "Qwen/Qwen3.8-27B"}).json()
+        c.get(f"{RL}/model-resources/{r['id']}")
+        s = c.post(f"{RL}/training-sessions", json={"model_resources_id": r["id"]}).json()
+        up = c.post(f"{RL}/training-sessions/{s['id']}/payloads/upload-url").json()
+        assert_error(c.put(up["upload_url"], content=b"x" * 4096), 413)
