@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8765
 ARGS ?=
 
-.PHONY: serve test unit contract bench lint clean
+.PHONY: serve test unit contract bench lint clean sync-spec
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,11 @@ lint: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/ruff check emulator contract_tests bench --select E,F,W,I,B --ignore E501,B905
 	$(BIN)/mypy emulator contract_tests
+
+# The server and the contract suite ship copies of the root openapi.yaml (a test keeps them identical).
+sync-spec:
+	cp openapi.yaml emulator/specs/openapi.yaml
+	cp openapi.yaml contract_tests/openapi.yaml
 
 clean:
 	rm -rf $(VENV) reports .hypothesis

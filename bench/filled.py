@@ -82,12 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serve", action="store_true")
     args = parser.parse_args(argv)
 
-    from emulator.app import build_app
     from emulator.config import Config
     from emulator.runtime import Runtime
+    from emulator.tools.server import build_server_app
 
     runtime = Runtime(Config(host=args.host, port=args.port))
-    app = build_app(runtime=runtime)
+    app = build_server_app(runtime)
     report = fill(runtime, args.token, args.sessions)
     print("BENCH_JSON " + json.dumps(report), flush=True)
     if args.serve:

@@ -1,6 +1,6 @@
 """Lifecycle rules of the RL API as data, and small checks that each judge one property.
 
-This is a deliberate *copy* of the documented lifecycles (api-surface.md C.1-C.3 and the shaping
+This is a deliberate *copy* of the documented lifecycles (docs/api-surface.md C.1-C.3 and the shaping
 statuses of A.7), not an import from ``emulator.domain.lifecycle``: the suite must judge any
 implementation, and must not share a bug with the emulator it tests.
 

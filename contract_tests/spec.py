@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-DEFAULT_SPEC = PACKAGE_DIR.parent / "openapi.yaml"
+DEFAULT_SPEC = PACKAGE_DIR / "openapi.yaml"   # a copy of the repository root's openapi.yaml
 HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 
 # Operations that create billable objects (GPU resources, sessions, training work, jobs) or change

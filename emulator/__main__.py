@@ -1,35 +1,39 @@
-"""Command line.
+"""Command line (``together-rl-emulator`` = ``python -m emulator``).
 
-- ``python -m emulator serve [--host H] [--port P] ...``: the emulator (``--port 0`` picks a free port).
-- ``python -m emulator replay FILE [--port P]``: answer requests from a recording.
-- ``python -m emulator record --upstream URL --out FILE [--port P]``: a recording proxy.
+- ``serve [--host H] [--port P] ...``: the emulator (``--port 0`` picks a free port).
+- ``replay FILE [--port P]``: answer requests from a recording.
+- ``record --upstream URL --out FILE [--port P]``: a recording proxy.
+- ``coverage``: rewrite COVERAGE.md.
+
+Every failure to start is one line on stderr and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import socket
+import gc
 import sys
+import warnings
 from typing import Any
 
+import emulator
 
-def _bind(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)  # accept connections from the moment the URL is printed (uvicorn picks them up)
-    return sock
+PROG = "together-rl-emulator"
 
 
-def _run(app: Any, host: str, port: int, log_level: str, banner: str) -> int:
+def _run(app: Any, host: str, port: int, banner: str, config: Any = None) -> int:
     import uvicorn
 
+    from emulator.config import Config
+    from emulator.http.server import bind, uvicorn_config
+
     try:
-        sock = _bind(host, port)
+        sock = bind(host, port)
     except OSError as exc:
-        print(f"emulator: cannot bind {host}:{port}: {exc}", file=sys.stderr)
+        print(f"emulator: cannot bind {host}:{port}: {exc.strerror or exc}; pick another port with --port "
+              "(or `make serve PORT=...`), or 0 for a free one", file=sys.stderr)
         return 2
-    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on"))
+    server = uvicorn.Server(uvicorn_config(app, config or Config(log_level="warning")))
     _tune_gc()
     bound_host, bound_port = sock.getsockname()[:2]
     url = f"http://{bound_host}:{bound_port}"
@@ -43,17 +47,15 @@ def _run(app: Any, host: str, port: int, log_level: str, banner: str) -> int:
 def _tune_gc() -> None:
     """Fewer, cheaper garbage collections: the store holds many long-lived objects, and the default
     thresholds make full collections over all of them show up as latency spikes (BENCHMARKS.md)."""
-    import gc
-
     gc.collect()
     gc.freeze()  # what start-up built (modules, specs, validators) is never collected
     gc.set_threshold(50_000, 20, 100)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from emulator.app import build_server_app
     from emulator.config import ConfigError, config_from_args
     from emulator.runtime import Runtime
+    from emulator.tools.server import build_server_app
 
     try:
         config = config_from_args(args)
@@ -64,18 +66,18 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     if config.defects:
         print(f"emulator: TEST ONLY defects injected: {', '.join(config.defects)}", file=sys.stderr, flush=True)
-    return _run(app, config.host, config.port, config.log_level, "Together RL emulator")
+    return _run(app, config.host, config.port, "Together RL emulator", config)
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from emulator.recording import ReplayApp, load_recording
+    from emulator.tools.recording import ReplayApp, load_recording
 
     try:
         app = ReplayApp(load_recording(args.file))
     except (OSError, ValueError) as exc:
         print(f"emulator replay: {exc}", file=sys.stderr)
         return 2
-    code = _run(app, args.host, args.port, "warning", f"Replaying {args.file}")
+    code = _run(app, args.host, args.port, f"Replaying {args.file}")
     report = app.report()
     print(f"replay: answered {report['answered']} of {report['recorded']} recorded requests; "
           f"{len(report['unanswered'])} request(s) had no recorded answer", file=sys.stderr)
@@ -85,48 +87,58 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace) -> int:
-    from emulator.recording import ProxyApp, Recorder
-
-    return _run(ProxyApp(args.upstream, Recorder(args.out, _wall_clock())), args.host, args.port, "warning",
-                f"Recording proxy to {args.upstream}")
-
-
-def _wall_clock() -> Any:
     from emulator.clock import Clock
+    from emulator.tools.recording import ProxyApp, Recorder
 
-    return Clock("system").now
+    try:
+        recorder = Recorder(args.out, Clock("system").now)
+    except OSError as exc:
+        print(f"emulator record: cannot write {args.out}: {exc}", file=sys.stderr)
+        return 2
+    return _run(ProxyApp(args.upstream, recorder), args.host, args.port, f"Recording proxy to {args.upstream}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    import warnings
+def _coverage(args: argparse.Namespace) -> int:
+    from emulator.tools import coverage
 
-    # connexion imports starlette's TestClient, which warns about httpx on every start; not our concern.
-    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
+    coverage.write()
+    print(f"wrote {coverage.OUT}")
+    return 0
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError(text)
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
     from emulator.config import add_server_arguments
 
-    parser = argparse.ArgumentParser(prog="python -m emulator", description="Together AI RL API emulator")
+    parser = argparse.ArgumentParser(prog=PROG, description="Together AI RL / post-training API emulator")
+    parser.add_argument("--version", action="version", version=f"{PROG} {emulator.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_server_arguments(sub.add_parser("serve", help="run the emulator"))
     replay = sub.add_parser("replay", help="answer requests from a JSONL recording")
     replay.add_argument("file")
     replay.add_argument("--host", default="127.0.0.1")
-    replay.add_argument("--port", type=int, default=8765)
+    replay.add_argument("--port", type=_port, default=8765)
     record = sub.add_parser("record", help="recording proxy in front of another implementation")
     record.add_argument("--upstream", required=True)
     record.add_argument("--out", required=True)
     record.add_argument("--host", default="127.0.0.1")
-    record.add_argument("--port", type=int, default=8765)
+    record.add_argument("--port", type=_port, default=8765)
     sub.add_parser("coverage", help="rewrite COVERAGE.md (spec operations versus handlers)")
-    args = parser.parse_args(argv)
-    return {"serve": _serve, "replay": _replay, "record": _record, "coverage": _coverage}[args.command](args)
+    return parser
 
 
-def _coverage(args: argparse.Namespace) -> int:
-    from emulator import coverage
-
-    coverage.write()
-    print(f"wrote {coverage.OUT}")
-    return 0
+def main(argv: list[str] | None = None) -> int:
+    # connexion imports starlette's TestClient, which warns about httpx on every start; not our concern.
+    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
+    args = build_parser().parse_args(argv)
+    commands = {"serve": _serve, "replay": _replay, "record": _record, "coverage": _coverage}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

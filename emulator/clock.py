@@ -14,12 +14,17 @@ Differences from the real API: none visible; timestamps are rendered with millis
 from __future__ import annotations
 
 import functools
+import math
 import threading
 import time
 from datetime import UTC, datetime
 
 DEFAULT_MANUAL_START = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+# Virtual time stays within what RFC 3339 timestamps can show (year 9999); beyond it rendering fails.
+MAX_TIME = datetime(9999, 1, 1, tzinfo=UTC).timestamp()
 MODES = ("system", "manual")
+# Eleven virtual days per real second is plenty for any demo.
+MAX_SPEED = 1e6
 
 
 class ClockError(ValueError):
@@ -30,13 +35,14 @@ class Clock:
     def __init__(self, mode: str = "system", speed: float = 1.0, start: float | None = None) -> None:
         if mode not in MODES:
             raise ClockError(f"clock mode must be one of {MODES}, not {mode!r}")
-        if not speed > 0:
-            raise ClockError("clock speed must be > 0")
+        if not 0 < speed <= MAX_SPEED:
+            raise ClockError(f"clock speed must be > 0 and at most {MAX_SPEED:g}")
         self._lock = threading.Lock()
         self._mode = mode
         self._speed = float(speed)
         if start is None:
             start = time.time() if mode == "system" else DEFAULT_MANUAL_START
+        _check_time(float(start))
         self._anchor_virtual = float(start)
         self._anchor_real = time.monotonic()
 
@@ -52,13 +58,15 @@ class Clock:
         """Virtual time as POSIX seconds."""
         if self._mode == "manual":
             return self._anchor_virtual
-        return self._anchor_virtual + (time.monotonic() - self._anchor_real) * self._speed
+        # Clamped: a system clock left running fast for days must not run past what can be rendered.
+        return min(self._anchor_virtual + (time.monotonic() - self._anchor_real) * self._speed, MAX_TIME)
 
     def advance(self, seconds: float) -> float:
         if not seconds >= 0:
             raise ClockError("seconds must be >= 0; the clock never moves backwards")
         with self._lock:
             self._rebase()
+            _check_time(self._anchor_virtual + float(seconds))
             self._anchor_virtual += float(seconds)
             return self._anchor_virtual
 
@@ -67,14 +75,15 @@ class Clock:
             self._rebase()
             if at < self._anchor_virtual:
                 raise ClockError("the clock never moves backwards")
+            _check_time(float(at))
             self._anchor_virtual = float(at)
             return at
 
     def configure(self, mode: str | None = None, speed: float | None = None) -> None:
         if mode is not None and mode not in MODES:
             raise ClockError(f"clock mode must be one of {MODES}, not {mode!r}")
-        if speed is not None and not speed > 0:
-            raise ClockError("clock speed must be > 0")
+        if speed is not None and not 0 < speed <= MAX_SPEED:
+            raise ClockError(f"clock speed must be > 0 and at most {MAX_SPEED:g}")
         with self._lock:
             self._rebase()
             if mode is not None:
@@ -89,6 +98,11 @@ class Clock:
 
     def describe(self) -> dict[str, object]:
         return {"now": rfc3339(self.now()), "mode": self._mode, "speed": self._speed}
+
+
+def _check_time(at: float) -> None:
+    if not (math.isfinite(at) and 0 <= at <= MAX_TIME):
+        raise ClockError(f"virtual time must stay between 1970-01-01 and 9999-01-01 (got {at!r} POSIX seconds)")
 
 
 @functools.lru_cache(maxsize=1 << 16)  # pure; objects keep their timestamps, so hits are the norm

@@ -1,18 +1,27 @@
 """Frozen server configuration, built from CLI flags and ``EMULATOR_*`` environment variables.
 
-Every option can be given as ``--flag`` or as ``EMULATOR_FLAG`` (flags win). Bad values fail loudly
-at start-up rather than at the first request.
+Every option can be given as ``--flag`` or as ``EMULATOR_FLAG`` (flags win). Bad values fail loudly at
+start-up, as one line naming the flag or variable, rather than at the first request.
 """
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
+import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from emulator.clock import MODES, parse_rfc3339
+import yaml
+
+from emulator.clock import MAX_SPEED, MODES, parse_rfc3339
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+PROFILES = ("instant", "realistic")
 
 
 class ConfigError(ValueError):
@@ -39,22 +48,32 @@ class Config:
     defects: tuple[str, ...] = field(default_factory=tuple)
     max_body_bytes: int = 64 * 1024 * 1024
     log_level: str = "warning"
+    access_log: bool = False
+    keep_alive_timeout: float = 5.0     # idle seconds before a keep-alive connection is closed
+    header_timeout: float = 10.0        # seconds a client may take to send a request's line and headers
+    body_timeout: float = 60.0          # seconds a client may pause while sending a request body
+    max_connections: int = 1000         # open connections; beyond it new requests answer 503
 
     def __post_init__(self) -> None:
         if self.clock not in MODES:
             raise ConfigError(f"--clock must be one of {', '.join(MODES)}")
-        if not self.speed > 0:
-            raise ConfigError("--speed must be > 0")
+        if not (math.isfinite(self.speed) and 0 < self.speed <= MAX_SPEED):
+            raise ConfigError(f"--speed must be > 0 and at most {MAX_SPEED:g}")
         if not 0 <= self.port <= 65535:
             raise ConfigError("--port must be 0-65535")
-        if self.profile not in ("instant", "realistic"):
-            raise ConfigError("--profile must be 'instant' or 'realistic'")
-        if self.defects:  # TEST-ONLY contract defects: refuse names that would silently do nothing
-            from emulator.defects import unknown
-            if bad := unknown(self.defects):
-                raise ConfigError(f"unknown --defect {', '.join(bad)}; see emulator/defects.py")
+        if self.profile not in PROFILES:
+            raise ConfigError(f"--profile must be one of {', '.join(PROFILES)}")
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}")
         if self.max_body_bytes < 1024:
             raise ConfigError("--max-body-bytes must be at least 1024")
+        for name in ("keep_alive_timeout", "header_timeout", "body_timeout"):
+            if not 0 < getattr(self, name) <= 3600:
+                raise ConfigError(f"--{name.replace('_', '-')} must be within (0, 3600] seconds")
+        if self.max_connections < 1:
+            raise ConfigError("--max-connections must be at least 1")
+        if self.admin_token is not None and not self.admin_token.strip():
+            raise ConfigError("--admin-token must not be empty")
         if not self.is_loopback and not self.admin_token:
             raise ConfigError(
                 "binding to a non-loopback address exposes the control plane /_emulator/*; "
@@ -71,47 +90,134 @@ class Config:
             return False
 
 
-def add_server_arguments(parser: argparse.ArgumentParser) -> None:
-    env = os.environ.get
-    parser.add_argument("--host", default=env("EMULATOR_HOST", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(env("EMULATOR_PORT", "8765")),
-                        help="0 picks a free port and prints the URL")
-    parser.add_argument("--seed", type=int, default=int(env("EMULATOR_SEED", "0")),
-                        help="seed for ids and simulated numbers")
-    parser.add_argument("--clock", choices=MODES, default=env("EMULATOR_CLOCK", "system"))
-    parser.add_argument("--speed", type=float, default=float(env("EMULATOR_SPEED", "1.0")),
-                        help="virtual seconds per real second in system clock mode")
-    parser.add_argument("--start-time", default=env("EMULATOR_START_TIME"),
-                        help="RFC 3339 start of virtual time (manual clock default 2026-01-01T00:00:00Z)")
-    parser.add_argument("--profile", choices=("instant", "realistic"), default=env("EMULATOR_PROFILE", "instant"))
-    parser.add_argument("--profile-file", default=env("EMULATOR_PROFILE_FILE"),
-                        help="YAML/JSON file overriding timing-profile durations")
-    parser.add_argument("--tokens-file", default=env("EMULATOR_TOKENS_FILE"),
-                        help="YAML/JSON mapping tokens to users and projects")
-    parser.add_argument("--admin-token", default=env("EMULATOR_ADMIN_TOKEN"),
-                        help="required on /_emulator/* when bound to a non-loopback address")
-    parser.add_argument("--validate-responses", action="store_true",
-                        default=env("EMULATOR_VALIDATE_RESPONSES", "") in ("1", "true"))
-    parser.add_argument("--state-file", default=env("EMULATOR_STATE_FILE"),
-                        help="keep state across restarts in this file (atomic writes)")
-    parser.add_argument("--faults", dest="faults_file", default=env("EMULATOR_FAULTS"),
-                        help="YAML/JSON file of fault rules")
-    parser.add_argument("--scenario", default=env("EMULATOR_SCENARIO"), help="load a named fixture scenario")
-    parser.add_argument("--record", dest="record_file", default=env("EMULATOR_RECORD"),
-                        help="write every request and response as JSONL")
-    parser.add_argument("--defect", dest="defects", action="append",
-                        default=[d for d in env("EMULATOR_DEFECTS", "").split(",") if d],
-                        help="TEST ONLY: inject a named contract defect (see emulator/defects.py)")
-    parser.add_argument("--max-body-bytes", type=int, default=int(env("EMULATOR_MAX_BODY_BYTES", str(64 << 20))))
-    parser.add_argument("--log-level", default=env("EMULATOR_LOG_LEVEL", "warning"))
-
-
-def config_from_args(args: argparse.Namespace) -> Config:
-    values: dict[str, Any] = {k: v for k, v in vars(args).items() if k in Config.__dataclass_fields__}
-    start = values.get("start_time")
+def load_data_file(path: str, what: str) -> Any:
+    """A YAML or JSON file (by extension); every error names ``what`` and the file."""
     try:
-        values["start_time"] = parse_rfc3339(start) if isinstance(start, str) else start
-    except ValueError as exc:
-        raise ConfigError(f"--start-time is not RFC 3339: {start!r}") from exc
-    values["defects"] = tuple(values.get("defects") or ())
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{what} {path}: cannot read it: {exc}") from exc
+    try:
+        if path.endswith(".json"):
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{what} {path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{what} {path}: not valid YAML{where}: {problem}") from exc
+
+
+# --- command line and environment -------------------------------------------------------------------
+
+def _int(text: str) -> int:
+    return int(text)
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("not a finite number")
+    return value
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _start_time(text: str) -> float:
+    return parse_rfc3339(text)
+
+
+def _defects(text: str) -> tuple[str, ...]:
+    return tuple(d for d in text.split(",") if d)
+
+
+# (field, flag, converter, help). Flags default to None, so a value from the environment or the
+# Config default is used only when the flag is absent; conversions happen in config_from_args, where
+# an error can name where the bad value came from.
+OPTIONS: tuple[tuple[str, str, Callable[[str], Any] | None, str], ...] = (
+    ("host", "--host", None, "bind address (default 127.0.0.1; other addresses need --admin-token)"),
+    ("port", "--port", _int, "TCP port (default 8765); 0 picks a free port and prints the URL"),
+    ("seed", "--seed", _int, "seed for ids and simulated numbers (default 0)"),
+    ("clock", "--clock", None, "system (real time x --speed) or manual (moves only through /_emulator/clock)"),
+    ("speed", "--speed", _float, f"virtual seconds per real second with --clock system (default 1, at most "
+                                 f"{MAX_SPEED:g})"),
+    ("start_time", "--start-time", _start_time, "RFC 3339 start of virtual time (manual clock default "
+                                                "2026-01-01T00:00:00Z)"),
+    ("profile", "--profile", None, "timing of every transition: instant (default) or realistic"),
+    ("profile_file", "--profile-file", None, "YAML/JSON file overriding timing-profile durations"),
+    ("tokens_file", "--tokens-file", None, "YAML/JSON file mapping tokens to users and projects"),
+    ("admin_token", "--admin-token", None, "required on /_emulator/* (mandatory when --host is not loopback)"),
+    ("state_file", "--state-file", None, "keep state across restarts in this file (a journal; parent "
+                                         "directories are created)"),
+    ("faults_file", "--faults", None, "YAML/JSON file of fault rules"),
+    ("scenario", "--scenario", None, "load a named fixture scenario (or a scenario YAML file) at start-up"),
+    ("record_file", "--record", None, "write every request and response to this JSONL file"),
+    ("max_body_bytes", "--max-body-bytes", _int, "largest request body accepted (default 64 MiB); larger is 413"),
+    ("log_level", "--log-level", None, f"server log level: {', '.join(LOG_LEVELS)} (default warning)"),
+    ("keep_alive_timeout", "--keep-alive-timeout", _float, "seconds an idle keep-alive connection stays open "
+                                                           "(default 5)"),
+    ("header_timeout", "--header-timeout", _float, "seconds a client may take to send request line and headers "
+                                                   "(default 10); slower connections are closed"),
+    ("body_timeout", "--body-timeout", _float, "seconds a client may pause while sending a body (default 60)"),
+    ("max_connections", "--max-connections", _int, "open connections served at once (default 1000); beyond it "
+                                                   "new requests answer 503"),
+)
+FLAGS = (
+    ("validate_responses", "--validate-responses", "validate every response against openapi.yaml (on in tests)"),
+    ("access_log", "--access-log", "print one line per request: method, path, operation, status, duration, "
+                                   "tenant, fault"),
+)
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    for name, flag, _convert, help_text in OPTIONS:
+        kwargs: dict[str, Any] = {"dest": name, "default": None, "help": f"{help_text} [env EMULATOR_{name.upper()}]"}
+        if name == "faults_file":
+            kwargs["help"] = f"{help_text} [env EMULATOR_FAULTS]"
+        if name == "record_file":
+            kwargs["help"] = f"{help_text} [env EMULATOR_RECORD]"
+        parser.add_argument(flag, **kwargs)
+    for name, flag, help_text in FLAGS:
+        parser.add_argument(flag, dest=name, action="store_true", default=None,
+                            help=f"{help_text} [env EMULATOR_{name.upper()}=1]")
+    parser.add_argument("--defect", dest="defects", action="append", default=None,
+                        help="TEST ONLY: inject a named contract defect (see emulator/tools/defects.py) "
+                             "[env EMULATOR_DEFECTS=a,b]")
+
+
+ENV_NAMES = {"faults_file": "EMULATOR_FAULTS", "record_file": "EMULATOR_RECORD"}
+
+
+def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Config:
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for name, flag, convert, _help in OPTIONS:
+        raw, source = getattr(args, name, None), flag
+        if raw is None:
+            var = ENV_NAMES.get(name, f"EMULATOR_{name.upper()}")
+            raw, source = env.get(var), var
+        if raw is None:
+            continue
+        try:
+            values[name] = convert(raw) if convert else raw
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {raw!r} is not valid ({exc})") from exc
+    for name, _flag, _help in FLAGS:
+        if getattr(args, name, None):
+            values[name] = True
+        elif (raw := env.get(f"EMULATOR_{name.upper()}")) is not None:
+            try:
+                values[name] = _bool(raw)
+            except ValueError as exc:
+                raise ConfigError(f"EMULATOR_{name.upper()}: {raw!r} is not valid ({exc})") from exc
+    defects = getattr(args, "defects", None)
+    values["defects"] = tuple(defects) if defects else _defects(env.get("EMULATOR_DEFECTS", ""))
     return Config(**values)

@@ -65,6 +65,22 @@ class NotFound(ApiError):
     code = "not_found"
 
 
+class Forbidden(ApiError):
+    status = 403
+    type = "permission_error"
+    code = "forbidden"
+
+
+class MethodNotAllowed(ApiError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+    def __init__(self, method: str, path: str, allowed: list[str]) -> None:
+        super().__init__(f"method {method} is not allowed on {path}; allowed: {', '.join(allowed)}",
+                         headers={"allow": ", ".join(allowed)})
+
+
 class PayloadTooLarge(ApiError):
     status = 413
     type = "invalid_request_error"
@@ -79,8 +95,17 @@ class AtCapacity(ApiError):
     code = "resource_at_capacity"
 
 
+MAX_MESSAGE = 1000
+
+
+def shorten(text: str, limit: int = MAX_MESSAGE) -> str:
+    """``text`` cut to ``limit`` characters: error messages may quote what the client sent, which can be huge."""
+    return text if len(text) <= limit else text[: limit - 15] + "... (truncated)"
+
+
 def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return {"error": {"message": shorten(message), "type": type_, "param": shorten(param, 200) if param else param,
+                      "code": code}}
 
 
 _TYPE_BY_STATUS = {

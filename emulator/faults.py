@@ -1,4 +1,4 @@
-"""Fault rules as data, and the middleware that applies them.
+"""Fault rules as data: their format, validation, matching and triggers (applied by emulator.http.faults).
 
 A rule (YAML/JSON, ``--faults FILE`` or ``POST /_emulator/faults``)::
 
@@ -21,57 +21,100 @@ carrying ``X-Emulator-Fault: <rule name>`` gets that rule's effect whatever its 
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
-import hashlib
 import threading
+from collections.abc import Collection, Mapping
 from typing import Any
 
-from emulator.errors import InvalidRequest, render_error
+from emulator.errors import InvalidRequest
+from emulator.ids import derive_int
 
 STATE_EFFECTS = ("operation_fails", "resource_error", "session_error", "queue_position")
 EFFECT_KEYS = {"status", "code", "message", "retry_after", "latency_ms", *STATE_EFFECTS}
 MATCH_KEYS = {"operation_id", "method", "path", "tenant"}
 TRIGGER_KEYS = {"first_n", "nth", "probability"}
+METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
+MAX_LATENCY_MS = 600_000
 
 
 class FaultError(ValueError):
     pass
 
 
-def validate_rule(rule: Any, index: int) -> dict[str, Any]:
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def validate_rule(rule: Any, index: int, operations: Collection[str] = (),
+                  codes: Mapping[str, Collection[str]] | None = None) -> dict[str, Any]:
+    """A checked copy of one rule. ``operations`` and ``codes`` (effect key -> allowed error codes), when
+    given, refuse names that would never match or codes the API does not have."""
     if not isinstance(rule, dict):
-        raise FaultError(f"fault rule {index} must be an object")
+        raise FaultError(f"fault rule {index + 1} must be an object")
+    name = rule.get("name")
+    where = f"fault rule {name!r}" if name else f"fault rule {index + 1}"
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise FaultError(f"{where}: name must be a non-empty string")
     unknown = set(rule) - {"name", "match", "trigger", "effect"}
     if unknown:
-        raise FaultError(f"fault rule {index}: unknown keys {sorted(unknown)}")
+        raise FaultError(f"{where}: unknown keys {sorted(unknown)}")
     match, trigger, effect = rule.get("match") or {}, rule.get("trigger") or {}, rule.get("effect")
     if not isinstance(match, dict) or set(match) - MATCH_KEYS:
-        raise FaultError(f"fault rule {index}: match takes {sorted(MATCH_KEYS)}")
+        raise FaultError(f"{where}: match takes {sorted(MATCH_KEYS)}")
+    for key, value in match.items():
+        if not isinstance(value, str) or not value:
+            raise FaultError(f"{where}: match.{key} must be a non-empty string")
+    if operations and "operation_id" in match and match["operation_id"] not in operations:
+        raise FaultError(f"{where}: match.operation_id {match['operation_id']!r} is not an operation of "
+                         "openapi.yaml")
+    if "method" in match and match["method"].upper() not in METHODS:
+        raise FaultError(f"{where}: match.method must be one of {sorted(METHODS)}")
     if not isinstance(trigger, dict) or set(trigger) - TRIGGER_KEYS or len(trigger) > 1:
-        raise FaultError(f"fault rule {index}: trigger is one of {sorted(TRIGGER_KEYS)} (or empty: always)")
-    if "probability" in trigger and not 0 <= float(trigger["probability"]) <= 1:
-        raise FaultError(f"fault rule {index}: probability must be within 0-1")
-    if "nth" in trigger and not (isinstance(trigger["nth"], list) and all(isinstance(n, int) for n in trigger["nth"])):
-        raise FaultError(f"fault rule {index}: nth must be a list of 1-based integers")
+        raise FaultError(f"{where}: trigger is one of {sorted(TRIGGER_KEYS)} (or empty: always)")
+    if "first_n" in trigger and not (_is_int(trigger["first_n"]) and trigger["first_n"] >= 0):
+        raise FaultError(f"{where}: first_n must be an integer >= 0")
+    if "probability" in trigger and not (_is_number(trigger["probability"]) and 0 <= trigger["probability"] <= 1):
+        raise FaultError(f"{where}: probability must be a number within 0-1")
+    if "nth" in trigger and not (isinstance(trigger["nth"], list)
+                                 and all(_is_int(n) and n >= 1 for n in trigger["nth"])):
+        raise FaultError(f"{where}: nth must be a list of 1-based integers")
     if not isinstance(effect, dict) or not effect or set(effect) - EFFECT_KEYS:
-        raise FaultError(f"fault rule {index}: effect needs some of {sorted(EFFECT_KEYS)}")
-    if "status" in effect and not (isinstance(effect["status"], int) and 400 <= effect["status"] <= 599):
-        raise FaultError(f"fault rule {index}: effect.status must be an HTTP error status 400-599")
-    out = {"name": str(rule.get("name") or f"rule-{index}"), "match": match, "trigger": trigger, "effect": effect}
-    return out
+        raise FaultError(f"{where}: effect needs some of {sorted(EFFECT_KEYS)}")
+    if "status" in effect and not (_is_int(effect["status"]) and 400 <= effect["status"] <= 599):
+        raise FaultError(f"{where}: effect.status must be an HTTP error status 400-599")
+    for key in ("code", "message"):
+        if key in effect and not isinstance(effect[key], str):
+            raise FaultError(f"{where}: effect.{key} must be a string")
+    if "retry_after" in effect and not (_is_number(effect["retry_after"]) and effect["retry_after"] >= 0):
+        raise FaultError(f"{where}: effect.retry_after must be a number of seconds >= 0")
+    if "latency_ms" in effect and not (_is_number(effect["latency_ms"]) and 0 <= effect["latency_ms"] <= MAX_LATENCY_MS):
+        raise FaultError(f"{where}: effect.latency_ms must be within 0-{MAX_LATENCY_MS}")
+    if "queue_position" in effect and not (_is_int(effect["queue_position"]) and 1 <= effect["queue_position"] <= 10_000):
+        raise FaultError(f"{where}: effect.queue_position must be an integer within 1-10000")
+    for key, allowed in (codes or {}).items():
+        if key in effect and effect[key] not in allowed:
+            raise FaultError(f"{where}: effect.{key} {effect[key]!r} is not one of {', '.join(sorted(allowed))}")
+    return {"name": str(name or f"rule-{index + 1}"), "match": match, "trigger": trigger, "effect": effect}
 
 
 class FaultSet:
     """The active rules and their trigger counters (part of the runtime, resettable)."""
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, operations: Collection[str] = (),
+                 codes: Mapping[str, Collection[str]] | None = None) -> None:
         self.seed = seed
+        self.operations = frozenset(operations)
+        self.codes = dict(codes or {})
         self.rules: list[dict[str, Any]] = []
         self.counts: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def load(self, rules: Any) -> list[dict[str, Any]]:
+        """Add rules (one, a list, or ``{"rules": [...]}``); all or none: one bad rule adds nothing."""
         if isinstance(rules, dict) and "rules" in rules:
             rules = rules["rules"]
         if isinstance(rules, dict):
@@ -79,7 +122,7 @@ class FaultSet:
         if not isinstance(rules, list):
             raise FaultError("faults must be a rule, a list of rules or {'rules': [...]}")
         start = len(self.rules)
-        checked = [validate_rule(rule, start + i) for i, rule in enumerate(rules)]
+        checked = [validate_rule(rule, start + i, self.operations, self.codes) for i, rule in enumerate(rules)]
         names = {r["name"] for r in self.rules}
         for rule in checked:
             if rule["name"] in names:
@@ -128,53 +171,5 @@ class FaultSet:
         if "nth" in trigger:
             return n in trigger["nth"]
         if "probability" in trigger:
-            digest = hashlib.sha256(f"{self.seed}:{rule['name']}:{n}".encode()).digest()
-            return int.from_bytes(digest[:8], "big") / 2**64 < float(trigger["probability"])
+            return derive_int(self.seed, rule["name"], n, bits=64) / 2**64 < float(trigger["probability"])
         return True
-
-
-class FaultMiddleware:
-    """Sits after auth (it needs the operationId and the caller) and before validation."""
-
-    def __init__(self, app: Any, runtime: Any) -> None:
-        self.app = app
-        self.runtime = runtime
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        from emulator.app import PRINCIPAL, ROUTING, header, send_json
-
-        faults: FaultSet = self.runtime.faults
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        forced = header(scope, b"x-emulator-fault")
-        if not faults.rules and forced is None:  # the hot path: no rules, nothing to do
-            await self.app(scope, receive, send)
-            return
-        extensions = scope.setdefault("extensions", {})
-        operation_id = extensions.get(ROUTING, {}).get("operation_id")
-        if operation_id is not None and operation_id.startswith("admin"):
-            await self.app(scope, receive, send)
-            return
-        principal = extensions.get(PRINCIPAL)
-        rule = faults.pick(operation_id, scope["method"], scope["path"], principal.token if principal else None,
-                           forced)
-        if rule is None:
-            await self.app(scope, receive, send)
-            return
-        effect = rule["effect"]
-        self.runtime.store.events.append({"type": "fault", "rule": rule["name"], "operation_id": operation_id,
-                                          "path": scope["path"], "tenant": principal.project if principal else None})
-        if effect.get("latency_ms"):
-            await asyncio.sleep(float(effect["latency_ms"]) / 1000)
-        if "status" in effect:
-            status = int(effect["status"])
-            headers = {}
-            if effect.get("retry_after") is not None:
-                headers["retry-after"] = str(effect["retry_after"])
-            message = effect.get("message") or f"injected fault {rule['name']!r}"
-            await send_json(send, status, render_error(status, message, code=effect.get("code")), headers)
-            return
-        if any(k in effect for k in STATE_EFFECTS):
-            extensions["emulator_fault"] = effect
-        await self.app(scope, receive, send)

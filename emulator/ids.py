@@ -1,9 +1,10 @@
-"""Seeded id factory.
+"""Seeded ids and every other value derived from the seed.
 
 Emulates: the real service's ids (UUIDs for resources, sessions, operations and checkpoints;
 ``shp-quant-...`` for shaping jobs; ``ml_...`` / ``rv_...`` for model-registry artifacts).
-Ids are derived from (seed, tenant, counter) with SHA-256, so the same seed and the same requests
-give the same ids, and the counter is part of exported state so a restored store never reuses one.
+Everything the emulator derives from its seed (ids, fault probabilities, base models, sampling seeds)
+goes through :func:`derive`, so the same seed and the same requests give the same bytes. Id counters
+are part of exported state, so a restored store never reuses an id.
 """
 
 from __future__ import annotations
@@ -12,6 +13,16 @@ import hashlib
 import uuid
 
 _ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def derive(seed: int, *parts: object) -> bytes:
+    """A 32-byte value determined by the seed and the parts (SHA-256 of ``seed:part:part...``)."""
+    return hashlib.sha256(":".join(str(p) for p in (seed, *parts)).encode()).digest()
+
+
+def derive_int(seed: int, *parts: object, bits: int = 32) -> int:
+    """:func:`derive` as an unsigned integer of ``bits`` bits (a multiple of 8)."""
+    return int.from_bytes(derive(seed, *parts)[: bits // 8], "big")
 
 
 class IdFactory:
@@ -24,19 +35,15 @@ class IdFactory:
 
     def _digest(self, kind: str) -> bytes:
         self.counter += 1
-        return hashlib.sha256(f"{self.seed}:{self.scope}:{kind}:{self.counter}".encode()).digest()
+        return derive(self.seed, self.scope, kind, self.counter)
 
     def uuid(self, kind: str = "") -> str:
         return str(uuid.UUID(bytes=self._digest(kind)[:16], version=4))
 
     def token(self, prefix: str, length: int = 21, kind: str = "") -> str:
-        digest = self._digest(kind or prefix)
-        n = int.from_bytes(digest, "big")
+        n = int.from_bytes(self._digest(kind or prefix), "big")
         chars = []
         for _ in range(length):
             n, r = divmod(n, len(_ALNUM))
             chars.append(_ALNUM[r])
         return prefix + "".join(chars)
-
-    def int63(self, kind: str = "") -> int:
-        return int.from_bytes(self._digest(kind)[:8], "big") >> 1

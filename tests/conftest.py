@@ -5,9 +5,9 @@ from collections.abc import Iterator
 import pytest
 from starlette.testclient import TestClient
 
-from emulator.app import build_app
 from emulator.config import Config
 from emulator.runtime import Runtime
+from emulator.tools.server import build_server_app
 
 TOKEN = "test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -15,7 +15,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 def make_client(runtime: Runtime, token: str | None = TOKEN) -> TestClient:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return TestClient(build_app(runtime=runtime), base_url="http://127.0.0.1:8765", headers=headers,
+    return TestClient(build_server_app(runtime), base_url="http://127.0.0.1:8765", headers=headers,
                       raise_server_exceptions=True)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.defects import DEFECTS
+from emulator.tools.defects import DEFECTS
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--max-examples", "3", "--no-coverage-phase", "--seed", "7"]

@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 
 from emulator.config import Config
 from emulator.runtime import Runtime
-from emulator.testing import serve_in_thread
+from emulator.tools.testing import serve_in_thread
 from tests.conftest import make_client
 from tests.helpers import RL, assert_error, ce_sample, create_resource, create_session, get_resource, get_session, \
     ready_resource, run_op, running_session

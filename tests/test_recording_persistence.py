@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from emulator.config import Config
-from emulator.recording import ReplayApp, load_recording
-from emulator.testing import serve_app, serve_in_thread
+from emulator.tools.recording import ReplayApp, load_recording
+from emulator.tools.testing import serve_app, serve_in_thread
 
 AUTH = {"Authorization": "Bearer rec-key"}
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,7 +59,7 @@ def test_recorded_session_replays_byte_for_byte(tmp_path: Path) -> None:
 
 
 def test_record_proxy_records_an_upstream(tmp_path: Path) -> None:
-    from emulator.recording import ProxyApp, Recorder
+    from emulator.tools.recording import ProxyApp, Recorder
 
     out = tmp_path / "proxy.jsonl"
     with serve_in_thread(Config(clock="manual")) as (upstream, _):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from starlette.testclient import TestClient
 
-from emulator import scenarios
+from emulator.tools import scenarios
 from emulator.config import Config
 from emulator.runtime import Runtime
 from tests.conftest import make_client
@@ -75,24 +75,24 @@ def test_about_to_expire(demo: TestClient) -> None:
     assert demo.get(f"{RL}/training-sessions/{saved['session']}").json()["status"] == "TRAINING_SESSION_STATUS_EXPIRED"
 
 
-def test_scenario_with_invalid_body_is_refused(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_scenario_with_invalid_body_is_refused(tmp_path) -> None:
     (tmp_path / "broken.yaml").write_text("description: bad\nsteps:\n  - call: createModelResources\n"
                                           "    body: {lora_enabled: true}\n")
-    monkeypatch.setattr(scenarios, "SCENARIO_DIR", tmp_path)
     with pytest.raises(scenarios.ScenarioError, match="base_model"):
-        scenarios.load(Runtime(Config(clock="manual")), "broken")
+        scenarios.load(Runtime(Config(clock="manual")), str(tmp_path / "broken.yaml"))
 
 
 def test_serve_scenario_flag() -> None:
-    from emulator.app import build_app
+    from emulator.tools.server import build_server_app
 
     runtime = Runtime(Config(clock="manual", scenario="about-to-expire"))
-    build_app(runtime=runtime)
+    build_server_app(runtime)
     principal = runtime.principal_for("demo-key")
-    assert principal is not None and len(runtime.store.tenant(principal.project).resources) == 1
+    state = runtime.store.get(principal.project) if principal else None
+    assert state is not None and len(state.resources) == 1
 
 
-def test_scenario_effect_sees_substituted_ids(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_scenario_effect_sees_substituted_ids(tmp_path) -> None:
     (tmp_path / "failing.yaml").write_text(
         "description: a session that fails\nsteps:\n"
         "  - call: createModelResources\n    body: {base_model: Qwen/Qwen3.8-27B}\n    save: r\n"
@@ -100,9 +100,8 @@ def test_scenario_effect_sees_substituted_ids(tmp_path, monkeypatch: pytest.Monk
         "  - call: createSession\n    body: {model_resources_id: '{r.id}'}\n    save: s\n"
         "  - call: getSession\n    path: {session_id: '{s.id}'}\n"
         "    effect: {session_error: TRAINING_SESSION_ERROR_CODE_SESSION_FAILED}\n")
-    monkeypatch.setattr(scenarios, "SCENARIO_DIR", tmp_path)
     runtime = Runtime(Config(clock="manual"))
-    saved = scenarios.load(runtime, "failing")["saved"]
+    saved = scenarios.load(runtime, str(tmp_path / "failing.yaml"))["saved"]
     with make_client(runtime, "demo-key") as c:
         s = c.get(f"{RL}/training-sessions/{saved['s']}").json()
     assert s["status"] == "TRAINING_SESSION_STATUS_ERROR"

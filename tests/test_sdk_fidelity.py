@@ -77,7 +77,7 @@ HEADER_FIELDS = {"Idempotency-Key"}
 
 _PAYLOAD_REASON = (
     "`payload_id` is not in the vendor's generated schema: the SDK adds it through `extra_body` when it "
-    "offloaded a body larger than 0.5 MiB (api-surface.md A.4), so the spec declares it as an optional "
+    "offloaded a body larger than 0.5 MiB (docs/api-surface.md A.4), so the spec declares it as an optional "
     "field.")
 
 # (spec schema, wire field) -> reason. These are the only differences between the SDK and the spec allowed.
@@ -98,7 +98,7 @@ EXEMPT_SDK_TYPES: dict[str, str] = {}
 SPEC_ONLY_SCHEMAS: dict[str, str] = {
     "ErrorData": "error envelope; the SDK does not model error bodies (it keeps them as raw JSON)",
     "Int64Input": "request-side int64 encoding (string or integer), the SDK's `Union[str, int]`",
-    "NullableInt64Input": "as Int64Input, also accepting null (LoraConfigParam.seed, api-surface.md E.4.8)",
+    "NullableInt64Input": "as Int64Input, also accepting null (LoraConfigParam.seed, docs/api-surface.md E.4.8)",
     "PayloadUploadUrlResponse": "SDK-private endpoint (`post_training/_payloads.py`), no generated type",
     "PayloadDownloadUrlResponse": "SDK-private endpoint (`post_training/_payloads.py`), no generated type",
 }

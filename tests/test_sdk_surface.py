@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from emulator.config import Config
-from emulator.testing import serve_in_thread
+from emulator.tools.testing import serve_in_thread
 
 pytestmark = pytest.mark.sdk
 

@@ -396,7 +396,7 @@ def test_int64_encoding(spec):
     for ptr, node in _schema_nodes(spec):
         if node.get("format") == "int64" and not ptr.startswith(("Int64Input", "NullableInt64Input")):
             assert node.get("type") == "string" and node.get("pattern") == INT64_PATTERN, ptr
-    # spot checks of the int64 fields of api-surface.md 0.1
+    # spot checks of the int64 fields of docs/api-surface.md 0.1
     for name, field in [("Session", "step"), ("OptimStepResult", "step"),
                         ("WeightsSyncResult", "weights_version"), ("Checkpoint", "step"),
                         ("InferenceCheckpoint", "step"), ("TrainingCheckpoint", "step"),

@@ -1,37 +1,42 @@
-"""Structural rules of DESIGN.md: every operation has a handler, time and randomness stay injected."""
+"""Structural rules of ARCHITECTURE.md: every operation has a handler, layers run one way, no module is
+in an import cycle, time and randomness stay injected, no test code in production paths."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
-import yaml
+import grimp
 
+from emulator import spec
 from emulator.api import handler_for
 
 ROOT = Path(__file__).resolve().parent.parent
-ALLOWED_TIME = {"emulator/clock.py", "emulator/testing.py"}
+EMULATOR = ROOT / "emulator"
+ALLOWED_TIME = {"emulator/clock.py"}
 # Wall-clock reads, the stdlib's global random source, numpy's global (unseeded) random state.
 TIME_CALLS = re.compile(r"\btime\.time\(|datetime\.now\(|datetime\.utcnow\(|\bimport random\b|(?<![\w.])random\.\w+\("
                         r"|np\.random\.(rand|randn|randint|random|seed|choice|shuffle|normal|uniform|default_rng\(\))")
 
 
-def _operation_ids(path: Path) -> list[str]:
-    spec = yaml.safe_load(path.read_text())
-    return [op["operationId"] for item in spec["paths"].values() for op in item.values()
-            if isinstance(op, dict) and "operationId" in op]
-
-
 def test_every_spec_operation_has_a_handler() -> None:
-    ids = _operation_ids(ROOT / "openapi.yaml") + _operation_ids(ROOT / "emulator" / "admin.yaml")
+    ids = spec.operation_ids(spec.VENDOR) + spec.operation_ids(spec.ADMIN)
     assert len(set(ids)) >= 37 + 9
     missing = [op for op in ids if handler_for(op) is None]
     assert missing == []
 
 
+def test_packaged_spec_is_the_repository_contract() -> None:
+    contract = (ROOT / "openapi.yaml").read_bytes()
+    assert (EMULATOR / "specs" / "openapi.yaml").read_bytes() == contract, "run: make sync-spec"
+    assert (ROOT / "contract_tests" / "openapi.yaml").read_bytes() == contract, "run: make sync-spec"
+
+
 def test_no_wall_clock_or_global_random_outside_clock() -> None:
     offenders = []
-    for path in sorted((ROOT / "emulator").rglob("*.py")):
+    for path in sorted(EMULATOR.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
         if rel in ALLOWED_TIME:
             continue
@@ -43,15 +48,102 @@ def test_no_wall_clock_or_global_random_outside_clock() -> None:
 
 def test_domain_does_not_import_http_layers() -> None:
     offenders = []
-    for path in sorted((ROOT / "emulator" / "domain").rglob("*.py")):
+    for path in sorted((EMULATOR / "domain").rglob("*.py")):
         text = path.read_text()
-        for banned in ("emulator.api", "emulator.app", "starlette", "connexion", "uvicorn"):
+        for banned in ("emulator.api", "emulator.app", "emulator.http", "emulator.runtime", "starlette",
+                       "connexion", "uvicorn"):
             if re.search(rf"^\s*(from|import) {re.escape(banned)}\b", text, re.M):
                 offenders.append(f"{path.name} imports {banned}")
     assert offenders == []
 
 
+def test_domain_imports_only_at_module_level() -> None:
+    offenders = []
+    for path in sorted((EMULATOR / "domain").rglob("*.py")):
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            if re.match(r"^\s+(from \S+ import|import) ", line):
+                offenders.append(f"{path.name}:{lineno}: {line.strip()}")
+    assert offenders == []
+
+
+def _cycles(graph: grimp.ImportGraph, modules: set[str]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+    for root in sorted(modules):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root) & modules)))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.find_modules_directly_imported_by(child) & modules))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    out.append(sorted(component))
+    return out
+
+
+def test_no_module_of_the_emulator_is_in_an_import_cycle() -> None:
+    graph = grimp.build_graph("emulator", include_external_packages=False)
+    modules = set(graph.modules)
+    assert _cycles(graph, modules) == []
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    graph = grimp.ImportGraph()
+    for name in ("p", "p.a", "p.b", "p.c"):
+        graph.add_module(name)
+    graph.add_import(importer="p.a", imported="p.b")
+    graph.add_import(importer="p.b", imported="p.a")
+    graph.add_import(importer="p.c", imported="p.a")
+    assert _cycles(graph, {"p.a", "p.b", "p.c"}) == [["p.a", "p.b"]]
+
+
+def test_no_production_module_knows_the_test_defects() -> None:
+    # Only the option that switches the wrapper on (config, CLI) may name them; the wrapper is a tool.
+    allowed = {"emulator/config.py", "emulator/__main__.py"}
+    offenders = [path.relative_to(ROOT).as_posix() for path in sorted(EMULATOR.rglob("*.py"))
+                 if not path.relative_to(ROOT).as_posix().startswith("emulator/tools/")
+                 and path.relative_to(ROOT).as_posix() not in allowed and "defect" in path.read_text().lower()]
+    assert offenders == []
+
+
+def test_import_linter_contracts_are_kept() -> None:
+    lint = Path(sys.executable).with_name("lint-imports")
+    proc = subprocess.run([str(lint), str(ROOT / ".importlinter")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_coverage_md_is_current() -> None:
-    from emulator import coverage
+    from emulator.tools import coverage
 
     assert (ROOT / "COVERAGE.md").read_text() == coverage.render(), "run: python -m emulator coverage"

@@ -1,4 +1,4 @@
-"""Handlers of the control plane (``emulator/admin.yaml``, served under ``/_emulator``)."""
+"""Handlers of the control plane (``emulator/specs/admin.yaml``, served under ``/_emulator``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,18 @@ from emulator.api.request import Reply, Request
 from emulator.clock import ClockError, parse_rfc3339
 from emulator.errors import InvalidRequest, NotFound
 from emulator.faults import FaultError
+from emulator.runtime import ScenarioLibrary
 from emulator.store import snapshot
+
+
+def _project(req: Request, token: str | None, param: str = "tenant") -> str | None:
+    """The project of a tenant named by its API token (None: every tenant)."""
+    if not token:
+        return None
+    project = req.runtime.tenancy.project_for_token(token)
+    if project is None:
+        raise InvalidRequest(f"{param}: not a known API token", param=param)
+    return project
 
 
 def admin_health(req: Request) -> Reply:
@@ -21,12 +32,15 @@ def admin_set_clock(req: Request) -> Reply:
     body = req.json()
     clock = req.runtime.clock
     try:
+        at = parse_rfc3339(body["now"]) if body.get("now") else None
+    except ValueError as exc:
+        raise InvalidRequest(f"now: not an RFC 3339 time: {exc}", param="now") from exc
+    try:
         clock.configure(mode=body.get("mode"), speed=body.get("speed"))
-        if body.get("now"):
-            clock.set_time(parse_rfc3339(body["now"]))
-    except (ClockError, ValueError) as exc:
+        if at is not None:
+            clock.set_time(at)
+    except ClockError as exc:
         raise InvalidRequest(str(exc)) from exc
-    req.runtime.committed()
     return 200, clock.describe()
 
 
@@ -34,46 +48,39 @@ def admin_advance_clock(req: Request) -> Reply:
     try:
         req.runtime.clock.advance(float(req.json()["seconds"]))
     except ClockError as exc:
-        raise InvalidRequest(str(exc), param="seconds") from exc
-    req.runtime.committed()
+        raise InvalidRequest(f"seconds: {exc}", param="seconds") from exc
     return 200, req.runtime.clock.describe()
 
 
 def admin_reset(req: Request) -> Reply:
     body = req.json()
-    tenant = body.get("tenant")
-    project = req.runtime.project_for_token(tenant) if tenant else None
-    if tenant and project is None:
-        raise InvalidRequest("tenant is not a known token", param="tenant")
+    project = _project(req, body.get("tenant"))
     req.runtime.store.reset(project, seed=body.get("seed"))
-    req.runtime.committed()
     return 200, {"reset": project or "all"}
 
 
 def admin_set_seed(req: Request) -> Reply:
-    req.runtime.store.reset(None, seed=int(req.json()["seed"]))
-    req.runtime.committed()
+    seed = req.json().get("seed", req.runtime.config.seed)
+    req.runtime.store.reset(None, seed=int(seed))
     return 200, {"seed": req.runtime.store.seed}
 
 
 def admin_list_events(req: Request) -> Reply:
-    tenant = req.query_str("tenant")
-    project = req.runtime.project_for_token(tenant) if tenant else None
+    project = _project(req, req.query_str("tenant"))
     req.runtime.settle_all()  # transitions that are due have happened by now
     events = req.runtime.store.events.since(req.query_int("since", 0), project, req.query_int("limit", 1000))
     return 200, {"data": events}
 
 
 def admin_export_state(req: Request) -> Reply:
-    return 200, snapshot.export_state(req.runtime)
+    return 200, req.runtime.export_state()
 
 
 def admin_import_state(req: Request) -> Reply:
     try:
-        snapshot.import_state(req.runtime, req.json())
+        req.runtime.import_state(req.body)
     except snapshot.StateError as exc:
-        raise InvalidRequest(str(exc)) from exc
-    req.runtime.committed()
+        raise InvalidRequest(f"state document refused: {exc}", code="invalid_state") from exc
     return 200, {"imported": True}
 
 
@@ -85,7 +92,7 @@ def admin_add_faults(req: Request) -> Reply:
     try:
         added = req.runtime.faults.load(req.body)
     except FaultError as exc:
-        raise InvalidRequest(str(exc)) from exc
+        raise InvalidRequest(str(exc), code="invalid_fault_rule") from exc
     return 200, {"data": added}
 
 
@@ -94,21 +101,24 @@ def admin_clear_faults(req: Request) -> Reply:
     return 200, {"data": []}
 
 
-def admin_list_scenarios(req: Request) -> Reply:
-    from emulator import scenarios
+def _scenarios(req: Request) -> ScenarioLibrary:
+    library = req.runtime.scenarios
+    if library is None:
+        raise NotFound("this app was built without the scenario library", code="not_implemented")
+    return library
 
-    return 200, {"data": [{"name": k, "description": v} for k, v in scenarios.available().items()]}
+
+def admin_list_scenarios(req: Request) -> Reply:
+    return 200, {"data": [{"name": k, "description": v} for k, v in _scenarios(req).available().items()]}
 
 
 def admin_load_scenario(req: Request) -> Reply:
-    from emulator import scenarios
-
+    library = _scenarios(req)
     name = req.path["name"]
-    if name not in scenarios.available():
-        raise NotFound(f"no scenario {name!r}; available: {', '.join(scenarios.available())}", param="name")
+    if name not in library.available():
+        raise NotFound(f"no scenario {name!r}; available: {', '.join(library.available())}", param="name")
     try:
-        result = scenarios.load(req.runtime, name)
-    except (scenarios.ScenarioError, FaultError) as exc:
-        raise InvalidRequest(str(exc)) from exc
-    req.runtime.committed()
+        result = library.load(req.runtime, name)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), code="invalid_scenario") from exc
     return 200, result

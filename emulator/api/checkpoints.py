@@ -23,9 +23,9 @@ def get_checkpoint(req: Request) -> Reply:
 
 
 def download_checkpoint(req: Request) -> Reply:
-    with req.tx() as (state, _ctx):
+    with req.tx() as (state, ctx):
         ckpt, variant, files = domain.files(state, req.path["id"], req.query.get("variant", ""))
-        token = req.runtime.file_token(state.project, ckpt.id, variant)
+        token = req.presign("checkpoint", ckpt.id, ctx.now, variant=variant)
         data = [{"filename": name, "size": str(len(blob)),
                  "url": f"{req.base_url}/_files/checkpoints/{token}/{name}"} for name, blob in files]
         return 200, {"data": data}

@@ -8,11 +8,13 @@ from emulator.domain import payloads as domain
 
 def create_payload_upload_url(req: Request) -> Reply:
     with req.tx() as (state, ctx):
-        payload = domain.create_upload(req.runtime.store, state, ctx, req.path["session_id"])
-        return 200, {"payload_id": payload.id, "upload_url": f"{req.base_url}/_files/payloads/{payload.upload_token}"}
+        payload = domain.create_upload(state, ctx, req.path["session_id"])
+        token = req.presign("payload-upload", payload.id, ctx.now)
+    return 200, {"payload_id": payload.id, "upload_url": f"{req.base_url}/_files/payloads/{token}"}
 
 
 def create_payload_download_url(req: Request) -> Reply:
-    with req.tx() as (state, _ctx):
+    with req.tx() as (state, ctx):
         payload = domain.download(state, req.path["session_id"], req.path["payload_id"])
-        return 200, {"download_url": f"{req.base_url}/_files/payloads/{payload.upload_token}"}
+        token = req.presign("payload-download", payload.id, ctx.now)
+    return 200, {"download_url": f"{req.base_url}/_files/payloads/{token}"}

@@ -7,8 +7,8 @@ from typing import Any
 from emulator.clock import rfc3339
 from emulator.domain import checkpoints as checkpoints_domain
 from emulator.domain.model_resources import queue_position
-from emulator.domain.records import Checkpoint, ModelResource, Operation, Session, ShapingJob
 from emulator.store import TenantState
+from emulator.store.records import Checkpoint, ModelResource, Operation, Session, ShapingJob
 
 
 def _error(err: dict[str, Any] | None) -> dict[str, Any] | None:

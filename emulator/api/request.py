@@ -19,16 +19,19 @@ if TYPE_CHECKING:
     from emulator.runtime import Runtime
 
 Reply = tuple[int, Any] | tuple[int, Any, dict[str, str]]
+READ_METHODS = frozenset({"GET", "HEAD"})
 
 
 class Request:
-    __slots__ = ("runtime", "principal", "path", "query", "headers", "body", "base_url", "operation_id")
+    __slots__ = ("runtime", "principal", "method", "path", "query", "headers", "body", "base_url", "operation_id")
 
     def __init__(self, runtime: Runtime, principal: Principal | None, operation_id: str, path: dict[str, str],
-                 query: dict[str, str], headers: dict[str, str], body: Any, base_url: str) -> None:
+                 query: dict[str, str], headers: dict[str, str], body: Any, base_url: str,
+                 method: str = "POST") -> None:
         self.runtime = runtime
         self.principal = principal
         self.operation_id = operation_id
+        self.method = method
         self.path = path
         self.query = query
         self.headers = headers
@@ -37,12 +40,18 @@ class Request:
 
     @contextmanager
     def tx(self) -> Iterator[tuple[TenantState, Ctx]]:
+        """The caller's tenant under its lock, settled to now. Reads (GET) never create a tenant and are
+        not persisted: they only settle the timeline, which a restored state replays the same way."""
         assert self.principal is not None
-        with self.runtime.store.transaction(self.principal.project) as state:
+        with self.runtime.store.transaction(self.principal.project, write=self.method not in READ_METHODS) as state:
             ctx = self.runtime.ctx(self.principal, self.base_url)
             engine.settle(state, ctx)
             yield state, ctx
-        self.runtime.committed(mutating=not self.operation_id.startswith(("get", "list")))
+
+    def presign(self, kind: str, object_id: str, now: float, variant: str | None = None) -> str:
+        """A presigned-URL token for one of the caller's objects (see emulator.store.presigned)."""
+        assert self.principal is not None
+        return self.runtime.store.presigned.issue(self.principal.project, kind, object_id, now, variant=variant)
 
     def json(self) -> dict[str, Any]:
         return self.body if isinstance(self.body, dict) else {}
@@ -54,7 +63,7 @@ class Request:
         try:
             return int(raw)
         except ValueError as exc:
-            raise InvalidRequest(f"query parameter {name!r} must be an integer", param=name) from exc
+            raise InvalidRequest(f"{name}: query parameter must be an integer", param=name) from exc
 
     def query_set(self, name: str) -> set[str] | None:
         raw = self.query.get(name)

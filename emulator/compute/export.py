@@ -1,6 +1,6 @@
 """Checkpoint download files: real safetensors + JSON config, and their parser.
 
-Emulates what ``GET /v1/rl/checkpoints/{id}/download`` serves (api-surface A.5.3). The files are
+Emulates what ``GET /v1/rl/checkpoints/{id}/download`` serves (docs/api-surface.md A.5.3). The files are
 genuine: ``*.safetensors`` follows the safetensors layout (8-byte little-endian header length, a
 JSON header naming each tensor's dtype, shape and byte range, then raw little-endian data), written
 with numpy only, so any safetensors reader opens them. What they contain is the emulator's bigram

@@ -1,6 +1,6 @@
 """Parsing and validation of the operation bodies the simulated model computes on.
 
-Emulates the trainer's input checks (api-surface A.3.1-A.3.5): model inputs made of
+Emulates the trainer's input checks (docs/api-surface.md A.3.1-A.3.5): model inputs made of
 ``encoded_text`` chunks, ``loss_fn_inputs`` tensors (1-D, ``shape == [len(data)]``, no sparse
 fields, the dtype each key allows, one slot per model-input token), the inputs each loss type
 requires, ``weights`` and ``mask`` never together, tokens inside the vocabulary, finite values, the

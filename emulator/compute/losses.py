@@ -1,6 +1,6 @@
 """The built-in loss functions, computed exactly over the model's per-token log-probabilities.
 
-Emulates the trainer's ``LOSS_TYPE_*`` losses (api-surface A.3.1; formulas as documented for the
+Emulates the trainer's ``LOSS_TYPE_*`` losses (docs/api-surface.md A.3.1; formulas as documented for the
 tinker-compatible losses). Notation, per position ``t`` of the batch: ``lp`` = log-prob of
 ``target_tokens[t]`` under the current weights; ``q`` = ``logprobs`` (the sampler's log-prob);
 ``A`` = ``advantages``; ``ref`` = ``reference_logprobs``; ``r = exp(lp - q)``;

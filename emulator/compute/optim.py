@@ -1,6 +1,6 @@
 """Optimizer step: AdamW or Muon applied to the sparse bigram parameters.
 
-Emulates ``optim-step`` (api-surface A.3.3). The accumulated gradient (in dense-table terms, see
+Emulates ``optim-step`` (docs/api-surface.md A.3.3). The accumulated gradient (in dense-table terms, see
 :mod:`emulator.compute.weights`) is clipped to ``grad_clip_norm`` by its global norm over the whole
 (virtual) ``V x V`` table (unset = 1.0, 0 = off), then:
 

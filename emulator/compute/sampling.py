@@ -1,6 +1,6 @@
 """Sampling from a weights snapshot: temperature, top-k, top-p, max_tokens, stop strings, EOS, seeds.
 
-Emulates the generator (api-surface A.3.5). Each step draws the next token from the row of the
+Emulates the generator (docs/api-surface.md A.3.5). Each step draws the next token from the row of the
 previous token, over the full vocabulary, without touching a vocabulary-sized array: a row is its
 explicit columns plus a block of equal-logit tail tokens, and "the r-th tail token" is found by
 index arithmetic over the row's sorted explicit columns.

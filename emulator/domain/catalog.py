@@ -1,6 +1,6 @@
 """The emulator's catalog of base models (what ``GET /v1/rl/supported-models`` answers).
 
-Emulates the shape of the real catalog (api-surface.md A.6). The model names follow the real
+Emulates the shape of the real catalog (docs/api-surface.md A.6). The model names follow the real
 documentation (``Qwen/Qwen3.8-27B`` is the documented starter model, ``Qwen/Qwen3.5-4B`` the
 generated tests' example, MiniMax-M3 the documented model whose checkpoints have no registry
 upload); limits, vocabulary sizes and prices are illustrative, not the real service's numbers.

@@ -1,6 +1,6 @@
 """Checkpoints: list, get, download (presigned file URLs served by the emulator itself).
 
-Emulates api-surface.md A.5 and C.4. Checkpoints outlive their session; only inference
+Emulates docs/api-surface.md A.5 and C.4. Checkpoints outlive their session; only inference
 checkpoints download; the ADAPTER variant exists only for LoRA checkpoints.
 
 Differences from the real API [inferred]: ``CHECKPOINT_VARIANT_UNSPECIFIED`` is read as MERGED
@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from emulator import compute
 from emulator.clock import rfc3339
 from emulator.domain.common import lookup, page
-from emulator.domain.records import Checkpoint
+from emulator.domain.session_models import checkpoint_spec
 from emulator.errors import FailedPrecondition
 from emulator.store import TenantState
+from emulator.store.records import Checkpoint
 
 ADAPTER = "CHECKPOINT_VARIANT_ADAPTER"
 MERGED = "CHECKPOINT_VARIANT_MERGED"
@@ -46,8 +48,6 @@ def list_(state: TenantState, *, session_id: str | None, type_: str | None, base
 
 def files(state: TenantState, checkpoint_id: str, variant: str) -> tuple[Checkpoint, str, list[tuple[str, bytes]]]:
     """The checkpoint's files for ``variant`` (generated once, then cached)."""
-    from emulator.compute import SessionModel
-
     ckpt = get(state, checkpoint_id)
     if ckpt.type != "CHECKPOINT_TYPE_INFERENCE":
         raise FailedPrecondition(f"checkpoint {ckpt.id} is a training checkpoint; only inference checkpoints can "
@@ -60,10 +60,8 @@ def files(state: TenantState, checkpoint_id: str, variant: str) -> tuple[Checkpo
     key = (ckpt.id, variant)
     cached = state.file_cache.get(key)
     if cached is None:
-        from emulator.domain.operations import model_spec_for_checkpoint
-
-        model = SessionModel.from_state(model_spec_for_checkpoint(ckpt), (ckpt.model_state or {})["model"],
-                                        load_optimizer=False)
+        model = compute.SessionModel.from_state(checkpoint_spec(ckpt), (ckpt.model_state or {})["model"],
+                                                load_optimizer=False)
         cached = model.export_files(variant)
         state.file_cache[key] = cached
     return ckpt, variant, cached

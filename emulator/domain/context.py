@@ -20,5 +20,4 @@ class Ctx:
     principal: Principal
     timing: Timing
     seed: int = 0
-    defects: frozenset[str] = frozenset()
     base_url: str = "http://127.0.0.1:8765"

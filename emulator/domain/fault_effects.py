@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from emulator.domain import model_resources, sessions
+from emulator.domain import cascade, gpu_queue
 from emulator.domain.context import Ctx
 from emulator.domain.lifecycle import TERMINAL, OperationStatus, ResourceStatus, SessionStatus
 from emulator.store import TenantState
@@ -32,14 +32,14 @@ def apply(state: TenantState, ctx: Ctx, effect: dict[str, Any], operation_id: st
         if r.status == ResourceStatus.PENDING.value:
             r.queue_extra = max(0, int(effect["queue_position"]) - 1)
             if r.queue_extra:
-                model_resources.hold_in_queue(state, ctx, r, ctx.now)
+                gpu_queue.hold(state, ctx, r, ctx.now)
             if isinstance(payload, dict) and isinstance(payload.get("status_details"), dict):
-                payload["status_details"]["queue_position"] = model_resources.queue_position(state, r)
+                payload["status_details"]["queue_position"] = gpu_queue.position(state, r)
     if "session_error" in effect and session_id in state.sessions:
         s = state.sessions[session_id]
         if SessionStatus(s.status) not in TERMINAL[SessionStatus]:
-            sessions.fail(state, s, str(effect["session_error"]),
-                          effect.get("message") or "injected fault: the session failed", ctx.now)
+            cascade.fail_session(state, s, str(effect["session_error"]),
+                                 effect.get("message") or "injected fault: the session failed", ctx.now)
     if "resource_error" in effect and resource_id in state.resources:
-        model_resources.fail(state, ctx, state.resources[resource_id], str(effect["resource_error"]),
-                             effect.get("message") or "injected fault: the resource failed", ctx.now)
+        cascade.fail_resource(state, state.resources[resource_id], str(effect["resource_error"]),
+                              effect.get("message") or "injected fault: the resource failed", ctx.now)

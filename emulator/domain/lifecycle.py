@@ -1,6 +1,6 @@
-"""Lifecycles as data: statuses and the only edges the real API documents.
+"""Lifecycles as data: the only status edges the real API documents (the statuses are in the records).
 
-Emulates api-surface.md C.1-C.3 and the shaping job statuses of A.7. Every status change in the
+Emulates docs/api-surface.md C.1-C.3 and the shaping job statuses of A.7. Every status change in the
 emulator goes through :func:`check_edge`, so an illegal transition is a bug that fails loudly
 (and the property tests look for it).
 """
@@ -9,41 +9,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from emulator.store.records import OperationStatus, ResourceStatus, SessionStatus, ShapingStatus
 
-class ResourceStatus(StrEnum):
-    PENDING = "MODEL_RESOURCES_STATUS_PENDING"
-    CREATING = "MODEL_RESOURCES_STATUS_CREATING"
-    READY = "MODEL_RESOURCES_STATUS_READY"
-    STOPPING = "MODEL_RESOURCES_STATUS_STOPPING"
-    STOPPED = "MODEL_RESOURCES_STATUS_STOPPED"
-    ERROR = "MODEL_RESOURCES_STATUS_ERROR"
-
-
-class SessionStatus(StrEnum):
-    CREATING = "TRAINING_SESSION_STATUS_CREATING"
-    RUNNING = "TRAINING_SESSION_STATUS_RUNNING"
-    STOPPING = "TRAINING_SESSION_STATUS_STOPPING"
-    STOPPED = "TRAINING_SESSION_STATUS_STOPPED"
-    EXPIRED = "TRAINING_SESSION_STATUS_EXPIRED"
-    ERROR = "TRAINING_SESSION_STATUS_ERROR"
-
-
-class OperationStatus(StrEnum):
-    PENDING = "TRAINING_OPERATION_STATUS_PENDING"
-    RUNNING = "TRAINING_OPERATION_STATUS_RUNNING"
-    COMPLETED = "TRAINING_OPERATION_STATUS_COMPLETED"
-    FAILED = "TRAINING_OPERATION_STATUS_FAILED"
-
-
-class ShapingStatus(StrEnum):
-    PENDING = "pending"
-    QUEUED = "queued"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    CANCEL_REQUESTED = "cancel_requested"
-    CANCELLED = "cancelled"
-    ERROR = "error"
-    USER_ERROR = "user_error"
+__all__ = ["ACTIVE_SESSION", "TERMINAL", "TRANSITIONS", "IllegalTransition", "OperationStatus", "ResourceStatus",
+           "SessionStatus", "ShapingStatus", "check_edge"]
 
 
 R, S, Op, Q = ResourceStatus, SessionStatus, OperationStatus, ShapingStatus

@@ -1,6 +1,6 @@
 """Model resources: create, list, get, stop, extend-expiry, estimate-cost, and their lifecycle.
 
-Emulates api-surface.md A.1 and C.1. ``PENDING`` (in a per-GPU-type queue whose head leaves every
+Emulates docs/api-surface.md A.1 and C.1. ``PENDING`` (in a per-GPU-type queue whose head leaves every
 ``queue_slot_seconds``) -> ``CREATING`` -> ``READY`` -> ``STOPPING`` -> ``STOPPED``; ``ERROR`` only
 through fault effects. ``expires_at`` = last activity + ``inactive_timeout``, never earlier; at
 expiry the resource stops and its active sessions become ``EXPIRED``; never while an operation of
@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from emulator.domain import cascade, gpu_queue
 from emulator.domain.catalog import BY_NAME, GPU_TYPE, CatalogModel
-from emulator.domain.common import error_detail, lookup, page, transition
+from emulator.domain.common import lookup, page, transition
 from emulator.domain.context import Ctx
-from emulator.domain.lifecycle import ACTIVE_SESSION, ResourceStatus, SessionStatus
-from emulator.domain.records import ModelResource
+from emulator.domain.lifecycle import ResourceStatus, SessionStatus
 from emulator.errors import FailedPrecondition, InvalidRequest
 from emulator.store import TenantState
+from emulator.store.records import ModelResource
 
 R = ResourceStatus
 DEFAULT_INACTIVE_TIMEOUT = 3600
@@ -79,19 +80,15 @@ def _validated_settings(state: TenantState, body: dict[str, Any]) -> dict[str, A
 def create(state: TenantState, ctx: Ctx, body: dict[str, Any]) -> ModelResource:
     s = _validated_settings(state, body)
     now = ctx.now
-    queue_exit = max(now, state.gpu_queue_tail.get(s["gpu_type"], now)) + ctx.timing.queue_slot_seconds
-    state.gpu_queue_tail[s["gpu_type"]] = queue_exit
     r = ModelResource(
         id=state.ids.uuid("model_resources"), created_by=ctx.principal.user, base_model=s["base_model"],
         lora_enabled=s["lora_enabled"], gpu_type=s["gpu_type"], num_generator_replicas=s["num_generator_replicas"],
         optimizer_config=s["optimizer_config"], inactive_timeout=s["inactive_timeout"],
-        status=R.PENDING.value, created_at=now, updated_at=now, base_weights_ref=s["base_weights_ref"],
-        queue_exit_at=queue_exit)
+        status=R.PENDING.value, created_at=now, updated_at=now, base_weights_ref=s["base_weights_ref"])
     state.resources[r.id] = r
     state.resource_index.add(r.id)
-    state.gpu_queue.setdefault(r.gpu_type, []).append(r.id)
     state.log(now, "model_resources", r.id, None, r.status)
-    state.schedule(queue_exit, "resource.dequeue", r.id)
+    gpu_queue.enter(state, ctx, r)
     return r
 
 
@@ -110,24 +107,7 @@ def list_(state: TenantState, ctx: Ctx, *, status: set[str] | None, created_by: 
     return page(state.resource_index, state.resources, after, limit, None if no_filter else keep)
 
 
-def queue_position(state: TenantState, r: ModelResource) -> int | None:
-    """Older same-GPU resources still waiting, plus one; None once out of the queue."""
-    if r.status != R.PENDING.value:
-        return None
-    waiting = state.gpu_queue.get(r.gpu_type, [])
-    ahead = waiting.index(r.id) if r.id in waiting else 0
-    return ahead + 1 + r.queue_extra
-
-
-def _leave_queue(state: TenantState, r: ModelResource) -> None:
-    waiting = state.gpu_queue.get(r.gpu_type)
-    if waiting and r.id in waiting:
-        waiting.remove(r.id)
-    r.queue_exit_at = None
-
-
-def active_sessions(state: TenantState, r: ModelResource) -> list[Any]:
-    return [state.sessions[sid] for sid in r.session_ids if state.sessions[sid].status in ACTIVE_SESSION]
+queue_position = gpu_queue.position
 
 
 def stop(state: TenantState, ctx: Ctx, resource_id: str, force: bool) -> ModelResource:
@@ -135,25 +115,14 @@ def stop(state: TenantState, ctx: Ctx, resource_id: str, force: bool) -> ModelRe
     if r.status in (R.STOPPING.value, R.STOPPED.value, R.ERROR.value):
         raise FailedPrecondition(f"model resource {r.id} is already {r.status}; it cannot be stopped again",
                                  param="model_resources_id")
-    active = active_sessions(state, r)
+    active = cascade.active_sessions(state, r)
     if active and not force:
         raise FailedPrecondition(
             f"model resource {r.id} still has {len(active)} active training session(s) "
             f"({', '.join(s.id for s in active)}); stop them first or pass force=true",
             param="force")
-    from emulator.domain import sessions
-
-    for s in active:
-        sessions.begin_stop(state, ctx, s, ctx.now)
-    _begin_stop(state, ctx, r, ctx.now)
+    cascade.stop_resource(state, ctx, r, ctx.now)
     return r
-
-
-def _begin_stop(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
-    transition(state, r, R.STOPPING, at)
-    r.expires_at = None
-    _leave_queue(state, r)
-    state.schedule(at + ctx.timing.resource_stopping_seconds, "resource.stopped", r.id)
 
 
 def extend_expiry(state: TenantState, ctx: Ctx, resource_id: str, seconds: int) -> ModelResource:
@@ -205,17 +174,11 @@ def on_dequeue(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> Non
     if r.queue_extra > 0:
         # Fault effect "waits in the queue at position P": each phantom ahead takes one slot.
         r.queue_extra -= 1
-        hold_in_queue(state, ctx, r, at)
+        gpu_queue.hold(state, ctx, r, at)
         return
-    _leave_queue(state, r)
+    gpu_queue.leave(state, r)
     transition(state, r, R.CREATING, at)
     state.schedule(at + ctx.timing.resource_creating_seconds, "resource.ready", r.id)
-
-
-def hold_in_queue(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
-    """The next phantom ahead leaves one queue slot (at least a virtual second) from ``at``."""
-    r.queue_exit_at = at + max(ctx.timing.queue_slot_seconds, 1.0)
-    state.schedule(r.queue_exit_at, "resource.dequeue", r.id)
 
 
 def on_ready(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
@@ -241,33 +204,9 @@ def on_expire(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None
         # Never stops while an operation runs; the operation's finish is activity, which
         # pushes expires_at later and arms the timer again.
         return
-    from emulator.domain import sessions
-
-    for s in active_sessions(state, r):
-        if s.status != SessionStatus.STOPPING.value:
-            sessions.expire(state, s, at)
-    _begin_stop(state, ctx, r, at)
-    state.log(at, "model_resources", r.id, None, r.status, reason="inactive_timeout")
+    cascade.expire_resource(state, ctx, r, at)
 
 
 def on_stopped(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
     if r.status == R.STOPPING.value:
         transition(state, r, R.STOPPED, at)
-
-
-def fail(state: TenantState, ctx: Ctx, r: ModelResource, code: str, message: str, at: float) -> None:
-    """Fault effect: the resource goes to ERROR with ``code``; its sessions follow."""
-    if r.status in (R.STOPPED.value, R.ERROR.value, R.STOPPING.value):
-        return
-    from emulator.domain import sessions
-
-    for s in active_sessions(state, r):
-        if s.status != SessionStatus.STOPPING.value:
-            sessions.fail(state, s, "TRAINING_SESSION_ERROR_CODE_RESOURCE_UNAVAILABLE",
-                          f"model resource {r.id} failed: {message}", at)
-    r.error = error_detail(code, message, at)
-    r.expires_at = None
-    _leave_queue(state, r)
-    transition(state, r, R.ERROR, at)
-
-

@@ -1,6 +1,6 @@
 """Asynchronous training operations: submit, get, the per-session queue and their execution.
 
-Emulates api-surface.md A.3, C.3 and C.4. A submit answers ``PENDING``; operations of one session
+Emulates docs/api-surface.md A.3, C.3 and C.4. A submit answers ``PENDING``; operations of one session
 run one after another in submission order (``PENDING`` -> ``RUNNING`` -> ``COMPLETED | FAILED``),
 each taking the timing profile's duration, which grows with the tokens in the batch. When one
 finishes, the simulated model (:mod:`emulator.compute`) produces its output. ``Idempotency-Key``
@@ -21,30 +21,25 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
+from emulator import compute
+from emulator.compute import INTERNAL_ERROR, ComputeError
 from emulator.domain import checkpoints, model_resources
+from emulator.domain.cascade import SESSION_NOT_ACTIVE
 from emulator.domain.catalog import BY_NAME
 from emulator.domain.common import transition
 from emulator.domain.context import Ctx
 from emulator.domain.lifecycle import OperationStatus, SessionStatus
-from emulator.domain.records import Checkpoint, Operation, Session
+from emulator.domain.session_models import model_spec, session_model
 from emulator.errors import FailedPrecondition, IdempotencyKeyReused, InvalidRequest, NotFound
+from emulator.ids import derive_int
 from emulator.store import TenantState
-
-if TYPE_CHECKING:
-    from emulator.compute import ModelSpec, SessionModel
-
-# emulator.compute (numpy) is imported on first use: it is a fifth of the start-up time.
+from emulator.store.records import Checkpoint, Operation, Session
 
 Op = OperationStatus
-KINDS = ("forward-backward", "custom-forward-backward", "optim-step", "weights-sync", "sample",
-         "inference-checkpoint", "training-checkpoint")
-SESSION_NOT_ACTIVE = "TRAINING_OPERATION_ERROR_CODE_SESSION_NOT_ACTIVE"
-INVALID_INPUT = "TRAINING_OPERATION_ERROR_CODE_INVALID_INPUT"
-INTERNAL_ERROR = "TRAINING_OPERATION_ERROR_CODE_INTERNAL_ERROR"
 
 
 def body_hash(body: dict[str, Any]) -> str:
@@ -60,7 +55,7 @@ def submit(state: TenantState, ctx: Ctx, session_id: str, kind: str, body: dict[
     digest = body_hash(body)
     key = (s.id, kind, idempotency_key)
     existing_id = state.idempotency.get(key)
-    if existing_id is not None and "ignore_idempotency" not in ctx.defects:
+    if existing_id is not None:
         existing = state.operations[existing_id]
         if existing.body_hash != digest:
             raise IdempotencyKeyReused(
@@ -121,21 +116,6 @@ def get(state: TenantState, session_id: str, kind: str, operation_id: str) -> Op
     return op
 
 
-def fail_queue(state: TenantState, s: Session, at: float) -> None:
-    """The session stops: every unfinished operation ends FAILED with SESSION_NOT_ACTIVE."""
-    if not s.queue:
-        return
-    r = state.resources[s.model_resources_id]
-    for op_id in s.queue:
-        op = state.operations[op_id]
-        op.error = {"code": SESSION_NOT_ACTIVE, "message": f"training session {s.id} stopped before the "
-                    "operation finished"}
-        transition(state, op, Op.FAILED, at)
-        r.inflight_ops -= 1
-    s.queue = None
-    s.busy_until = None
-
-
 def _duration(ctx: Ctx, op: Operation) -> float:
     t = ctx.timing
     body = op.body
@@ -173,8 +153,6 @@ def on_complete(state: TenantState, ctx: Ctx, op: Operation, at: float) -> None:
         return
     s = state.sessions[op.session_id]
     r = state.resources[s.model_resources_id]
-    from emulator.compute import ComputeError
-
     if op.fault_code:
         op.error = {"code": op.fault_code, "message": f"operation failed ({op.fault_code}; injected fault)"}
         transition(state, op, Op.FAILED, at)
@@ -197,53 +175,8 @@ def on_complete(state: TenantState, ctx: Ctx, op: Operation, at: float) -> None:
 
 # --- execution -----------------------------------------------------------------------------------
 
-def model_spec(state: TenantState, ctx: Ctx, s: Session) -> ModelSpec:
-    from emulator.compute import ModelSpec
-
-    r = state.resources[s.model_resources_id]
-    cat = BY_NAME[s.base_model]
-    lora = s.lora_config
-    if lora is not None:
-        max_batch, max_seq = cat.lora_max_batch_size, cat.lora_max_seq_length
-    else:
-        max_batch, max_seq = cat.full_max_batch_size or 1, cat.full_max_seq_length or cat.lora_max_seq_length
-    # The base model's weights depend on the base model (and the emulator seed) only, so every session
-    # on one base model starts from the same model and checkpoints resume anywhere it is served.
-    # (A real LoRA adapter starts at zero, so its seed does not change the starting model either.)
-    seed = int.from_bytes(hashlib.sha256(f"{ctx.seed}:{s.base_model}".encode()).digest()[:4], "big")
-    optimizer = "muon" if "muon" in (r.optimizer_config or {}) else "adam"
-    return ModelSpec(vocab_size=cat.vocab_size, max_seq_length=max_seq, max_batch_size=max_batch,
-                     context_length=cat.context_length, lora_rank=None if lora is None else int(lora["rank"]),
-                     lora_alpha=None if lora is None else float(lora.get("alpha") or 16),
-                     train_unembed=bool(True if lora is None else lora.get("train_unembed", True)),
-                     seed=seed, optimizer=optimizer)
-
-
-def model_spec_for_checkpoint(ckpt: Checkpoint) -> ModelSpec:
-    from emulator.compute import ModelSpec
-
-    return ModelSpec(**(ckpt.model_state or {})["spec"])
-
-
-def session_model(state: TenantState, ctx: Ctx, s: Session) -> SessionModel:
-    from emulator.compute import SessionModel
-
-    model = state.models.get(s.id)
-    if model is None:
-        spec = model_spec(state, ctx, s)
-        ckpt = state.checkpoints.get(s.resume_from_checkpoint_id) if s.resume_from_checkpoint_id else None
-        if ckpt is not None and ckpt.model_state is not None:
-            load_opt = ckpt.type == "CHECKPOINT_TYPE_TRAINING" and s.load_optimizer is not False
-            model = SessionModel.from_state(spec, ckpt.model_state["model"], load_optimizer=load_opt)
-        else:
-            model = SessionModel(spec)
-        state.models[s.id] = model
-        state.published[s.id] = (s.applied_weights_version, model.weights())
-    return model
-
-
 def _execute(state: TenantState, ctx: Ctx, s: Session, op: Operation, at: float) -> dict[str, Any]:
-    model = session_model(state, ctx, s)
+    model = session_model(state, ctx.seed, s)
     body = op.body
     kind = op.kind
     if kind == "forward-backward":
@@ -253,8 +186,6 @@ def _execute(state: TenantState, ctx: Ctx, s: Session, op: Operation, at: float)
         return model.custom_forward_backward(body["samples"], body["gradients"])
     if kind == "optim-step":
         step = model.optim_step(body.get("adam_params"), body.get("muon_params"))
-        if "step_decreases" in ctx.defects and s.step > 0:
-            step = s.step - 1
         s.step = step
         s.trainer_step = step
         s.updated_at = max(s.updated_at, at)
@@ -281,19 +212,17 @@ def _execute(state: TenantState, ctx: Ctx, s: Session, op: Operation, at: float)
             s.updated_at = max(s.updated_at, at)
         version, weights = state.published[s.id]
         params = body.get("sampling_params") or {}
-        seed = int.from_bytes(hashlib.sha256(f"{ctx.seed}:{op.id}".encode()).digest()[:4], "big")
+        seed = derive_int(ctx.seed, op.id)
         return model.sample(weights, body["model_inputs"], num_samples=int(body.get("num_samples") or 1),
                             sampling_params=params, prompt_logprobs=bool(body.get("prompt_logprobs")),
                             topk_prompt_logprobs=int(body.get("topk_prompt_logprobs") or 0), seed=seed,
                             version=version)
     if kind in ("inference-checkpoint", "training-checkpoint"):
         return {"checkpoint": _checkpoint(state, ctx, s, model, kind, at)}
-    from emulator.compute import ComputeError
-
     raise ComputeError(INTERNAL_ERROR, f"unknown operation kind {kind}")
 
 
-def _checkpoint(state: TenantState, ctx: Ctx, s: Session, model: SessionModel, kind: str, at: float
+def _checkpoint(state: TenantState, ctx: Ctx, s: Session, model: compute.SessionModel, kind: str, at: float
                 ) -> dict[str, Any]:
     r = state.resources[s.model_resources_id]
     cat = BY_NAME[s.base_model]
@@ -302,7 +231,7 @@ def _checkpoint(state: TenantState, ctx: Ctx, s: Session, model: SessionModel, k
                       type="CHECKPOINT_TYPE_TRAINING" if training else "CHECKPOINT_TYPE_INFERENCE",
                       base_model=s.base_model, step=s.step, created_at=at,
                       lora_rank=None if s.lora_config is None else int(s.lora_config["rank"]),
-                      model_state={"spec": asdict(model_spec(state, ctx, s)),
+                      model_state={"spec": asdict(model_spec(state, ctx.seed, s)),
                                    "model": model.to_state(include_optimizer=training)},
                       created_by=s.created_by)
     if cat.registers_checkpoints:

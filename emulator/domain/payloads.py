@@ -1,25 +1,24 @@
-"""Large-payload offload: upload URLs and download URLs (api-surface.md A.4).
+"""Large-payload offload: upload URLs and download URLs (docs/api-surface.md A.4).
 
 The SDK uploads operation bodies over 0.5 MiB to a presigned URL and submits ``payload_id`` with a
 truncated inline body; the operation then runs on the uploaded bytes. The presigned URLs point at
-the emulator itself (``/_files/payloads/<token>``) and need no auth, like the real ones.
+the emulator itself (``/_files/payloads/<token>``, issued by the handlers) and need no auth, like the
+real ones.
 """
 
 from __future__ import annotations
 
 from emulator.domain.common import lookup
 from emulator.domain.context import Ctx
-from emulator.domain.records import Payload
 from emulator.errors import FailedPrecondition, NotFound
-from emulator.store import Store, TenantState
+from emulator.store import TenantState
+from emulator.store.records import Payload
 
 
-def create_upload(store: Store, state: TenantState, ctx: Ctx, session_id: str) -> Payload:
+def create_upload(state: TenantState, ctx: Ctx, session_id: str) -> Payload:
     lookup(state.sessions, session_id, "training session", "session_id")
-    payload = Payload(id=state.ids.uuid("payload"), session_id=session_id,
-                      upload_token=state.ids.token("", 32, kind="payload-token"), created_at=ctx.now)
+    payload = Payload(id=state.ids.uuid("payload"), session_id=session_id, created_at=ctx.now)
     state.payloads[payload.id] = payload
-    store.presigned[payload.upload_token] = (state.project, "payload", payload.id)
     return payload
 
 

@@ -1,6 +1,6 @@
 """Training sessions: create, list, get, update, stop, and their lifecycle.
 
-Emulates api-surface.md A.2 and C.2. ``CREATING`` -> ``RUNNING`` (once the resource is READY)
+Emulates docs/api-surface.md A.2 and C.2. ``CREATING`` -> ``RUNNING`` (once the resource is READY)
 -> ``STOPPING`` -> ``STOPPED``; ``EXPIRED`` when the resource stops for inactivity; ``ERROR`` when
 the resource fails (fault effects). Sessions take ``base_model`` and ``lora_config`` defaults from
 their resource; a resource holds at most ``max_lora_sessions`` LoRA sessions or one full-weight
@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from emulator.domain import model_resources
+from emulator.domain import cascade, model_resources
 from emulator.domain.catalog import BY_NAME
-from emulator.domain.common import error_detail, lookup, page, page_ids, transition
+from emulator.domain.common import lookup, page, page_ids, transition
 from emulator.domain.context import Ctx
 from emulator.domain.lifecycle import ResourceStatus, SessionStatus
-from emulator.domain.records import Session
 from emulator.errors import AtCapacity, FailedPrecondition, InvalidRequest, NotFound
 from emulator.store import TenantState
+from emulator.store.records import Session
 
 S = SessionStatus
 DEFAULT_LORA = {"rank": 8, "alpha": 16, "dropout": 0.0, "train_unembed": True}
@@ -75,7 +75,7 @@ def create(state: TenantState, ctx: Ctx, body: dict[str, Any]) -> Session:
         if ckpt.type == "CHECKPOINT_TYPE_TRAINING" and load_optimizer is not False:
             step = ckpt.step
     cap = _capacity(r)
-    if len(model_resources.active_sessions(state, r)) >= cap:
+    if len(cascade.active_sessions(state, r)) >= cap:
         raise AtCapacity(f"model resource {r.id} is at capacity: it holds at most {cap} concurrent "
                          f"{'LoRA' if r.lora_enabled else 'full-weight'} session(s); stop one or use another "
                          "resource", headers={"x-should-retry": "false"})
@@ -174,34 +174,8 @@ def _merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 def stop(state: TenantState, ctx: Ctx, session_id: str) -> Session:
     s = get(state, session_id)
-    if s.status in (S.CREATING.value, S.RUNNING.value):
-        begin_stop(state, ctx, s, ctx.now)
+    cascade.stop_session(state, ctx, s, ctx.now)
     return s
-
-
-def begin_stop(state: TenantState, ctx: Ctx, s: Session, at: float) -> None:
-    if s.status not in (S.CREATING.value, S.RUNNING.value):
-        return
-    _fail_unfinished(state, s, at)
-    transition(state, s, S.STOPPING, at)
-    state.schedule(at + ctx.timing.session_stopping_seconds, "session.stopped", s.id)
-
-
-def expire(state: TenantState, s: Session, at: float) -> None:
-    _fail_unfinished(state, s, at)
-    transition(state, s, S.EXPIRED, at)
-
-
-def fail(state: TenantState, s: Session, code: str, message: str, at: float) -> None:
-    _fail_unfinished(state, s, at)
-    s.error = error_detail(code, message, at)
-    transition(state, s, S.ERROR, at)
-
-
-def _fail_unfinished(state: TenantState, s: Session, at: float) -> None:
-    from emulator.domain import operations
-
-    operations.fail_queue(state, s, at)
 
 
 def on_running(state: TenantState, ctx: Ctx, s: Session, at: float) -> None:

@@ -1,4 +1,4 @@
-"""The ``/v1/shaping`` group: prepare-for-FP4-inference (quantization) jobs (api-surface.md A.7).
+"""The ``/v1/shaping`` group: prepare-for-FP4-inference (quantization) jobs (docs/api-surface.md A.7).
 
 Emulates: create (the model must be in the project's registry, i.e. produced by one of its
 inference checkpoints; 400 otherwise), estimate, list, get, cancel and events. A job walks
@@ -18,9 +18,9 @@ from emulator.clock import rfc3339
 from emulator.domain.common import lookup, transition
 from emulator.domain.context import Ctx
 from emulator.domain.lifecycle import TERMINAL, ShapingStatus
-from emulator.domain.records import ShapingJob
 from emulator.errors import FailedPrecondition, InvalidRequest
 from emulator.store import TenantState
+from emulator.store.records import ShapingJob
 
 Q = ShapingStatus
 # Each phase: (status after it, events it adds).

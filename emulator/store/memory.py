@@ -13,12 +13,15 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from emulator.clock import rfc3339
 from emulator.ids import IdFactory
+from emulator.store.presigned import Presigned
+from emulator.store.records import Checkpoint, ModelResource, Operation, Payload, Session, ShapingJob
 
-STATE_FORMAT = "together-rl-emulator/state"
-STATE_VERSION = 1
+if TYPE_CHECKING:
+    from emulator.compute import SessionModel, Weights
 
 
 class OrderedIndex:
@@ -93,8 +96,6 @@ class EventLog:
 
     @staticmethod
     def _render(entry: tuple[Any, ...]) -> dict[str, Any]:
-        from emulator.clock import rfc3339
-
         if len(entry) == 3:
             return {**entry[2], "seq": entry[0]}
         seq, tenant, at, kind, obj_id, old, new, extra = entry
@@ -123,12 +124,12 @@ class TenantState:
         self.project = project
         self.ids = IdFactory(seed, project)
         self.events = events
-        self.resources: dict[str, Any] = {}
-        self.sessions: dict[str, Any] = {}
-        self.operations: dict[str, Any] = {}
-        self.checkpoints: dict[str, Any] = {}
-        self.payloads: dict[str, Any] = {}
-        self.shaping_jobs: dict[str, Any] = {}
+        self.resources: dict[str, ModelResource] = {}
+        self.sessions: dict[str, Session] = {}
+        self.operations: dict[str, Operation] = {}
+        self.checkpoints: dict[str, Checkpoint] = {}
+        self.payloads: dict[str, Payload] = {}
+        self.shaping_jobs: dict[str, ShapingJob] = {}
         self.registry: dict[str, dict[str, Any]] = {}     # model registry: ml_ id -> artifact info
         self.resource_index = OrderedIndex()
         self.session_index = OrderedIndex()
@@ -137,11 +138,11 @@ class TenantState:
         self.idempotency: dict[tuple[str, str, str], str] = {}
         self.timeline: list[tuple[float, int, str, str]] = []
         self._timeline_seq = 0
-        # Compute objects (not records): live models, published weights, file cache.
-        self.models: dict[str, Any] = {}
-        self.published: dict[str, tuple[int, Any]] = {}
+        # Compute objects (not records): live models, published weights (key: session id, or
+        # "<session id>:pending" for a deferred publish), checkpoint files generated once.
+        self.models: dict[str, SessionModel] = {}
+        self.published: dict[str, tuple[int, Weights]] = {}
         self.file_cache: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
-        self.faults_state: dict[str, Any] = {}
         self.gpu_queue_tail: dict[str, float] = {}        # when the last queued resource leaves, per GPU type
         self.gpu_queue: dict[str, list[str]] = {}         # PENDING resource ids in queue order, per GPU type
         self.lora_configs: dict[tuple[Any, ...], dict[str, Any]] = {}  # interned, shared by sessions
@@ -161,17 +162,20 @@ class TenantState:
 
 
 class Store:
+    """Every tenant's state, one lock per tenant; what changed since the last :meth:`take_dirty`."""
+
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
         self.events = EventLog()
+        self.presigned = Presigned()
         self._tenants: dict[str, TenantState] = {}
         self._locks: dict[str, threading.RLock] = {}
         self._global = threading.Lock()
-        # Presigned-URL tokens (payload uploads, checkpoint files) -> (project, kind, object id).
-        self.presigned: dict[str, tuple[str, str, str]] = {}
+        self._dirty: set[str] = set()      # projects changed since the last persisted write
+        self._reset_all = False            # everything was reset since the last persisted write
         self.on_commit: Callable[[], None] | None = None
 
-    def tenant(self, project: str) -> TenantState:
+    def _tenant(self, project: str) -> TenantState:
         state = self._tenants.get(project)
         if state is None:
             with self._global:
@@ -182,14 +186,33 @@ class Store:
                     self._tenants[project] = state
         return state
 
+    def get(self, project: str) -> TenantState | None:
+        return self._tenants.get(project)
+
     @contextmanager
-    def transaction(self, project: str) -> Iterator[TenantState]:
-        state = self.tenant(project)
+    def transaction(self, project: str, *, write: bool = True) -> Iterator[TenantState]:
+        """The tenant's state under its lock. A read (``write=False``) of a project that has no state
+        yet sees an empty state that is not kept, so reads with new tokens never create tenants."""
+        if not write and project not in self._tenants:
+            yield TenantState(project, self.seed, self.events)
+            return
+        state = self._tenant(project)
         with self._locks[project]:
-            yield state
+            try:
+                yield state
+            finally:
+                if write:
+                    self._dirty.add(project)
 
     def projects(self) -> list[str]:
         return list(self._tenants)
+
+    def put(self, state: TenantState) -> None:
+        """Install a tenant's state built elsewhere (state import)."""
+        with self._global:
+            self._tenants[state.project] = state
+            self._locks.setdefault(state.project, threading.RLock())
+            self._dirty.add(state.project)
 
     def reset(self, project: str | None = None, seed: int | None = None) -> None:
         with self._global:
@@ -199,7 +222,19 @@ class Store:
                 self._tenants.clear()
                 self._locks.clear()
                 self.events.clear()
+                self.presigned.clear()
+                self._reset_all = True
+                self._dirty.clear()
             else:
                 self._tenants.pop(project, None)
                 self._locks.pop(project, None)
                 self.events.clear(project)
+                self.presigned.clear(project)
+                self._dirty.add(project)
+
+    def take_dirty(self) -> tuple[bool, set[str]]:
+        """(everything reset?, projects changed) since the last call; the persistence layer writes them."""
+        with self._global:
+            out = (self._reset_all, self._dirty)
+            self._reset_all, self._dirty = False, set()
+        return out

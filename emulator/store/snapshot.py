@@ -1,48 +1,44 @@
 """Export and import the whole state as one JSON document (the fixture and ``--state-file`` format).
 
 The document holds every tenant's records, list order, idempotency keys, pending timeline events,
-id counters, the model registry, presigned tokens, the clock, and each session's simulated model
-(weights and optimizer) so a restored emulator continues exactly where it stopped.
+id counters, the model registry, each session's simulated model (its spec, weights and optimizer),
+presigned URL grants and the clock, so a restored emulator continues exactly where it stopped.
+
+An imported document is checked completely before anything in the store changes: a JSON Schema built
+from the record classes (types, required fields, status enums, time bounds), then the references
+between records (a session's resource exists, a queued operation exists, ...), then the models. A
+document that fails any check is refused with the first problem's path, and the store stays as it was.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection
+from dataclasses import MISSING, asdict, fields
+from typing import Any
 
-from emulator.clock import parse_rfc3339, rfc3339
-from emulator.domain import records
-from emulator.store.memory import STATE_FORMAT, STATE_VERSION, OrderedIndex, TenantState
+from jsonschema import Draft7Validator
 
-if TYPE_CHECKING:
-    from emulator.runtime import Runtime
+from emulator import compute
+from emulator.clock import MAX_TIME
+from emulator.store import records
+from emulator.store.memory import OrderedIndex, Store, TenantState
+from emulator.store.presigned import KINDS as GRANT_KINDS
 
-TABLES = (("resources", "ModelResource", "resource_index"), ("sessions", "Session", "session_index"),
-          ("operations", "Operation", None), ("checkpoints", "Checkpoint", "checkpoint_index"),
-          ("payloads", "Payload", None), ("shaping_jobs", "ShapingJob", "shaping_index"))
+STATE_FORMAT = "together-rl-emulator/state"
+STATE_VERSION = 2
+
+TABLES = (("resources", records.ModelResource, "resource_index"), ("sessions", records.Session, "session_index"),
+          ("operations", records.Operation, None), ("checkpoints", records.Checkpoint, "checkpoint_index"),
+          ("payloads", records.Payload, None), ("shaping_jobs", records.ShapingJob, "shaping_index"))
 
 
 class StateError(ValueError):
     pass
 
 
-def export_state(runtime: Runtime) -> dict[str, Any]:
-    store = runtime.store
-    runtime.settle_all()
-    tenants = {}
-    for project in store.projects():
-        with store.transaction(project) as state:
-            tenants[project] = _export_tenant(state)
-    return {
-        "format": STATE_FORMAT,
-        "version": STATE_VERSION,
-        "seed": store.seed,
-        "clock": runtime.clock.describe(),
-        "presigned": {k: list(v) for k, v in store.presigned.items()},
-        "tenants": tenants,
-    }
+# --- export -----------------------------------------------------------------------------------------
 
-
-def _export_tenant(state: TenantState) -> dict[str, Any]:
+def export_tenant(state: TenantState) -> dict[str, Any]:
     out: dict[str, Any] = {"ids_counter": state.ids.counter}
     for table, _cls, index in TABLES:
         items = getattr(state, table)
@@ -52,67 +48,209 @@ def _export_tenant(state: TenantState) -> dict[str, Any]:
     out["timeline"] = [[at, event, obj_id] for at, _seq, event, obj_id in sorted(state.timeline)]
     out["registry"] = state.registry
     out["gpu_queue_tail"] = state.gpu_queue_tail
-    out["models"] = {sid: model.to_state() for sid, model in state.models.items()}
-    out["published"] = {key: {"version": version, "weights": _weights_state(weights)}
+    out["models"] = {sid: {"spec": asdict(model.spec), "state": model.to_state()} for sid, model in state.models.items()}
+    out["published"] = {key: {"version": version, "weights": weights.to_state()}
                         for key, (version, weights) in state.published.items()}
     return out
 
 
-def _weights_state(weights: Any) -> Any:
-    return weights.to_state()
+def export_state(store: Store, clock: dict[str, Any]) -> dict[str, Any]:
+    """The whole store; the caller settles every tenant first, so what is due has happened."""
+    tenants = {}
+    for project in store.projects():
+        with store.transaction(project, write=False) as state:
+            tenants[project] = export_tenant(state)
+    return {"format": STATE_FORMAT, "version": STATE_VERSION, "seed": store.seed, "clock": clock,
+            "presigned": store.presigned.export(), "tenants": tenants}
 
 
-def import_state(runtime: Runtime, doc: dict[str, Any]) -> None:
+# --- the schema -------------------------------------------------------------------------------------
+
+_TIME = {"type": "number", "minimum": 0, "maximum": MAX_TIME}
+_SCALARS: dict[str, dict[str, Any]] = {
+    "str": {"type": "string"}, "int": {"type": "integer"}, "float": _TIME, "bool": {"type": "boolean"},
+    "dict[str, Any]": {"type": "object"}, "list[str]": {"type": "array", "items": {"type": "string"}},
+    "list[dict[str, Any]]": {"type": "array", "items": {"type": "object"}},
+    "bytes": {"type": "object", "required": ["__bytes__"], "additionalProperties": False,
+              "properties": {"__bytes__": {"type": "string"}}},
+}
+_ENUMS: dict[type, dict[str, list[str]]] = {
+    records.ModelResource: {"status": [s.value for s in records.ResourceStatus]},
+    records.Session: {"status": [s.value for s in records.SessionStatus]},
+    records.Operation: {"status": [s.value for s in records.OperationStatus], "kind": list(records.OPERATION_KINDS)},
+    records.Checkpoint: {"type": list(records.CHECKPOINT_TYPES)},
+    records.ShapingJob: {"status": [s.value for s in records.ShapingStatus]},
+}
+
+
+def _field_schema(annotation: str) -> dict[str, Any]:
+    parts = [p.strip() for p in annotation.split("|")]
+    base = [p for p in parts if p != "None"]
+    if len(base) != 1 or base[0] not in _SCALARS:
+        raise TypeError(f"no state schema for the annotation {annotation!r}")
+    schema = _SCALARS[base[0]]
+    return {"anyOf": [schema, {"type": "null"}]} if "None" in parts else schema
+
+
+def _record_schema(cls: type) -> dict[str, Any]:
+    props: dict[str, Any] = {}
+    required = []
+    for f in fields(cls):
+        props[f.name] = _field_schema(str(f.type))
+        if f.name in _ENUMS.get(cls, {}):
+            props[f.name] = {"enum": _ENUMS[cls][f.name]}
+        if f.default is MISSING and f.default_factory is MISSING:
+            required.append(f.name)
+    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+
+
+def _state_schema(events: Collection[str]) -> dict[str, Any]:
+    string = {"type": "string"}
+    tenant_props: dict[str, Any] = {table: {"type": "array", "items": _record_schema(cls)} for table, cls, _ in TABLES}
+    tenant_props.update({
+        "ids_counter": {"type": "integer", "minimum": 0},
+        "idempotency": {"type": "array", "items": {"type": "array", "items": string, "minItems": 4, "maxItems": 4}},
+        "timeline": {"type": "array", "items": {"type": "array", "minItems": 3, "maxItems": 3,
+                                                 "items": [_TIME, {"enum": sorted(events)}, string]}},
+        "registry": {"type": "object", "additionalProperties": {"type": "object"}},
+        "gpu_queue_tail": {"type": "object", "additionalProperties": _TIME},
+        "models": {"type": "object", "additionalProperties": {
+            "type": "object", "required": ["spec", "state"], "properties": {"spec": {"type": "object"},
+                                                                           "state": {"type": "object"}}}},
+        "published": {"type": "object", "additionalProperties": {
+            "type": "object", "required": ["version", "weights"],
+            "properties": {"version": {"type": "integer", "minimum": 0}, "weights": {"type": "object"}}}},
+    })
+    grant = {"type": "object", "required": ["project", "kind", "object_id", "expires_at"],
+             "additionalProperties": False,
+             "properties": {"project": string, "kind": {"enum": list(GRANT_KINDS)}, "object_id": string,
+                            "expires_at": _TIME, "variant": {"type": ["string", "null"]}, "used": {"type": "boolean"}}}
+    return {
+        "type": "object",
+        "required": ["format", "version", "tenants"],
+        "properties": {
+            "format": {"const": STATE_FORMAT},
+            "version": {"const": STATE_VERSION},
+            "seed": {"type": "integer"},
+            "clock": {"type": "object", "properties": {"now": {"type": "string", "format": "date-time"}}},
+            "presigned": {"type": "object", "additionalProperties": grant},
+            "tenants": {"type": "object", "additionalProperties": {
+                "type": "object", "properties": tenant_props, "additionalProperties": False}},
+        },
+    }
+
+
+_VALIDATORS: dict[frozenset[str], Draft7Validator] = {}
+
+
+def _validator(events: Collection[str]) -> Draft7Validator:
+    key = frozenset(events)
+    if key not in _VALIDATORS:
+        _VALIDATORS[key] = Draft7Validator(_state_schema(events), format_checker=Draft7Validator.FORMAT_CHECKER)
+    return _VALIDATORS[key]
+
+
+def _where(path: Any) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "the document"
+
+
+def check(doc: Any, events: Collection[str]) -> None:
+    """Raise :class:`StateError` naming the first problem of ``doc`` (schema first, so the messages for
+    the common mistakes, a wrong format or version, are the plain ones)."""
+    if not isinstance(doc, dict):
+        raise StateError("a state document is a JSON object")
     if doc.get("format") != STATE_FORMAT:
         raise StateError(f"not an emulator state document (format must be {STATE_FORMAT!r})")
     if doc.get("version") != STATE_VERSION:
         raise StateError(f"state version {doc.get('version')!r} is not supported (this emulator reads "
                          f"version {STATE_VERSION})")
-    try:
-        built = {project: _import_tenant(runtime, project, data) for project, data in doc["tenants"].items()}
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StateError(f"state document is malformed: {exc!r}") from exc
-    store = runtime.store
+    error = next(iter(sorted(_validator(events).iter_errors(doc), key=lambda e: list(e.absolute_path))), None)
+    if error is not None:
+        raise StateError(f"{_where(error.absolute_path)}: {_short(error.message)}")
+
+
+def _short(message: str, limit: int = 200) -> str:
+    return message if len(message) <= limit else message[:limit] + "..."
+
+
+# --- import -----------------------------------------------------------------------------------------
+
+def import_state(store: Store, doc: Any, events: Collection[str]) -> None:
+    """Replace the store's content with ``doc``; on any problem nothing changes (:class:`StateError`)."""
+    check(doc, events)
+    built = {project: build_tenant(store, project, data) for project, data in doc["tenants"].items()}
     store.reset(None, seed=int(doc.get("seed", store.seed)))
-    for project, state in built.items():
-        store.tenant(project)
-        store._tenants[project] = state  # noqa: SLF001 - the store's own module family
-    store.presigned.update({k: tuple(v) for k, v in (doc.get("presigned") or {}).items()})
-    clock = doc.get("clock") or {}
-    if clock.get("now"):
-        at = parse_rfc3339(clock["now"])
-        if at > runtime.clock.now():
-            runtime.clock.set_time(at)
+    for state in built.values():
+        store.put(state)
+    store.presigned.load(doc.get("presigned") or {})
 
 
-def _import_tenant(runtime: Runtime, project: str, data: dict[str, Any]) -> TenantState:
-    from emulator.compute import SessionModel, Weights
-    from emulator.domain.operations import model_spec
-
-    state = TenantState(project, runtime.store.seed, runtime.store.events)
+def build_tenant(store: Store, project: str, data: dict[str, Any]) -> TenantState:
+    """A tenant's state from its (schema-checked) document; refuses dangling references."""
+    state = TenantState(project, int(store.seed), store.events)
     state.ids.counter = int(data.get("ids_counter", 0))
-    for table, cls_name, index in TABLES:
-        cls = records.RECORD_TYPES[cls_name]
+    for table, cls, index in TABLES:
         target = getattr(state, table)
         idx: OrderedIndex | None = getattr(state, index) if index else None
         for item in data.get(table, []):
             record = records.from_dict(cls, item)
+            if record.id in target:
+                raise StateError(f"tenants.{project}.{table}: the id {record.id!r} appears twice")
             target[record.id] = record
             if idx is not None:
                 idx.add(record.id)
-            if cls_name == "ModelResource" and record.status == "MODEL_RESOURCES_STATUS_PENDING":
+            if cls is records.ModelResource and record.status == records.ResourceStatus.PENDING.value:
                 state.gpu_queue.setdefault(record.gpu_type, []).append(record.id)
+    _check_references(state, project, data)
     state.idempotency = {(a, b, c): v for a, b, c, v in data.get("idempotency", [])}
     for at, event, obj_id in data.get("timeline", []):
         state.schedule(float(at), event, obj_id)
     state.registry = dict(data.get("registry") or {})
     state.gpu_queue_tail = dict(data.get("gpu_queue_tail") or {})
-    ctx = runtime.system_ctx(project)
-    for sid, model_state in (data.get("models") or {}).items():
-        state.models[sid] = SessionModel.from_state(model_spec(state, ctx, state.sessions[sid]), model_state)
-    for key, entry in (data.get("published") or {}).items():
-        state.published[key] = (int(entry["version"]), Weights.from_state(entry["weights"]))
+    try:
+        for sid, entry in (data.get("models") or {}).items():
+            state.models[sid] = compute.SessionModel.from_state(compute.ModelSpec(**entry["spec"]), entry["state"])
+        for key, entry in (data.get("published") or {}).items():
+            state.published[key] = (int(entry["version"]), compute.Weights.from_state(entry["weights"]))
+    except (compute.ComputeError, TypeError, KeyError, ValueError) as exc:
+        raise StateError(f"tenants.{project}: a session model cannot be restored: {exc}") from exc
     return state
 
 
-__all__ = ["StateError", "export_state", "import_state", "rfc3339"]
+def _check_references(state: TenantState, project: str, data: dict[str, Any]) -> None:
+    where = f"tenants.{project}"
+
+    def need(table: dict[str, Any], obj_id: Any, what: str) -> None:
+        if obj_id not in table:
+            raise StateError(f"{where}: {what} names {obj_id!r}, which is not in the document")
+
+    for r in state.resources.values():
+        for sid in r.session_ids:
+            need(state.sessions, sid, f"model resource {r.id}'s session_ids")
+    for s in state.sessions.values():
+        need(state.resources, s.model_resources_id, f"session {s.id}'s model_resources_id")
+        for op_id in s.queue or ():
+            need(state.operations, op_id, f"session {s.id}'s queue")
+        for cid in (s.inference_checkpoint_ids or []) + (s.training_checkpoint_ids or []):
+            need(state.checkpoints, cid, f"session {s.id}'s checkpoints")
+    for op in state.operations.values():
+        need(state.sessions, op.session_id, f"operation {op.id}'s session_id")
+    for p in state.payloads.values():
+        need(state.sessions, p.session_id, f"payload {p.id}'s session_id")
+    for sid in data.get("models") or {}:
+        need(state.sessions, sid, "models")
+    for key in data.get("published") or {}:
+        need(state.sessions, key.removesuffix(":pending"), "published")
+    for _a, _b, _c, op_id in data.get("idempotency", []):
+        need(state.operations, op_id, "an idempotency entry")
+    tables: dict[str, dict[str, Any]] = {"resource": state.resources, "session": state.sessions, "operation": state.operations,
+              "shaping": state.shaping_jobs}
+    for _at, event, obj_id in data.get("timeline", []):
+        need(tables[event.split(".")[0]], obj_id, f"the timeline event {event}")
+
+
+__all__ = ["STATE_FORMAT", "STATE_VERSION", "StateError", "build_tenant", "check", "export_state", "export_tenant",
+           "import_state"]

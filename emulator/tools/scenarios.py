@@ -1,4 +1,4 @@
-"""Named scenarios: seed states built by replaying API calls (``fixtures/scenarios/NAME.yaml``).
+"""Named scenarios: seed states built by replaying API calls (``emulator/fixtures/scenarios/NAME.yaml``).
 
 A scenario is data: a description, the API token whose project it fills, optional clock settings
 and fault rules, and a list of steps. A step calls one operation of ``openapi.yaml`` by its
@@ -7,40 +7,56 @@ or repeats nested steps (``repeat``, ``steps``). Strings like ``"{s1.id}"`` refe
 Every request body and every answer is validated against the spec's schemas while loading, so a
 scenario can never seed a state the real API could not produce.
 
-Loaded with ``serve --scenario NAME`` or ``POST /_emulator/scenarios/NAME``.
+Loaded with ``serve --scenario NAME`` (or ``--scenario path/to/file.yaml``) or
+``POST /_emulator/scenarios/NAME``. The named scenarios ship inside the package and are read through
+``importlib.resources``, so an installed emulator has them too.
 """
 
 from __future__ import annotations
 
+import functools
 import re
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from importlib import resources
+from importlib.resources.abc import Traversable
+from typing import Any
 
 import orjson
+import yaml
 from connexion.json_schema import Draft4RequestValidator, Draft4ResponseValidator, resolve_refs
 
+from emulator import spec
 from emulator.api import handler_for
 from emulator.api.request import Request
+from emulator.config import ConfigError, load_data_file
 from emulator.errors import ApiError
+from emulator.faults import FaultError
+from emulator.runtime import Runtime
 
-if TYPE_CHECKING:
-    from emulator.runtime import Runtime
-
-SCENARIO_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "scenarios"
 _REF = re.compile(r"\{([A-Za-z_][\w-]*)((?:\.[\w-]+)+)\}")
+_NAME = re.compile(r"[\w-]+")
 
 
 class ScenarioError(ValueError):
     pass
 
 
-def available() -> dict[str, str]:
-    import yaml
+def _directory() -> Traversable:
+    return resources.files("emulator").joinpath("fixtures", "scenarios")
 
+
+def _named(name: str) -> Traversable | None:
+    if not _NAME.fullmatch(name):
+        return None
+    path = _directory().joinpath(f"{name}.yaml")
+    return path if path.is_file() else None
+
+
+def available() -> dict[str, str]:
     out = {}
-    for path in sorted(SCENARIO_DIR.glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text()) or {}
-        out[path.stem] = str(doc.get("description", "")).strip()
+    for path in sorted(_directory().iterdir(), key=lambda p: p.name):
+        if path.name.endswith(".yaml"):
+            doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            out[path.name.removesuffix(".yaml")] = str(doc.get("description", "")).strip()
     return out
 
 
@@ -59,15 +75,35 @@ class _Operations:
                 self.ops[op["operationId"]] = (method.upper(), path, body.get("schema"), (ok or {}).get("schema"))
 
 
+@functools.cache
+def _operations() -> _Operations:
+    return _Operations(spec.load_spec(spec.VENDOR))
+
+
+def read(name: str) -> dict[str, Any]:
+    """A named scenario, or a scenario file when ``name`` is a path to a YAML/JSON file."""
+    named = _named(name)
+    if named is not None:
+        try:
+            doc = yaml.safe_load(named.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            raise ScenarioError(f"scenario {name}: not valid YAML: {exc}") from exc
+    elif name.endswith((".yaml", ".yml", ".json")):
+        try:
+            doc = load_data_file(name, "scenario")
+        except ConfigError as exc:
+            raise ScenarioError(str(exc)) from exc
+    else:
+        raise ScenarioError(f"no scenario {name!r}; available: {', '.join(available())} (or a path to a .yaml file)")
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise ScenarioError(f"scenario {name}: the document must be a mapping")
+    return doc
+
+
 def load(runtime: Runtime, name: str) -> dict[str, Any]:
-    import yaml
-
-    from emulator.runtime import SPEC_PATH, load_spec
-
-    path = SCENARIO_DIR / f"{name}.yaml"
-    if not re.fullmatch(r"[\w-]+", name) or not path.exists():
-        raise ScenarioError(f"no scenario {name!r}; available: {', '.join(available())}")
-    doc = yaml.safe_load(path.read_text()) or {}
+    doc = read(name)
     token = str(doc.get("token") or "demo-key")
     principal = runtime.principal_for(token)
     if principal is None:
@@ -75,11 +111,17 @@ def load(runtime: Runtime, name: str) -> dict[str, Any]:
     runtime.store.reset(principal.project)
     clock = doc.get("clock") or {}
     if clock:
-        runtime.clock.configure(mode=clock.get("mode"), speed=clock.get("speed"))
+        try:
+            runtime.clock.configure(mode=clock.get("mode"), speed=clock.get("speed"))
+        except ValueError as exc:
+            raise ScenarioError(f"scenario {name}: clock: {exc}") from exc
     if doc.get("faults"):
         runtime.faults.clear()
-        runtime.faults.load(doc["faults"])
-    ops = _Operations(load_spec(SPEC_PATH))
+        try:
+            runtime.faults.load(doc["faults"])
+        except FaultError as exc:
+            raise ScenarioError(f"scenario {name}: {exc}") from exc
+    ops = _operations()
     saved: dict[str, Any] = {}
     counter = [0]
     _run(runtime, ops, principal, doc.get("steps") or [], saved, counter, name)
@@ -91,10 +133,17 @@ def _run(runtime: Runtime, ops: _Operations, principal: Any, steps: list[Any], s
          counter: list[int], name: str) -> None:
     for i, step in enumerate(steps):
         where = f"scenario {name} step {i + 1}"
+        if not isinstance(step, dict):
+            raise ScenarioError(f"{where}: a step is a mapping")
         if "advance" in step:
-            runtime.clock.advance(float(step["advance"]))
+            try:
+                runtime.clock.advance(float(step["advance"]))
+            except (TypeError, ValueError) as exc:
+                raise ScenarioError(f"{where}: advance: {exc}") from exc
         elif "repeat" in step:
-            for _ in range(int(step["repeat"])):
+            if not isinstance(step["repeat"], int) or not 0 <= step["repeat"] <= 10_000:
+                raise ScenarioError(f"{where}: repeat must be an integer within 0-10000")
+            for _ in range(step["repeat"]):
                 _run(runtime, ops, principal, step.get("steps") or [], saved, counter, name)
         elif "call" in step:
             step = _substitute(step, saved, where)  # once, so the call and its effect see the same ids
@@ -135,7 +184,7 @@ def _call(runtime: Runtime, ops: _Operations, principal: Any, step: dict[str, An
     operation_id = step["call"]
     if operation_id not in ops.ops:
         raise ScenarioError(f"{where}: no operation {operation_id!r} in openapi.yaml")
-    _method, _template, req_schema, resp_schema = ops.ops[operation_id]
+    method, _template, req_schema, resp_schema = ops.ops[operation_id]
     body = step.get("body")
     if body is not None and req_schema is not None:
         errors = sorted(Draft4RequestValidator(req_schema).iter_errors(body), key=str)
@@ -145,7 +194,7 @@ def _call(runtime: Runtime, ops: _Operations, principal: Any, step: dict[str, An
     headers = {"idempotency-key": f"scenario-{counter[0]}"}
     query = {k: str(v) for k, v in (step.get("query") or {}).items()}
     request = Request(runtime, principal, operation_id, step.get("path") or {}, query, headers, body,
-                      f"http://{runtime.config.host}:{runtime.config.port}")
+                      f"http://{runtime.config.host}:{runtime.config.port}", method)
     handler = handler_for(operation_id)
     assert handler is not None
     try:
@@ -158,3 +207,15 @@ def _call(runtime: Runtime, ops: _Operations, principal: Any, step: dict[str, An
         if errors:
             raise ScenarioError(f"{where}: the answer of {operation_id} does not match its schema: {errors[0].message}")
     return payload
+
+
+class Library:
+    """The scenario library as the control plane sees it (:class:`emulator.runtime.ScenarioLibrary`)."""
+
+    @staticmethod
+    def available() -> dict[str, str]:
+        return available()
+
+    @staticmethod
+    def load(runtime: Runtime, name: str) -> dict[str, Any]:
+        return load(runtime, name)

@@ -17,12 +17,15 @@ from __future__ import annotations
 import base64
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 
 from emulator.clock import rfc3339
 from emulator.errors import render_error
+from emulator.http.asgi import ASGIApp, Message, Receive, Scope, Send, lifespan, send_json
 
 REDACTED = "Bearer <redacted>"
 SKIP_HEADERS = {"content-length", "date", "server", "transfer-encoding", "connection"}
@@ -41,7 +44,7 @@ def _decode_body(body: dict[str, str]) -> bytes:
     return body.get("text", "").encode("utf-8")
 
 
-def _request_headers(scope: dict[str, Any]) -> dict[str, str]:
+def _request_headers(scope: Scope) -> dict[str, str]:
     out = {}
     for k, v in scope["headers"]:
         name = k.decode("latin-1").lower()
@@ -53,6 +56,7 @@ def _request_headers(scope: dict[str, Any]) -> dict[str, str]:
 
 class Recorder:
     def __init__(self, path: str, now: Any) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the server's life
         self._now = now
         self._lock = threading.Lock()
@@ -65,11 +69,11 @@ class Recorder:
             self._file.write(orjson.dumps(entry).decode() + "\n")
             self._file.flush()
 
-    async def exchange(self, app: Any, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def exchange(self, app: Any, scope: Scope, receive: Receive, send: Send) -> None:
         """Run ``app`` for one HTTP request, recording what went in and came out."""
         chunks: list[bytes] = []
 
-        async def recv() -> dict[str, Any]:
+        async def recv() -> Message:
             message = await receive()
             if message["type"] == "http.request":
                 chunks.append(message.get("body", b""))
@@ -79,7 +83,7 @@ class Recorder:
         headers: dict[str, str] = {}
         out: list[bytes] = []
 
-        async def snd(message: dict[str, Any]) -> None:
+        async def snd(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
@@ -104,11 +108,11 @@ class Recorder:
 
 
 class RecordingApp:
-    def __init__(self, app: Any, recorder: Recorder) -> None:
+    def __init__(self, app: ASGIApp, recorder: Recorder) -> None:
         self.app = app
         self.recorder = recorder
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -119,15 +123,11 @@ class ProxyApp:
     """Forwards every request to ``upstream`` (token and all) and records the exchange."""
 
     def __init__(self, upstream: str, recorder: Recorder) -> None:
-        import httpx
-
         self.upstream = upstream.rstrip("/")
         self.recorder = recorder
         self.client = httpx.AsyncClient(base_url=self.upstream, timeout=300)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        from emulator.app import lifespan
-
         if scope["type"] == "lifespan":
             await lifespan(receive, send)
             return
@@ -178,8 +178,6 @@ class ReplayApp:
                 "unanswered": list(self.misses)}
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        from emulator.app import lifespan, send_json
-
         if scope["type"] == "lifespan":
             await lifespan(receive, send)
             return

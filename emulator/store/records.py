@@ -1,11 +1,55 @@
-"""The stored objects. Plain slotted classes: small (memory per idle session matters), and
-exported/imported as JSON through :func:`to_dict` / :func:`from_dict` (the state and fixture format).
+"""The stored objects and their statuses. Plain slotted classes: small (memory per idle session
+matters), exported/imported as JSON through :func:`to_dict` / :func:`from_dict` (the state and fixture
+format). Statuses are ``StrEnum``s whose values are the API's strings; records keep the plain string.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from typing import Any
+
+
+class ResourceStatus(StrEnum):
+    PENDING = "MODEL_RESOURCES_STATUS_PENDING"
+    CREATING = "MODEL_RESOURCES_STATUS_CREATING"
+    READY = "MODEL_RESOURCES_STATUS_READY"
+    STOPPING = "MODEL_RESOURCES_STATUS_STOPPING"
+    STOPPED = "MODEL_RESOURCES_STATUS_STOPPED"
+    ERROR = "MODEL_RESOURCES_STATUS_ERROR"
+
+
+class SessionStatus(StrEnum):
+    CREATING = "TRAINING_SESSION_STATUS_CREATING"
+    RUNNING = "TRAINING_SESSION_STATUS_RUNNING"
+    STOPPING = "TRAINING_SESSION_STATUS_STOPPING"
+    STOPPED = "TRAINING_SESSION_STATUS_STOPPED"
+    EXPIRED = "TRAINING_SESSION_STATUS_EXPIRED"
+    ERROR = "TRAINING_SESSION_STATUS_ERROR"
+
+
+class OperationStatus(StrEnum):
+    PENDING = "TRAINING_OPERATION_STATUS_PENDING"
+    RUNNING = "TRAINING_OPERATION_STATUS_RUNNING"
+    COMPLETED = "TRAINING_OPERATION_STATUS_COMPLETED"
+    FAILED = "TRAINING_OPERATION_STATUS_FAILED"
+
+
+class ShapingStatus(StrEnum):
+    PENDING = "pending"
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    CANCEL_REQUESTED = "cancel_requested"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+    USER_ERROR = "user_error"
+
+
+
+OPERATION_KINDS = ("forward-backward", "custom-forward-backward", "optim-step", "weights-sync", "sample",
+                   "inference-checkpoint", "training-checkpoint")
+CHECKPOINT_TYPES = ("CHECKPOINT_TYPE_TRAINING", "CHECKPOINT_TYPE_INFERENCE")
 
 
 @dataclass(slots=True)
@@ -92,7 +136,6 @@ class Checkpoint:
 class Payload:
     id: str
     session_id: str
-    upload_token: str
     data: bytes | None = None
     created_at: float = 0.0
 

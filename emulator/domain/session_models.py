@@ -1,0 +1,54 @@
+"""The simulated model behind each training session: its configuration and its lazy creation.
+
+A session's model (:mod:`emulator.compute`) is built on its first operation, from the base model's
+catalog entry, the session's LoRA config and the resource's optimizer, or restored from the
+checkpoint it resumes. Checkpoints carry the spec they were saved with.
+"""
+
+from __future__ import annotations
+
+from emulator import compute
+from emulator.compute import ModelSpec
+from emulator.domain.catalog import BY_NAME
+from emulator.ids import derive_int
+from emulator.store import TenantState
+from emulator.store.records import Checkpoint, Session
+
+
+def model_spec(state: TenantState, seed: int, s: Session) -> ModelSpec:
+    r = state.resources[s.model_resources_id]
+    cat = BY_NAME[s.base_model]
+    lora = s.lora_config
+    if lora is not None:
+        max_batch, max_seq = cat.lora_max_batch_size, cat.lora_max_seq_length
+    else:
+        max_batch, max_seq = cat.full_max_batch_size or 1, cat.full_max_seq_length or cat.lora_max_seq_length
+    # The base model's weights depend on the base model (and the emulator seed) only, so every session
+    # on one base model starts from the same model and checkpoints resume anywhere it is served.
+    # (A real LoRA adapter starts at zero, so its seed does not change the starting model either.)
+    optimizer = "muon" if "muon" in (r.optimizer_config or {}) else "adam"
+    return ModelSpec(vocab_size=cat.vocab_size, max_seq_length=max_seq, max_batch_size=max_batch,
+                     context_length=cat.context_length, lora_rank=None if lora is None else int(lora["rank"]),
+                     lora_alpha=None if lora is None else float(lora.get("alpha") or 16),
+                     train_unembed=bool(True if lora is None else lora.get("train_unembed", True)),
+                     seed=derive_int(seed, s.base_model), optimizer=optimizer)
+
+
+def checkpoint_spec(ckpt: Checkpoint) -> ModelSpec:
+    return ModelSpec(**(ckpt.model_state or {})["spec"])
+
+
+def session_model(state: TenantState, seed: int, s: Session) -> compute.SessionModel:
+    """The session's model, built (or restored from its resume checkpoint) on first use."""
+    model = state.models.get(s.id)
+    if model is None:
+        spec = model_spec(state, seed, s)
+        ckpt = state.checkpoints.get(s.resume_from_checkpoint_id) if s.resume_from_checkpoint_id else None
+        if ckpt is not None and ckpt.model_state is not None:
+            load_opt = ckpt.type == "CHECKPOINT_TYPE_TRAINING" and s.load_optimizer is not False
+            model = compute.SessionModel.from_state(spec, ckpt.model_state["model"], load_optimizer=load_opt)
+        else:
+            model = compute.SessionModel(spec)
+        state.models[s.id] = model
+        state.published[s.id] = (s.applied_weights_version, model.weights())
+    return model

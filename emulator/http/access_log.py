@@ -1,0 +1,60 @@
+"""``--access-log``: one line per request on stderr.
+
+``METHOD path operationId status duration_ms tenant=<project> key=<redacted> fault=<rule>``. The inner
+layers note what they learn (operation, tenant, fault) in a small record the outermost layer placed in
+the scope; the API key itself is never printed, only its first four characters.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+from emulator.http.asgi import ASGIApp, Message, Receive, Scope, Send
+
+RECORD = "emulator.access"
+
+
+def note(scope: Scope, **values: Any) -> None:
+    record = scope.get(RECORD)
+    if record is not None:
+        record.update(values)
+
+
+def redact(token: str | None) -> str:
+    if not token:
+        return "-"
+    return token[:4] + "..." if len(token) > 8 else "***"
+
+
+class AccessLog:
+    def __init__(self, app: ASGIApp, out: TextIO | None = None) -> None:
+        self.app = app
+        self.out = out
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        record: dict[str, Any] = {}
+        scope[RECORD] = record
+        status = 0
+        started = time.perf_counter()  # a duration, not a reading of the wall clock
+
+        async def send_(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_)
+        finally:
+            ms = (time.perf_counter() - started) * 1000
+            query = scope.get("query_string", b"").decode("latin-1")
+            path = scope["path"] + (f"?{query}" if query else "")
+            line = (f"{scope['method']} {path} {record.get('operation_id') or '-'} {status or '-'} {ms:.1f}ms "
+                    f"tenant={record.get('tenant') or '-'} key={redact(record.get('token'))} "
+                    f"fault={record.get('fault') or '-'}")
+            print(line, file=self.out or sys.stderr, flush=True)

@@ -1,0 +1,92 @@
+"""Small ASGI helpers shared by the emulator's HTTP layer and its tools (no framework on the hot path)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from emulator.errors import PayloadTooLarge, render_error
+
+__all__ = ["ASGIApp", "Message", "Receive", "Scope", "Send", "base_url", "header", "lifespan", "limited_receive",
+           "read_body", "send_error", "send_json"]
+
+JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+async def send_json(send: Send, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+    raw = list(JSON_HEADERS)
+    raw.append((b"content-length", str(len(body)).encode()))
+    for name, value in (headers or {}).items():
+        raw.append((name.lower().encode("latin-1"), value.encode("latin-1")))
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(send: Send, status: int, message: str, *, code: str | None = None, param: str | None = None,
+                     headers: dict[str, str] | None = None) -> None:
+    await send_json(send, status, render_error(status, message, code=code, param=param), headers)
+
+
+async def read_body(receive: Receive) -> bytes:
+    """The whole body, chunked or not; its size limit is enforced by :func:`limited_receive`."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def limited_receive(receive: Receive, limit: int) -> Receive:
+    """A receive channel that refuses bodies over ``limit`` bytes, whether or not they declared a length
+    (chunked uploads have none)."""
+    seen = 0
+
+    async def receive_() -> Message:
+        nonlocal seen
+        message = await receive()
+        seen += len(message.get("body", b""))
+        if seen > limit:
+            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+        return message
+
+    return receive_
+
+
+async def lifespan(receive: Receive, send: Send) -> None:
+    """Acknowledge ASGI start-up and shutdown; nothing needs doing at either."""
+    while True:
+        message = await receive()
+        await send({"type": message["type"] + ".complete"})
+        if message["type"] == "lifespan.shutdown":
+            return
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def base_url(scope: Scope) -> str:
+    host = header(scope, b"host")
+    if not host:
+        server = scope.get("server") or ("127.0.0.1", 80)
+        host = f"{server[0]}:{server[1]}"
+    return f"{scope.get('scheme', 'http')}://{host}"
+
+
+def query_string(scope: Scope) -> str:
+    raw: bytes = scope.get("query_string", b"")
+    return raw.decode("latin-1")
+
+
+def operation_id(scope: Scope) -> str | None:
+    """The operationId connexion's router resolved for this request, if any."""
+    routing: dict[str, Any] = scope.get("extensions", {}).get("connexion_routing", {})
+    return routing.get("operation_id")

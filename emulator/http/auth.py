@@ -1,0 +1,76 @@
+"""Authentication: a bearer API key on every vendor operation, the admin token on the control plane.
+
+The key maps to a principal (:mod:`emulator.tenancy`) that later layers find in the scope; a missing,
+malformed or refused key is a 401 before any validation, as on the real service. The control plane
+(``/_emulator``) needs the admin token (``X-Emulator-Admin-Token``, or as the bearer token) only when
+``--admin-token`` is set.
+"""
+
+from __future__ import annotations
+
+from emulator.domain.context import Principal
+from emulator.errors import Unauthenticated
+from emulator.http.access_log import note
+from emulator.http.asgi import ASGIApp, Receive, Scope, Send, header, operation_id
+from emulator.tenancy import Tenancy
+
+PRINCIPAL = "emulator_principal"
+
+
+def principal(scope: Scope) -> Principal | None:
+    """The caller that :class:`AuthMiddleware` authenticated, if any."""
+    return scope.get("extensions", {}).get(PRINCIPAL)
+
+
+def is_admin_operation(op: str | None) -> bool:
+    return op is not None and op.startswith("admin")
+
+
+def bearer(scope: Scope) -> str | None:
+    auth = header(scope, b"authorization")
+    if auth is None:
+        return None
+    scheme, _, token = auth.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
+def check_admin(scope: Scope, tenancy: Tenancy, given: str | None = None) -> None:
+    """Raise 401 unless the request carries the admin token (when one is configured)."""
+    if not tenancy.admin_required:
+        return
+    if given is None:
+        given = header(scope, b"x-emulator-admin-token") or bearer(scope)
+    if not tenancy.is_admin(given):
+        raise Unauthenticated("the control plane needs the admin token (X-Emulator-Admin-Token header)",
+                              code="invalid_admin_token")
+
+
+class AuthMiddleware:
+    def __init__(self, app: ASGIApp, tenancy: Tenancy) -> None:
+        self.app = app
+        self.tenancy = tenancy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        op = operation_id(scope)
+        if op is not None:
+            note(scope, operation_id=op)
+            if is_admin_operation(op):
+                check_admin(scope, self.tenancy)
+            else:
+                note(scope, token=bearer(scope))
+                caller = scope["extensions"][PRINCIPAL] = self._principal(scope)
+                note(scope, tenant=caller.project)
+        await self.app(scope, receive, send)
+
+    def _principal(self, scope: Scope) -> Principal:
+        auth = header(scope, b"authorization")
+        if not auth:
+            raise Unauthenticated("missing Authorization header; send 'Authorization: Bearer <api key>'")
+        token = bearer(scope)
+        if not token:
+            raise Unauthenticated("malformed Authorization header; expected 'Bearer <api key>'")
+        found = self.tenancy.principal_for(token)
+        if found is None:
+            message = ("the admin token is not an API key" if self.tenancy.is_admin(token) else "invalid API key")
+            raise Unauthenticated(message)
+        return found

@@ -1,0 +1,66 @@
+"""Applies fault rules (:mod:`emulator.faults`) to vendor requests.
+
+Sits after auth (a rule may match the caller) and before validation (an injected 503 answers even a
+malformed request, as an overloaded real service would). A ``status`` effect answers ``ErrorData`` at
+once; state effects are handed to the dispatcher, which applies them after the handler ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from emulator.faults import STATE_EFFECTS, FaultSet
+from emulator.http.access_log import note
+from emulator.http.asgi import ASGIApp, Receive, Scope, Send, header, operation_id, send_error
+from emulator.http.auth import is_admin_operation, principal
+from emulator.store import EventLog
+
+STATE_EFFECT = "emulator_fault"
+
+
+def state_effect(scope: Scope) -> dict[str, Any] | None:
+    return scope.get("extensions", {}).get(STATE_EFFECT)
+
+
+class FaultMiddleware:
+    def __init__(self, app: ASGIApp, faults: FaultSet, events: EventLog) -> None:
+        self.app = app
+        self.faults = faults
+        self.events = events
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        forced = header(scope, b"x-emulator-fault")
+        if not self.faults.rules and forced is None:  # the hot path: no rules, nothing to do
+            await self.app(scope, receive, send)
+            return
+        op = operation_id(scope)
+        if is_admin_operation(op):
+            await self.app(scope, receive, send)
+            return
+        caller = principal(scope)
+        rule = self.faults.pick(op, scope["method"], scope["path"], caller.token if caller else None, forced)
+        if rule is None:
+            await self.app(scope, receive, send)
+            return
+        effect = rule["effect"]
+        extensions = scope.setdefault("extensions", {})
+        note(scope, fault=rule["name"])
+        self.events.append({"type": "fault", "rule": rule["name"], "operation_id": op, "path": scope["path"],
+                            "tenant": caller.project if caller else None})
+        if effect.get("latency_ms"):
+            await asyncio.sleep(float(effect["latency_ms"]) / 1000)
+        if "status" in effect:
+            status = int(effect["status"])
+            headers = {}
+            if effect.get("retry_after") is not None:
+                headers["retry-after"] = str(effect["retry_after"])
+            await send_error(send, status, effect.get("message") or f"injected fault {rule['name']!r}",
+                             code=effect.get("code"), headers=headers)
+            return
+        if any(k in effect for k in STATE_EFFECTS):
+            extensions[STATE_EFFECT] = effect
+        await self.app(scope, receive, send)

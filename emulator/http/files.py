@@ -1,0 +1,85 @@
+"""Presigned object-store URLs, served by the emulator itself without auth.
+
+Emulates the real service's presigned URLs (docs/api-surface.md A.4, A.5.3): ``PUT`` and ``GET``
+``/_files/payloads/<token>`` for large-payload offload, ``GET /_files/checkpoints/<token>/<file>`` for
+checkpoint downloads. The token is the only credential, like a presigned URL's signature; tokens are
+random, expire, and upload tokens work once (:mod:`emulator.store.presigned`). Errors are ``ErrorData``:
+an unknown token is 404, an expired or used one 403.
+"""
+
+from __future__ import annotations
+
+from emulator.domain import checkpoints, payloads
+from emulator.errors import Forbidden, MethodNotAllowed, NotFound
+from emulator.http.asgi import Receive, Scope, Send, read_body, send_json
+from emulator.runtime import Runtime
+from emulator.store.presigned import Grant, GrantRefused
+
+PAYLOADS = "/_files/payloads/"
+CHECKPOINTS = "/_files/checkpoints/"
+
+
+class FileServer:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path, method = scope["path"], scope["method"]
+        if path.startswith(PAYLOADS) and "/" not in path[len(PAYLOADS):]:
+            if method == "PUT":
+                await self._upload(path[len(PAYLOADS):], receive, send)
+            elif method in ("GET", "HEAD"):
+                await self._download_payload(path[len(PAYLOADS):], method, send)
+            else:
+                raise MethodNotAllowed(method, path, ["GET", "HEAD", "PUT"])
+            return
+        token, _, name = path[len(CHECKPOINTS):].partition("/") if path.startswith(CHECKPOINTS) else ("", "", "")
+        if token and name and "/" not in name:
+            if method not in ("GET", "HEAD"):
+                raise MethodNotAllowed(method, path, ["GET", "HEAD"])
+            await self._checkpoint_file(token, name, method, send)
+            return
+        raise NotFound("no such object", code="no_such_object")
+
+    def _grant(self, token: str, kinds: tuple[str, ...]) -> Grant:
+        try:
+            return self.runtime.store.presigned.redeem(token, kinds, self.runtime.clock.now())
+        except GrantRefused as exc:
+            if exc.status == 403:
+                raise Forbidden(exc.message, code="url_refused") from exc
+            raise NotFound(exc.message, code="no_such_object") from exc
+
+    async def _upload(self, token: str, receive: Receive, send: Send) -> None:
+        grant = self._grant(token, ("payload-upload",))
+        data = await read_body(receive)
+        with self.runtime.store.transaction(grant.project) as state:
+            if grant.object_id not in state.payloads:
+                raise NotFound("no such object", code="no_such_object")
+            payloads.put(state, grant.object_id, data)
+        self.runtime.persist(force=True)
+        await send_json(send, 200, b"{}")
+
+    async def _download_payload(self, token: str, method: str, send: Send) -> None:
+        grant = self._grant(token, ("payload-download",))
+        with self.runtime.store.transaction(grant.project, write=False) as state:
+            payload = state.payloads.get(grant.object_id)
+            data = payload.data if payload is not None else None
+        if data is None:
+            raise NotFound("no such object", code="no_such_object")
+        await _send_bytes(send, data, b"application/json", method)
+
+    async def _checkpoint_file(self, token: str, name: str, method: str, send: Send) -> None:
+        grant = self._grant(token, ("checkpoint",))
+        with self.runtime.store.transaction(grant.project, write=False) as state:
+            _, _, files = checkpoints.files(state, grant.object_id, grant.variant or "")
+        for filename, blob in files:
+            if filename == name:
+                await _send_bytes(send, blob, b"application/octet-stream", method)
+                return
+        raise NotFound(f"checkpoint {grant.object_id} has no file {name!r}", code="no_such_object")
+
+
+async def _send_bytes(send: Send, data: bytes, content_type: bytes, method: str) -> None:
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", content_type), (b"content-length", str(len(data)).encode())]})
+    await send({"type": "http.response.body", "body": b"" if method == "HEAD" else data})

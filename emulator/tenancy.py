@@ -1,0 +1,68 @@
+"""Tenancy: which user and project an API key stands for, and the admin token kept apart from them.
+
+By default every token is its own user in its own project (ids derived from the token's hash, so a
+restarted emulator maps a token to the same project); ``--tokens-file`` instead lists the tokens
+and can put several users in one project. The admin token of ``--admin-token`` opens the control
+plane only: it is never an API key, so it cannot read or change any tenant through the vendor API.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import threading
+
+from emulator.config import ConfigError, load_data_file
+from emulator.domain.context import Principal
+
+
+class Tenancy:
+    def __init__(self, tokens: dict[str, Principal] | None = None, admin_token: str | None = None) -> None:
+        self._tokens = tokens
+        self._admin_token = admin_token
+        self._principals: dict[str, Principal] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, tokens_file: str | None, admin_token: str | None) -> Tenancy:
+        return cls(load_tokens(tokens_file) if tokens_file else None, admin_token)
+
+    def principal_for(self, token: str) -> Principal | None:
+        """The caller behind an API key, or None when the key is refused."""
+        if self.is_admin(token):
+            return None
+        if self._tokens is not None:
+            return self._tokens.get(token)
+        principal = self._principals.get(token)
+        if principal is None:
+            digest = hashlib.sha256(token.encode()).hexdigest()[:16]
+            principal = Principal(user=f"user_{digest}", project=f"proj_{digest}", token=token)
+            with self._lock:
+                if len(self._principals) < 100_000:  # a cache; unbounded distinct tokens must not grow memory
+                    self._principals[token] = principal
+        return principal
+
+    def project_for_token(self, token: str) -> str | None:
+        principal = self.principal_for(token)
+        return principal.project if principal else None
+
+    @property
+    def admin_required(self) -> bool:
+        return bool(self._admin_token)
+
+    def is_admin(self, token: str | None) -> bool:
+        expected = self._admin_token
+        return bool(expected and token and hmac.compare_digest(token.encode(), expected.encode()))
+
+
+def load_tokens(path: str) -> dict[str, Principal]:
+    data = load_data_file(path, "--tokens-file") or {}
+    tokens = data.get("tokens") if isinstance(data, dict) else None
+    if not isinstance(tokens, dict):
+        raise ConfigError(f"--tokens-file {path} must map 'tokens' to {{TOKEN: {{user, project}}}}")
+    out = {}
+    for token, who in tokens.items():
+        if not isinstance(who, dict) or not who.get("user") or not who.get("project"):
+            raise ConfigError(f"--tokens-file {path}: token entries need 'user' and 'project'")
+        out[str(token)] = Principal(user=str(who["user"]), project=str(who["project"]), token=str(token))
+    return out
