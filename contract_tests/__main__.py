@@ -11,17 +11,22 @@ Exit status 0 only when the target conforms. Every other option is handed to pyt
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+PROG = "together-rl-contract"
+# What the suite needs beyond the emulator's own dependencies: the `contract` extra.
+NEEDS = ("pytest", "schemathesis", "hypothesis", "requests")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m contract_tests",
+        prog=PROG,
         description="Judge an implementation of Together AI's RL API against openapi.yaml. Unknown options go "
                     "to pytest.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     parser.add_argument("--base-url", help="implementation under test; omitted: start the emulator on a free port")
     parser.add_argument("--token", help="API token of the main tenant (required with --base-url)")
     parser.add_argument("--second-token", help="token of another tenant, for the isolation checks")
@@ -66,10 +71,34 @@ def pytest_args(args: argparse.Namespace, rest: list[str]) -> list[str]:
     return out + rest
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("together-rl-emulator")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def missing_dependency() -> str | None:
+    """The first module of the `contract` extra that cannot be imported, if any."""
+    for name in NEEDS:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            return name
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args, rest = build_parser().parse_known_args(argv)
     if args.base_url and not args.token:
         build_parser().error("--token is required with --base-url")
+    missing = missing_dependency()
+    if missing is not None:
+        print(f"{PROG}: the contract suite needs {missing!r}; install the extra: "
+              "pip install 'together-rl-emulator[contract]'", file=sys.stderr)
+        return 2
     import pytest
 
     from contract_tests.report import RESULTS

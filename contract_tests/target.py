@@ -51,7 +51,7 @@ class EmulatorProcess:
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                     cwd=str(Path(__file__).resolve().parent.parent))
+                                     cwd=self._tmp.name)  # the emulator is found as a package, not by cwd
         atexit.register(self.stop)  # even when pytest is interrupted
         found = threading.Event()
 

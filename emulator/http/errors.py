@@ -16,42 +16,45 @@ import orjson
 from connexion.exceptions import ProblemException
 from starlette.exceptions import HTTPException
 
-from emulator.errors import ApiError, render_error
+from emulator import spec
+from emulator.errors import ApiError, MethodNotAllowed, render_error
 from emulator.http.asgi import ASGIApp, Message, Receive, Scope, Send, send_json
 
 log = logging.getLogger("emulator")
 Rendered = tuple[int, bytes, dict[str, str]]
 
 
-def _api_error(exc: Exception) -> Rendered:
+def _api_error(exc: Exception, scope: Scope) -> Rendered:
     assert isinstance(exc, ApiError)
     return exc.status, orjson.dumps(exc.body()), exc.headers
 
 
-def _undecodable(exc: Exception) -> Rendered:
+def _undecodable(exc: Exception, scope: Scope) -> Rendered:
     # connexion decodes JSON bodies as UTF-8 before the emulator sees them.
     assert isinstance(exc, UnicodeDecodeError)
     return 400, render_error(400, f"request body is not valid UTF-8: {exc.reason}", code="invalid_encoding"), {}
 
 
-def _problem(exc: Exception) -> Rendered:
+def _problem(exc: Exception, scope: Scope) -> Rendered:
     assert isinstance(exc, ProblemException)
     message = str(exc.detail or exc.title or "request rejected")
     return exc.status, render_error(exc.status, message), {}
 
 
-def _http(exc: Exception) -> Rendered:
+def _http(exc: Exception, scope: Scope) -> Rendered:
     assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        # Starlette's router lists the methods of the first route that matched the path only; the spec
+        # knows every operation at the path.
+        return _api_error(MethodNotAllowed(scope["method"], scope["path"], spec.allowed_methods(scope["path"])), scope)
     message = exc.detail if isinstance(exc.detail, str) else "request rejected"
     code = None
     if exc.status_code == 404:
         message, code = "no such endpoint", "unknown_endpoint"
-    elif exc.status_code == 405:
-        message, code = "method not allowed on this endpoint", "method_not_allowed"
     return exc.status_code, render_error(exc.status_code, message, code=code), dict(exc.headers or {})
 
 
-RENDERERS: tuple[tuple[type[Exception], Callable[[Exception], Rendered]], ...] = (
+RENDERERS: tuple[tuple[type[Exception], Callable[[Exception, Scope], Rendered]], ...] = (
     (ApiError, _api_error),
     (UnicodeDecodeError, _undecodable),
     (ProblemException, _problem),
@@ -81,13 +84,13 @@ class ErrorEnvelope:
         except Exception as exc:  # noqa: BLE001 - the one place every error is rendered
             if started:
                 raise
-            status, body, headers = self.render(exc)
+            status, body, headers = self.render(exc, scope)
             await send_json(send, status, body, headers)
 
-    def render(self, exc: Exception) -> Rendered:
+    def render(self, exc: Exception, scope: Scope) -> Rendered:
         for kind, renderer in RENDERERS:
             if isinstance(exc, kind):
-                return renderer(exc)
+                return renderer(exc, scope)
         request_id = f"req_{next(self._request_ids):08d}"
         log.error("unhandled error (%s): %s", request_id, "".join(traceback.format_exception(exc)))
         return 500, render_error(500, f"internal error in the emulator (request id {request_id}); "
