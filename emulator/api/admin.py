@@ -94,6 +94,13 @@ def admin_clear_faults(req: Request) -> Reply:
     return 200, {"data": []}
 
 
+def admin_remove_fault(req: Request) -> Reply:
+    name = req.path["name"]
+    if not req.runtime.faults.remove(name):
+        raise NotFound(f"no fault rule named {name!r}", param="name")
+    return 200, {"data": req.runtime.faults.describe()}
+
+
 def admin_list_scenarios(req: Request) -> Reply:
     from emulator import scenarios
 
