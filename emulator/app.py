@@ -288,6 +288,9 @@ class EmulatorApp:
         from emulator.files import FileServer
 
         self.files = FileServer(runtime)
+        from emulator.ui import Dashboard
+
+        self.ui = ErrorEnvelope(Dashboard(runtime), runtime)  # the dashboard, /_emulator/ui (emulator/ui/)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -303,6 +306,8 @@ class EmulatorApp:
         receive = _limited(receive, limit)
         if path.startswith("/_files/"):
             await self.files(scope, receive, send)
+        elif path == "/_emulator/ui" or path.startswith("/_emulator/ui/"):
+            await self.ui(scope, receive, send)
         elif path.startswith("/docs") or path == "/openapi.json":
             await self.docs()(scope, receive, send)
         else:
