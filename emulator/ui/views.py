@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 EVENT_SCAN = 50_000      # the event log's own capacity: read it all
 RECENT_EVENTS = 200      # newest events sent with a view; the stream adds the rest live
 RECENT_OPERATIONS = 100  # rows of the operations table
-TIMELINE_OPERATIONS = 40 # operations drawn on the timeline (resources and sessions are always drawn)
+TIMELINE_OPERATIONS = 24  # operations drawn on the timeline (resources and sessions are always drawn)
 RECENT_SAMPLES = 10
 MAX_LOSS_POINTS = 2_000  # per session; longer curves are thinned evenly, keeping the last point
 FORWARD_BACKWARD = ("forward-backward", "custom-forward-backward")

@@ -8,6 +8,7 @@
   const tenantMatch = location.pathname.match(/^\/_emulator\/ui\/tenants\/([^/]+)\/?$/);
   const project = tenantMatch ? decodeURIComponent(tenantMatch[1]) : null;
   const PALETTE = ["#2f6fdf", "#d9453b", "#2e9d5b", "#ef8a3c", "#8d6ac8", "#13a3b5", "#b5467a", "#6b7480"];
+  const FINISHED = new Set(["COMPLETED", "FAILED"]);
   const STATUSES = ["PENDING", "CREATING", "READY", "RUNNING", "COMPLETED", "STOPPING", "STOPPED", "EXPIRED", "FAILED", "ERROR"];
   const FAULT_EXAMPLES = {
     "overloaded: the next 2 session creates answer 429": {
@@ -263,10 +264,12 @@
       g.append(svg("text", {class: "label", x: indent, y: y + 12}, name.length > 36 ? `${name.slice(0, 35)}…` : name));
       for (const seg of row.segments) {
         const s = Math.max(start, Date.parse(seg.start));
-        const e = seg.end ? Date.parse(seg.end) : now;
+        // A finished operation is a moment, not a state that lasts: a tick, not a bar to now.
+        const done = row.kind === "operation" && !seg.end && FINISHED.has(short(seg.status));
+        const e = seg.end ? Date.parse(seg.end) : done ? s : now;
         if (e < start) continue;
         const rect = svg("rect", {class: `st-${short(seg.status)}`, x: x(s), y: y + 2, height: rowH - 5,
-                                  width: Math.max(1.5, x(e) - x(s)), rx: 2});
+                                  width: Math.max(done ? 3 : 1.5, x(e) - x(s)), rx: done ? 1 : 2});
         rect.append(svg("title", {}, `${short(seg.status)}  ${seg.start} → ${seg.end || "now"}`));
         g.append(rect);
       }
@@ -297,11 +300,20 @@
     state.faults = faults;
     fill("faults", faults.map((f) => el("tr", {dataset: {name: f.name}},
       el("td", {class: "mono"}, f.name),
-      el("td", {class: "mono", title: JSON.stringify(f, null, 1)},
-        JSON.stringify({match: f.match, trigger: f.trigger, effect: f.effect})),
+      el("td", {class: "rule", title: JSON.stringify(f, null, 1)}, describeRule(f)),
       el("td", {class: "num"}, f.matched),
       el("td", null, el("button", {type: "button", class: "remove", title: `remove ${f.name}`,
                                    onclick: () => removeFault(f.name).catch(fail)}, "Remove")))), "faults-empty");
+  }
+
+  function describeRule(f) {
+    const match = Object.entries(f.match || {}).map(([k, v]) => `${k}=${v}`).join(" ") || "every request";
+    const t = f.trigger || {};
+    const when = "first_n" in t ? `first ${t.first_n}` : "nth" in t ? `call ${t.nth.join(", ")}`
+      : "probability" in t ? `p=${t.probability}` : "always";
+    const effect = Object.entries(f.effect || {})
+      .map(([k, v]) => `${k} ${String(v).replace(/^.*_ERROR_CODE_/, "")}`).join(", ");
+    return [el("div", {class: "mono"}, match), el("div", {class: "muted"}, `${when} → ${effect}`)];
   }
 
   async function removeFault(name) {
