@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -139,6 +139,36 @@ def test_sdk_objects_appear_live_and_the_page_advances_the_clock(realistic: tupl
         expect(lane.locator(f"rect.st-{status}")).to_have_count(1)
     expect(page.locator("#events")).to_contain_text("CREATING → RUNNING")
     assert page.evaluate("window.notReloaded") is True
+
+
+@pytest.fixture(scope="module")
+def system() -> Iterator[tuple[str, Runtime]]:
+    # System clock at 150x: the realistic 225 s of provisioning take 1.5 s of real time.
+    with serve_in_thread(Config(clock="system", speed=150, profile="realistic", validate_responses=True)) as served:
+        yield served
+
+
+@pytest.mark.parametrize("watched", ["system"], indirect=True)
+def test_system_clock_statuses_move_on_screen_and_the_page_stops_the_clock(system: tuple[str, Runtime],
+                                                                            watched: Watched) -> None:
+    from together import Together
+
+    url, runtime = system
+    page, api_key = watched.page, key()
+    r = Together(api_key=api_key, base_url=url).post_training.model_resources.create(base_model=BASE_MODEL)
+    page.goto(tenant_url(url, runtime, api_key))
+    expect(page.locator("#clock-mode")).to_have_text("system")
+    # Nobody calls the API: the page's stream settles the tenant as virtual time passes.
+    expect(status_of(page, "resources", r.id)).to_have_text("READY")
+    shown = page.locator("#clock-now").inner_text()
+    expect(page.locator("#clock-now")).not_to_have_text(shown)  # the clock runs on screen
+
+    page.locator("#clock-mode-input").select_option("manual")
+    page.locator("#clock-speed-input").fill("2")
+    page.get_by_role("button", name="Set").click()
+    expect(page.locator("#clock-mode")).to_have_text("manual")
+    expect(page.locator("#clock-speed")).to_have_text("2")
+    assert runtime.clock.mode == "manual" and runtime.clock.speed == 2
 
 
 @pytest.mark.parametrize("watched", ["instant"], indirect=True)
