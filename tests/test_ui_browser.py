@@ -27,6 +27,7 @@ if reason:
 from playwright.sync_api import Page, expect  # noqa: E402 - only once we know it is installed
 
 pytestmark = [pytest.mark.browser, pytest.mark.sdk]
+expect.set_options(timeout=10_000)  # generous on a loaded 2-core machine; a pass takes well under a second
 BASE_MODEL = "Qwen/Qwen3.8-27B"
 _keys = itertools.count()
 

@@ -93,15 +93,22 @@
 
   // --- loading ---------------------------------------------------------------------------------
   // One fetch at a time; changes arriving meanwhile ask for one more afterwards.
-  let inflight = false, again = false;
+  let inflight = false, again = false, lastLoad = 0, soon = null;
   function refresh() {
     if (inflight) { again = true; return; }
     inflight = true;
     again = false;
+    lastLoad = Date.now();
     load().catch(fail).finally(() => {
       inflight = false;
       if (again) setTimeout(refresh, 150);
     });
+  }
+  // What the stream reports redraws at most once a second: a busy client makes events all the time,
+  // and a view of a big tenant costs the server tens of milliseconds.
+  function refreshSoon() {
+    if (soon) return;
+    soon = setTimeout(() => { soon = null; refresh(); }, Math.max(0, lastLoad + 1000 - Date.now()));
   }
 
   async function load() {
@@ -392,14 +399,14 @@
     source.addEventListener("log", (msg) => {
       const events = JSON.parse(msg.data);
       mergeEvents(events, 0);
-      refresh();
+      refreshSoon();
     });
     source.addEventListener("clock", (msg) => { showClock(JSON.parse(msg.data)); drawTimeline(); });
     source.addEventListener("faults", (msg) => showFaults(JSON.parse(msg.data)));
     source.addEventListener("tenant", (msg) => {
       const exists = JSON.parse(msg.data).exists;
       $("gone").hidden = exists;
-      if (exists) refresh();
+      if (exists) refreshSoon();
     });
   }
 
