@@ -52,7 +52,7 @@ def lookup(runtime: Runtime, api_key: str) -> dict[str, Any]:
 
 
 def tenants(runtime: Runtime) -> dict[str, Any]:
-    """Every project with state, newest activity first, with counts by short status."""
+    """Every project with state, in the order they first called, with counts by short status."""
     out = []
     for project in runtime.store.projects():
         with runtime.store.transaction(project) as state:
