@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8765
 ARGS ?=
 
-.PHONY: serve test unit contract bench lint clean sync-spec
+.PHONY: serve test unit contract bench lint clean sync-spec screenshot
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ $(VENV)/.bench-installed: $(STAMP)
 # Benchmarks against a bare Starlette ceiling; writes bench/results.json and BENCHMARKS.md.
 bench: $(VENV)/.bench-installed
 	$(BIN)/python -m bench
+
+# Regenerate docs/dashboard.png (the README's picture of /_emulator/ui); needs chromium installed.
+screenshot: $(STAMP)
+	$(BIN)/python -m tests.dashboard_screenshot
 
 lint: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

@@ -3,8 +3,8 @@
 Outermost first:
 
 1. :class:`EmulatorApp` - refuses bodies over ``--max-body-bytes`` (413, declared or chunked), then a
-   path switch: presigned file URLs (``/_files/...``, no auth) and the Swagger UI (``/docs``) stay off
-   the hot path; everything else enters the connexion stack.
+   path switch: presigned file URLs (``/_files/...``, no auth), the dashboard (``/_emulator/ui``) and the
+   Swagger UI (``/docs``) stay off the hot path; everything else enters the connexion stack.
 2. ``ErrorEnvelope`` - every exception leaves as ``ErrorData`` with the right status.
 3. connexion ``RoutingMiddleware`` - the operationId from ``openapi.yaml`` (``admin.yaml`` under
    ``/_emulator``).
@@ -40,6 +40,7 @@ from emulator.http.faults import FaultMiddleware
 from emulator.http.files import FileServer
 from emulator.http.validation import FastRequestValidationMiddleware, validator_map
 from emulator.runtime import Runtime
+from emulator.ui import Dashboard, is_dashboard_path
 
 
 def _resolver() -> Resolver:
@@ -73,6 +74,8 @@ class EmulatorApp:
         self.files = ErrorEnvelope(FileServer(runtime))
         self.docs = ErrorEnvelope(DocsApp())
 
+        self.ui = ErrorEnvelope(Dashboard(runtime))
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await lifespan(receive, send)
@@ -86,6 +89,8 @@ class EmulatorApp:
         receive = limited_receive(receive, limit)
         if path.startswith("/_files/"):
             await self.files(scope, receive, send)
+        elif is_dashboard_path(path):
+            await self.ui(scope, receive, send)
         elif is_docs_path(path):
             await self.docs(scope, receive, send)
         else:

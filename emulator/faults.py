@@ -137,6 +137,16 @@ class FaultSet:
             self.rules.clear()
             self.counts.clear()
 
+    def remove(self, name: str) -> bool:
+        """Drop the rule called ``name`` and its counter; False when there is none."""
+        with self._lock:
+            kept = [rule for rule in self.rules if rule["name"] != name]
+            if len(kept) == len(self.rules):
+                return False
+            self.rules[:] = kept
+            self.counts.pop(name, None)
+            return True
+
     def describe(self) -> list[dict[str, Any]]:
         return [{**rule, "matched": self.counts.get(rule["name"], 0)} for rule in self.rules]
 

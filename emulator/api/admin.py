@@ -101,6 +101,13 @@ def admin_clear_faults(req: Request) -> Reply:
     return 200, {"data": []}
 
 
+def admin_remove_fault(req: Request) -> Reply:
+    name = req.path["name"]
+    if not req.runtime.faults.remove(name):
+        raise NotFound(f"no fault rule named {name!r}", param="name")
+    return 200, {"data": req.runtime.faults.describe()}
+
+
 def _scenarios(req: Request) -> ScenarioLibrary:
     library = req.runtime.scenarios
     if library is None:

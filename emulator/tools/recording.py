@@ -26,6 +26,7 @@ import orjson
 from emulator.clock import rfc3339
 from emulator.errors import render_error
 from emulator.http.asgi import ASGIApp, Message, Receive, Scope, Send, lifespan, send_json
+from emulator.ui import is_dashboard_path
 
 REDACTED = "Bearer <redacted>"
 SKIP_HEADERS = {"content-length", "date", "server", "transfer-encoding", "connection"}
@@ -113,7 +114,8 @@ class RecordingApp:
         self.recorder = recorder
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        # The dashboard's pages and event streams are not API traffic (and a stream never ends).
+        if scope["type"] != "http" or is_dashboard_path(scope["path"]):
             await self.app(scope, receive, send)
             return
         await self.recorder.exchange(self.app, scope, receive, send)

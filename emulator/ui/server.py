@@ -1,0 +1,133 @@
+"""The dashboard's ASGI app, mounted by ``EmulatorApp`` at ``/_emulator/ui``.
+
+Routes (GET only):
+
+- ``/_emulator/ui`` and ``/_emulator/ui/tenants/{project}``: the page (one HTML file; its script
+  picks the view from the path). A tenant is addressed by its project id, see :mod:`emulator.ui`.
+- ``/_emulator/ui/api/tenants`` and ``/_emulator/ui/api/tenants/{project}``: the data the page draws
+  (:mod:`emulator.ui.views`); ``/_emulator/ui/api/lookup?api_key=K``: the project of an API key.
+- ``/_emulator/ui/api/stream[?project=P][&since=SEQ]``: server-sent events (:mod:`emulator.ui.stream`).
+- ``/_emulator/ui/static/...``: the page's script, styles and the vendored chart library, read from
+  the installed package with ``importlib.resources``. They hold no state, so like ``/docs`` they need
+  no admin token.
+
+Everything else follows the control plane's rules: with ``--admin-token`` every route needs the token,
+as ``X-Emulator-Admin-Token``, ``Authorization: Bearer``, or (here only, because ``EventSource`` and a
+typed-in address cannot set headers) the ``admin_token`` query parameter. Errors are raised as
+:class:`~emulator.errors.ApiError` and rendered as ``ErrorData`` by the app's error envelope.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from importlib.resources.abc import Traversable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
+
+import orjson
+
+from emulator.errors import InvalidRequest, MethodNotAllowed, NotFound
+from emulator.http.asgi import Receive, Scope, Send
+from emulator.http.auth import check_admin
+from emulator.ui import stream, views
+
+if TYPE_CHECKING:
+    from emulator.runtime import Runtime
+
+UI_PATH = "/_emulator/ui"
+TENANT_PAGE = re.compile(r"/tenants/([^/]+)/?")
+TENANT_DATA = re.compile(r"/api/tenants/([^/]+)")
+CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+                 ".css": "text/css; charset=utf-8", ".png": "image/png"}
+# The page may talk to this server only: no CDN, no web font, nothing from the internet.
+PAGE_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+            "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
+
+
+class Dashboard:
+    def __init__(self, runtime: Runtime, tick_seconds: float = stream.TICK_SECONDS,
+                 stream_seconds: float = stream.STREAM_SECONDS) -> None:
+        self.runtime = runtime
+        self.tick_seconds = tick_seconds
+        self.stream_seconds = stream_seconds
+        self._static: dict[str, Traversable] | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"][len(UI_PATH):] or "/"
+        if scope["method"] != "GET":
+            # Its actions use the control plane (/_emulator/...), like any other client.
+            raise MethodNotAllowed(scope["method"], scope["path"], ["GET"])
+        if path.startswith("/static/"):
+            await self._send_static(send, path[len("/static/"):])
+            return
+        raw_query = scope.get("query_string", b"").decode("latin-1")
+        query = dict(parse_qsl(raw_query, keep_blank_values=True))
+        # The control plane's rule; EventSource cannot set headers, so the token may come as a parameter.
+        check_admin(scope, self.runtime.tenancy, given=query.get("admin_token"))
+        if path == "/":
+            await self._send_static(send, "index.html", csp=True)
+        elif m := TENANT_PAGE.fullmatch(path):
+            views.tenant_exists(self.runtime, m.group(1))
+            await self._send_static(send, "index.html", csp=True)
+        elif path == "/api/tenants":
+            await send_json(send, views.tenants(self.runtime))
+        elif m := TENANT_DATA.fullmatch(path):
+            await send_json(send, views.tenant(self.runtime, m.group(1)))
+        elif path == "/api/lookup":
+            await send_json(send, views.lookup(self.runtime, query.get("api_key") or ""))
+        elif path == "/api/stream":
+            since = _int(dict(scope["headers"]).get(b"last-event-id", b"").decode("latin-1")
+                         or query.get("since") or "0", "since")
+            await stream.run(self.runtime, receive, send, query.get("project") or None, since,
+                             tick_seconds=self.tick_seconds, stream_seconds=self.stream_seconds)
+        else:
+            raise NotFound(f"no dashboard route {scope['path']}", code="unknown_endpoint")
+
+    def _files(self) -> dict[str, Traversable]:
+        """Relative path -> file of every shipped asset; only these names are ever served."""
+        if self._static is None:
+            found: dict[str, Traversable] = {}
+
+            def walk(node: Traversable, prefix: str) -> None:
+                for child in node.iterdir():
+                    if child.is_dir():
+                        walk(child, f"{prefix}{child.name}/")
+                    elif not child.name.startswith("."):
+                        found[prefix + child.name] = child
+
+            walk(resources.files("emulator.ui").joinpath("static"), "")
+            self._static = found
+        return self._static
+
+    async def _send_static(self, send: Any, name: str, csp: bool = False) -> None:
+        file = self._files().get(name)
+        if file is None:
+            raise NotFound(f"no dashboard asset {name!r}", code="unknown_endpoint")
+        suffix = name[name.rfind("."):] if "." in name else ""
+        headers = [(b"content-type", CONTENT_TYPES.get(suffix, "text/plain; charset=utf-8").encode()),
+                   (b"cache-control", b"no-cache"), (b"x-content-type-options", b"nosniff")]
+        if csp:
+            headers.append((b"content-security-policy", PAGE_CSP.encode()))
+        body = file.read_bytes()
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+async def send_json(send: Any, payload: Any) -> None:
+    body = orjson.dumps(payload)
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"cache-control", b"no-store"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _int(raw: str, name: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise InvalidRequest(f"{name} must be an event sequence number (an integer)", param=name) from exc
+    if value < 0:
+        raise InvalidRequest(f"{name} must be >= 0", param=name)
+    return value

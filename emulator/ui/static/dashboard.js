@@ -1,0 +1,468 @@
+// The emulator dashboard: draws /_emulator/ui/api/* data, stays live through the SSE stream, and acts
+// through the ordinary control plane (/_emulator/clock, /faults, /scenarios). No framework, no build.
+"use strict";
+(() => {
+  const BASE = "/_emulator/ui";
+  const ADMIN = "/_emulator";
+  const adminToken = new URLSearchParams(location.search).get("admin_token");
+  const tenantMatch = location.pathname.match(/^\/_emulator\/ui\/tenants\/([^/]+)\/?$/);
+  const project = tenantMatch ? decodeURIComponent(tenantMatch[1]) : null;
+  const PALETTE = ["#2f6fdf", "#d9453b", "#2e9d5b", "#ef8a3c", "#8d6ac8", "#13a3b5", "#b5467a", "#6b7480"];
+  const FINISHED = new Set(["COMPLETED", "FAILED"]);
+  const STATUSES = ["PENDING", "CREATING", "READY", "RUNNING", "COMPLETED", "STOPPING", "STOPPED", "EXPIRED", "FAILED", "ERROR"];
+  const FAULT_EXAMPLES = {
+    "overloaded: the next 2 session creates answer 429": {
+      name: "overloaded", match: {operation_id: "createSession"}, trigger: {first_n: 2},
+      effect: {status: 429, code: "rate_limited", retry_after: 2}},
+    "nan-loss: the 3rd forward-backward fails": {
+      name: "nan-loss", match: {operation_id: "createForwardBackward"}, trigger: {nth: [3]},
+      effect: {operation_fails: "TRAINING_OPERATION_ERROR_CODE_NON_FINITE_LOSS"}},
+    "gpu-queue: the next resource waits at position 6": {
+      name: "gpu-queue", match: {operation_id: "createModelResources"}, trigger: {first_n: 1},
+      effect: {queue_position: 6}},
+    "flaky: 10% of GETs answer 503": {
+      name: "flaky", match: {method: "GET"}, trigger: {probability: 0.1},
+      effect: {status: 503, latency_ms: 200, retry_after: 1}},
+  };
+
+  const $ = (id) => document.getElementById(id);
+  const state = {view: null, clock: null, events: [], lastSeq: 0, faults: [], chart: null, chartKey: ""};
+
+  // --- helpers ---------------------------------------------------------------------------------
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === undefined || value === null) continue;
+      if (key === "class") node.className = value;
+      else if (key === "dataset") Object.assign(node.dataset, value);
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else node.setAttribute(key, value);
+    }
+    for (const child of children.flat()) {
+      if (child === undefined || child === null) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+  const short = (status) => (status || "").replace(/^.*_STATUS_/, "");
+  const badge = (status) => el("span", {class: `badge st-${short(status)}`, title: status}, short(status));
+  const shortId = (id) => (id && id.length > 14 ? `${id.slice(0, 12)}…` : id || "");
+  const idCell = (id) => el("td", {class: "id", title: id}, shortId(id));
+  function time(iso) {
+    if (!iso) return "";
+    const sameDay = state.clock && state.clock.now.slice(0, 10) === iso.slice(0, 10);
+    return sameDay ? iso.slice(11, 23) : iso.replace("T", " ").slice(0, 23);
+  }
+  const timeCell = (iso) => el("td", {class: "mono", title: iso || ""}, time(iso));
+  function withToken(path) {
+    if (!adminToken) return path;
+    return `${path}${path.includes("?") ? "&" : "?"}admin_token=${encodeURIComponent(adminToken)}`;
+  }
+  const tenantUrl = (p) => withToken(`${BASE}/tenants/${encodeURIComponent(p)}`);
+  function fill(tableId, rows, emptyId) {
+    $(tableId).querySelector("tbody").replaceChildren(...rows);
+    if (emptyId) $(emptyId).hidden = rows.length > 0;
+  }
+
+  async function call(method, url, body) {
+    const headers = {};
+    if (adminToken) headers["X-Emulator-Admin-Token"] = adminToken;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const resp = await fetch(url, {method, headers, body: body === undefined ? undefined : JSON.stringify(body)});
+    const text = await resp.text();
+    let data = null;
+    try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
+    if (!resp.ok) {
+      const error = new Error(data && data.error ? data.error.message : `${resp.status} ${text}`);
+      error.status = resp.status;
+      throw error;
+    }
+    return data;
+  }
+
+  let messageTimer = null;
+  function say(text, isError) {
+    const box = $("message");
+    box.textContent = text;
+    box.className = isError ? "error" : "";
+    box.hidden = false;
+    clearTimeout(messageTimer);
+    messageTimer = setTimeout(() => { box.hidden = true; }, isError ? 8000 : 3000);
+  }
+  const fail = (err) => say(err.message || String(err), true);
+
+  // --- loading ---------------------------------------------------------------------------------
+  // One fetch at a time; changes arriving meanwhile ask for one more afterwards.
+  let inflight = false, again = false, lastLoad = 0, soon = null;
+  function refresh() {
+    if (inflight) { again = true; return; }
+    inflight = true;
+    again = false;
+    lastLoad = Date.now();
+    load().catch(fail).finally(() => {
+      inflight = false;
+      if (again) setTimeout(refresh, 150);
+    });
+  }
+  // What the stream reports redraws at most once a second: a busy client makes events all the time,
+  // and a view of a big tenant costs the server tens of milliseconds.
+  function refreshSoon() {
+    if (soon) return;
+    soon = setTimeout(() => { soon = null; refresh(); }, Math.max(0, lastLoad + 1000 - Date.now()));
+  }
+
+  async function load() {
+    if (project) {
+      let view;
+      try {
+        view = await call("GET", `${BASE}/api/tenants/${encodeURIComponent(project)}`);
+      } catch (err) {
+        if (err.status === 404) { $("gone").hidden = false; return; }
+        throw err;
+      }
+      $("gone").hidden = true;
+      state.view = view;
+      showClock(view.clock);
+      mergeEvents(view.events, view.seq);
+      showFaults(view.faults);
+      drawTenant(view);
+    } else {
+      const data = await call("GET", `${BASE}/api/tenants`);
+      showClock(data.clock);
+      mergeEvents(data.events, data.seq);
+      showFaults(data.faults);
+      drawTenants(data.data);
+    }
+    document.body.dataset.seq = String(state.lastSeq);
+  }
+
+  // --- tenants ---------------------------------------------------------------------------------
+  function counts(byStatus) {
+    const parts = Object.entries(byStatus).map(([s, n]) => el("span", {class: `badge st-${s}`, title: s}, `${n} ${s}`));
+    return parts.length ? parts.flatMap((p) => [p, " "]) : ["0"];
+  }
+
+  function drawTenants(rows) {
+    fill("tenants", rows.map((t) => el("tr", {dataset: {project: t.project}},
+      el("td", {class: "id"}, el("a", {href: tenantUrl(t.project)}, t.project)),
+      el("td", {class: "mono"}, t.users.join(", ")),
+      el("td", null, counts(t.resources)), el("td", null, counts(t.sessions)),
+      el("td", {class: "num"}, t.operations), el("td", {class: "num"}, t.checkpoints))), "tenants-empty");
+  }
+
+  async function openKey(key) {
+    const found = await call("GET", `${BASE}/api/lookup?api_key=${encodeURIComponent(key)}`);
+    if (!found.exists) throw new Error(`API key ${key} (project ${found.project}) has no state yet`);
+    location.assign(tenantUrl(found.project));
+  }
+
+  // --- one tenant ------------------------------------------------------------------------------
+  function drawTenant(v) {
+    const sessionsOf = {};
+    for (const s of v.sessions) sessionsOf[s.model_resources_id] = (sessionsOf[s.model_resources_id] || 0) + 1;
+    fill("resources", v.resources.map((r) => el("tr", {dataset: {id: r.id, status: r.status}},
+      idCell(r.id), el("td", null, r.base_model), el("td", {class: "status"}, badge(r.status)),
+      el("td", {class: "num"}, r.status_details && r.status_details.queue_position),
+      timeCell(r.expires_at), el("td", {class: "num"}, sessionsOf[r.id] || 0), timeCell(r.updated_at))));
+    fill("sessions", v.sessions.map((s) => el("tr", {dataset: {id: s.id, status: s.status}},
+      idCell(s.id), el("td", null, s.display_name || ""), idCell(s.model_resources_id),
+      el("td", {class: "status"}, badge(s.status), s.error ? el("div", {class: "err"}, s.error.code) : null),
+      el("td", {class: "num"}, s.step),
+      el("td", {class: "num"}, `${s.policy_state.applied_weights_version} / ${s.policy_state.target_weights_version}`),
+      el("td", {class: "num"}, s.queued_operations), timeCell(s.updated_at))));
+    $("ops-count").textContent = v.operations_total > v.operations.length
+      ? `latest ${v.operations.length} of ${v.operations_total}` : `${v.operations_total}`;
+    fill("operations", v.operations.map((op) => el("tr", {dataset: {id: op.id, status: op.status}},
+      idCell(op.id), idCell(op.session_id), el("td", null, op.kind), el("td", {class: "status"}, badge(op.status)),
+      el("td", {class: op.error ? "err" : "mono", title: op.error ? op.error.message : ""}, result(op)),
+      timeCell(op.created_at), timeCell(op.updated_at))));
+    fill("samples", v.samples.map((smp) => el("tr", {dataset: {id: smp.id}},
+      timeCell(smp.at), idCell(smp.session_id), el("td", {class: "num"}, smp.weights_version),
+      el("td", {class: "mono"}, smp.results.map((r) => el("div", {class: "seq"}, r.prompt.join(" ")))),
+      el("td", {class: "mono"}, smp.results.flatMap((r) => r.sequences.map((seq) => el("div", {class: "seq"},
+        `${seq.tokens.join(" ")} `,
+        el("span", {class: "muted"}, `(${(seq.stop_reason || "").replace("STOP_REASON_", "").toLowerCase()})`))))))));
+    fill("checkpoints", v.checkpoints.map((c) => el("tr", {dataset: {id: c.id}},
+      idCell(c.id), idCell(c.session_id), el("td", null, c.type.replace("CHECKPOINT_TYPE_", "").toLowerCase()),
+      el("td", {class: "num"}, c.step), timeCell(c.created_at))));
+    drawLoss(v.losses);
+    drawTimeline();
+  }
+
+  function result(op) {
+    if (op.error) return op.error.code.replace(/^.*_ERROR_CODE_/, "");
+    if (typeof op.loss === "number") return `loss ${op.loss.toFixed(4)}`;
+    if (op.step !== undefined) return `step ${op.step}`;
+    if (op.weights_version !== undefined) return `weights v${op.weights_version}`;
+    return "";
+  }
+
+  // --- loss chart (uPlot) ----------------------------------------------------------------------
+  function drawLoss(curves) {
+    const box = $("loss-chart");
+    const points = curves.reduce((n, c) => n + c.loss.length, 0);
+    box.dataset.points = String(points);
+    box.dataset.series = String(curves.length);
+    $("loss-empty").hidden = points > 0;
+    if (!points) {
+      if (state.chart) { state.chart.destroy(); state.chart = null; state.chartKey = ""; }
+      return;
+    }
+    const xs = [...new Set(curves.flatMap((c) => c.x))].sort((a, b) => a - b);
+    const data = [xs, ...curves.map((c) => {
+      const at = new Map(c.x.map((x, i) => [x, c.loss[i]]));
+      return xs.map((x) => (at.has(x) ? at.get(x) : null));
+    })];
+    const key = curves.map((c) => `${c.session_id}:${c.label}`).join(",");
+    const width = Math.max(300, box.clientWidth);
+    if (state.chart && state.chartKey === key && state.chart.width === width) {
+      state.chart.setData(data);
+      return;
+    }
+    if (state.chart) state.chart.destroy();
+    state.chart = new uPlot({
+      width, height: 240,
+      scales: {x: {time: false}},
+      axes: [{label: "forward-backward #", stroke: "#6b7480"}, {label: "loss", stroke: "#6b7480"}],
+      series: [{label: "#"}, ...curves.map((c, i) => ({
+        label: c.label, stroke: PALETTE[i % PALETTE.length], width: 2, spanGaps: true,
+        value: (u, v) => (v === null || v === undefined ? "-" : v.toFixed(4)),
+      }))],
+    }, data, box);
+    state.chartKey = key;
+  }
+
+  // --- timeline (SVG) --------------------------------------------------------------------------
+  const SVG = "http://www.w3.org/2000/svg";
+  function svg(tag, attrs, text) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function drawTimeline() {
+    const v = state.view;
+    const box = $("timeline");
+    if (!v || !state.clock) return;
+    const rows = v.timeline.rows;
+    if (!rows.length) { box.replaceChildren(el("p", {class: "empty"}, "Nothing has happened yet.")); return; }
+    const now = Date.parse(state.clock.now);
+    const windowSeconds = Number($("timeline-window").value);
+    let start = windowSeconds ? now - windowSeconds * 1000 : Math.min(...rows.map((r) => Date.parse(r.segments[0].start)));
+    let end = now;
+    if (end - start < 1000) start = end - 1000;
+    const width = Math.max(400, box.clientWidth), labelW = 230, rowH = 17, top = 18;
+    const plotW = width - labelW - 8;
+    const x = (t) => labelW + ((t - start) / (end - start)) * plotW;
+    const root = svg("svg", {width, height: top + rows.length * rowH + 4, viewBox: `0 0 ${width} ${top + rows.length * rowH + 4}`});
+    for (let i = 0; i <= 4; i++) {
+      const t = start + ((end - start) * i) / 4;
+      const gx = x(t);
+      root.append(svg("line", {class: "grid", x1: gx, x2: gx, y1: top - 4, y2: top + rows.length * rowH}));
+      const anchor = i === 0 ? "start" : i === 4 ? "end" : "middle";
+      root.append(svg("text", {class: "axis", x: gx, y: 11, "text-anchor": anchor}, new Date(t).toISOString().slice(11, 19)));
+    }
+    rows.forEach((row, i) => {
+      const y = top + i * rowH;
+      const g = svg("g", {class: `lane lane-${row.kind === "model_resources" ? "resource" : row.kind}`, "data-id": row.id});
+      const indent = row.kind === "model_resources" ? 0 : row.kind === "training_session" ? 10 : 20;
+      const name = row.kind === "operation" ? `${row.label} ${row.id.slice(0, 6)}` : `${row.label} ${shortId(row.id)}`;
+      g.append(svg("text", {class: "label", x: indent, y: y + 12}, name.length > 36 ? `${name.slice(0, 35)}…` : name));
+      for (const seg of row.segments) {
+        const s = Math.max(start, Date.parse(seg.start));
+        // A finished operation is a moment, not a state that lasts: a tick, not a bar to now.
+        const done = row.kind === "operation" && !seg.end && FINISHED.has(short(seg.status));
+        const e = seg.end ? Date.parse(seg.end) : done ? s : now;
+        if (e < start) continue;
+        const rect = svg("rect", {class: `st-${short(seg.status)}`, x: x(s), y: y + 2, height: rowH - 5,
+                                  width: Math.max(done ? 3 : 1.5, x(e) - x(s)), rx: done ? 1 : 2});
+        rect.append(svg("title", {}, `${short(seg.status)}  ${seg.start} → ${seg.end || "now"}`));
+        g.append(rect);
+      }
+      root.append(g);
+    });
+    root.append(svg("line", {class: "nowline", x1: x(now), x2: x(now), y1: top - 4, y2: top + rows.length * rowH}));
+    box.replaceChildren(root);
+  }
+
+  // --- clock -----------------------------------------------------------------------------------
+  function showClock(clock) {
+    state.clock = clock;
+    $("clock-now").textContent = clock.now.replace("T", " ").replace("Z", " UTC");
+    $("clock-mode").textContent = clock.mode;
+    $("clock-speed").textContent = String(clock.speed);
+    document.body.dataset.clock = clock.now;
+    if (document.activeElement !== $("clock-mode-input")) $("clock-mode-input").value = clock.mode;
+    if (document.activeElement !== $("clock-speed-input")) $("clock-speed-input").value = String(clock.speed);
+  }
+
+  async function advance(seconds) {
+    showClock(await call("POST", `${ADMIN}/clock/advance`, {seconds}));
+    refresh();  // the stream would notice within a tick; this shows the result at once
+  }
+
+  // --- faults ----------------------------------------------------------------------------------
+  function showFaults(faults) {
+    state.faults = faults;
+    fill("faults", faults.map((f) => el("tr", {dataset: {name: f.name}},
+      el("td", {class: "mono"}, f.name),
+      el("td", {class: "rule", title: JSON.stringify(f, null, 1)}, describeRule(f)),
+      el("td", {class: "num"}, f.matched),
+      el("td", null, el("button", {type: "button", class: "remove", title: `remove ${f.name}`,
+                                   onclick: () => removeFault(f.name).catch(fail)}, "Remove")))), "faults-empty");
+  }
+
+  function describeRule(f) {
+    const match = Object.entries(f.match || {}).map(([k, v]) => `${k}=${v}`).join(" ") || "every request";
+    const t = f.trigger || {};
+    const when = "first_n" in t ? `first ${t.first_n}` : "nth" in t ? `call ${t.nth.join(", ")}`
+      : "probability" in t ? `p=${t.probability}` : "always";
+    const effect = Object.entries(f.effect || {})
+      .map(([k, v]) => `${k} ${String(v).replace(/^.*_ERROR_CODE_/, "")}`).join(", ");
+    return [el("div", {class: "mono"}, match), el("div", {class: "muted"}, `${when} → ${effect}`)];
+  }
+
+  async function removeFault(name) {
+    await call("DELETE", `${ADMIN}/faults/${encodeURIComponent(name)}`);
+    say(`Removed fault rule ${name}`);
+    showFaults((await call("GET", `${ADMIN}/faults`)).data);
+  }
+
+  async function addFault(text) {
+    let rule;
+    try { rule = JSON.parse(text); } catch (e) { throw new Error(`the rule is not valid JSON: ${e.message}`); }
+    const added = await call("POST", `${ADMIN}/faults`, rule);
+    say(`Added fault rule ${added.data.map((r) => r.name).join(", ")}`);
+    showFaults((await call("GET", `${ADMIN}/faults`)).data);
+  }
+
+  // --- scenarios -------------------------------------------------------------------------------
+  async function loadScenarios() {
+    const list = (await call("GET", `${ADMIN}/scenarios`)).data;
+    $("scenario").replaceChildren(...list.map((s) => el("option", {value: s.name, title: s.description}, s.name)));
+    const describe = () => {
+      const s = list.find((x) => x.name === $("scenario").value);
+      $("scenario-description").textContent = s ? s.description : "";
+    };
+    $("scenario").addEventListener("change", describe);
+    describe();
+  }
+
+  async function loadScenario(name) {
+    const loaded = await call("POST", `${ADMIN}/scenarios/${encodeURIComponent(name)}`);
+    const found = await call("GET", `${BASE}/api/lookup?api_key=${encodeURIComponent(loaded.token)}`);
+    say(`Loaded scenario ${name} into the tenant of API key ${loaded.token}`);
+    if (found.project === project) refresh();
+    else location.assign(tenantUrl(found.project));
+  }
+
+  // --- events ----------------------------------------------------------------------------------
+  function mergeEvents(events, seq) {
+    const fresh = events.filter((e) => e.seq > state.lastSeq);
+    if (fresh.length) {
+      state.events = state.events.concat(fresh).slice(-200);
+      drawEvents();
+    }
+    state.lastSeq = Math.max(state.lastSeq, seq || 0, ...fresh.map((e) => e.seq));
+  }
+
+  function describeEvent(e) {
+    if (e.type === "transition") {
+      const what = e.op_kind ? `${e.kind} ${e.op_kind}` : e.kind;
+      return [el("span", {class: "t"}, time(e.at)), `${what} ${shortId(e.id)} `,
+              e.from ? `${short(e.from)} → ` : "", el("b", null, short(e.to)),
+              e.reason ? ` (${e.reason})` : "", project ? "" : el("span", {class: "muted"}, `  ${e.tenant}`)];
+    }
+    if (e.type === "fault") {
+      return [el("span", {class: "t"}, "fault"), el("span", {class: "fault"}, `${e.rule} `), `${e.operation_id || e.path}`];
+    }
+    return [JSON.stringify(e)];
+  }
+
+  function drawEvents() {
+    $("events").replaceChildren(...state.events.slice().reverse().map((e) => el("li", {dataset: {seq: e.seq}}, describeEvent(e))));
+  }
+
+  // --- the stream ------------------------------------------------------------------------------
+  function connect() {
+    const query = new URLSearchParams({since: String(state.lastSeq)});
+    if (project) query.set("project", project);
+    if (adminToken) query.set("admin_token", adminToken);
+    const source = new EventSource(`${BASE}/api/stream?${query}`);
+    const live = $("live");
+    source.onopen = () => { live.dataset.state = "live"; live.textContent = "live"; };
+    // A stream ends every few seconds and the browser reconnects with Last-Event-ID.
+    source.onerror = () => {
+      if (source.readyState === EventSource.CLOSED) { live.dataset.state = "offline"; live.textContent = "offline"; }
+    };
+    source.addEventListener("log", (msg) => {
+      const events = JSON.parse(msg.data);
+      mergeEvents(events, 0);
+      refreshSoon();
+    });
+    source.addEventListener("clock", (msg) => { showClock(JSON.parse(msg.data)); drawTimeline(); });
+    source.addEventListener("faults", (msg) => showFaults(JSON.parse(msg.data)));
+    source.addEventListener("tenant", (msg) => {
+      const exists = JSON.parse(msg.data).exists;
+      $("gone").hidden = exists;
+      if (exists) refreshSoon();
+    });
+  }
+
+  // --- wiring ----------------------------------------------------------------------------------
+  function wire() {
+    $("home").href = withToken(BASE);
+    if (project) {
+      $("crumb").textContent = project;
+      document.title = `${project} - RL emulator`;
+      $("tenant-panel").hidden = false;
+    } else {
+      $("tenants-panel").hidden = false;
+    }
+    for (const button of document.querySelectorAll("[data-advance]")) {
+      button.addEventListener("click", () => advance(Number(button.dataset.advance)).catch(fail));
+    }
+    $("advance-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const seconds = Number($("advance-seconds").value);
+      if ($("advance-seconds").value === "" || !(seconds >= 0)) { say("seconds must be a number >= 0", true); return; }
+      advance(seconds).catch(fail);
+    });
+    $("clock-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const body = {mode: $("clock-mode-input").value};
+      if ($("clock-speed-input").value !== "") body.speed = Number($("clock-speed-input").value);
+      call("POST", `${ADMIN}/clock`, body).then((clock) => { showClock(clock); refresh(); }).catch(fail);
+    });
+    const examples = $("fault-example");
+    examples.replaceChildren(el("option", {value: ""}, "example rules…"),
+      ...Object.keys(FAULT_EXAMPLES).map((k) => el("option", {value: k}, k)));
+    examples.addEventListener("change", () => {
+      if (examples.value) $("fault-rule").value = JSON.stringify(FAULT_EXAMPLES[examples.value], null, 1);
+    });
+    $("fault-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      addFault($("fault-rule").value).catch(fail);
+    });
+    $("scenario-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      loadScenario($("scenario").value).catch(fail);
+    });
+    $("lookup").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      openKey($("lookup-key").value.trim()).catch(fail);
+    });
+    $("timeline-window").addEventListener("change", drawTimeline);
+    let resizeTimer = null;
+    window.addEventListener("resize", () => {
+      clearTimeout(resizeTimer);
+      resizeTimer = setTimeout(() => { if (state.view) { drawLoss(state.view.losses); drawTimeline(); } }, 150);
+    });
+    $("timeline-legend").replaceChildren(...STATUSES.flatMap((s) => [el("span", {class: `badge st-${s}`}, s), " "]));
+  }
+
+  wire();
+  loadScenarios().catch(fail);
+  load().catch(fail).finally(connect);
+})();

@@ -1,0 +1,102 @@
+"""The dashboard's live feed: server-sent events for one tenant, or for all of them.
+
+Nothing in the emulator runs in the background (statuses are computed when read), so the stream
+itself reads: every tick it settles the tenant's timeline to the clock's now (in system mode this
+is what makes PENDING turn READY on screen with no client calling) and sends what changed since
+the last tick:
+
+- ``log``: the new event-log entries (transitions, faults), at most the newest ``LOG_BATCH``;
+  ``id:`` is the last entry's sequence number, so a reconnecting ``EventSource`` resumes from it
+  (``Last-Event-ID``);
+- ``clock``: ``{"now", "mode", "speed"}`` when it moved;
+- ``faults``: the fault rules with their match counts, when they changed;
+- ``tenant``: ``{"exists": bool}`` when the tenant is reset away or comes back (a scenario reload).
+
+A stream ends after ``STREAM_SECONDS`` and the browser reconnects (``retry:``): uvicorn's graceful
+shutdown waits for open responses, so an unbounded stream would hold ``Ctrl+C`` for as long as a
+dashboard tab is open. The waiting uses ``asyncio`` timeouts only; virtual time comes from the
+runtime's clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from emulator.domain import engine
+from emulator.ui import views
+
+if TYPE_CHECKING:
+    from emulator.runtime import Runtime
+
+TICK_SECONDS = 0.5      # how often the stream settles and looks for changes
+STREAM_SECONDS = 10.0   # then the browser reconnects, resuming from Last-Event-ID
+RETRY_MS = 500
+LOG_BATCH = 200         # the page lists the newest 200 events; older ones in one tick are skipped
+
+
+def sse(event: str, data: Any, seq: int) -> bytes:
+    # orjson never emits a newline, so one data: line carries the whole document.
+    return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, event.encode(), orjson.dumps(data))
+
+
+async def run(runtime: Runtime, receive: Any, send: Any, project: str | None, since: int, *,
+              tick_seconds: float = TICK_SECONDS, stream_seconds: float = STREAM_SECONDS) -> None:
+    if project is not None:
+        views.tenant_exists(runtime, project)  # 404 before the response starts
+    gone = asyncio.Event()
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone.set()
+
+    watcher = asyncio.create_task(watch())
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-store"),
+                            (b"x-accel-buffering", b"no")]})
+    seq, exists = since, True
+    last_clock: Any = None
+    last_faults: Any = None
+    try:
+        await send({"type": "http.response.body", "body": b"retry: %d\n\n" % RETRY_MS, "more_body": True})
+        for _ in range(max(1, round(stream_seconds / tick_seconds))):
+            chunks: list[bytes] = []
+            now_exists = project is None or project in runtime.store.projects()
+            if now_exists != exists:
+                exists = now_exists
+                chunks.append(sse("tenant", {"exists": exists}, seq))
+            if exists:
+                _settle(runtime, project)
+            new = runtime.store.events.since(seq, project, views.EVENT_SCAN)
+            if new:
+                seq = new[-1]["seq"]
+                chunks.append(sse("log", new[-LOG_BATCH:], seq))
+            clock = runtime.clock.describe()
+            if clock != last_clock:
+                last_clock = clock
+                chunks.append(sse("clock", clock, seq))
+            faults = runtime.faults.describe()
+            if faults != last_faults:
+                last_faults = faults
+                chunks.append(sse("faults", faults, seq))
+            if chunks:
+                await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": True})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(gone.wait(), tick_seconds)
+            if gone.is_set():
+                return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        watcher.cancel()
+
+
+def _settle(runtime: Runtime, project: str | None) -> None:
+    if project is None:
+        runtime.settle_all()
+        return
+    with runtime.store.transaction(project, write=False) as state:
+        engine.settle(state, runtime.system_ctx(project))

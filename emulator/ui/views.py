@@ -1,0 +1,216 @@
+"""What the dashboard shows, as JSON built from the runtime: the tenant list and one tenant's view.
+
+Every view settles the tenant's timeline first (as a request does), so statuses are those a client
+would read at the same virtual instant. Resources and sessions are rendered exactly as the API
+answers them (``emulator.api.render``); operations, samples and checkpoints are trimmed to what a
+person reads (the full output of a forward-backward can be megabytes).
+
+Limits: the timeline and the live event list come from the event log, which keeps the last 50,000
+entries of all tenants; objects whose transitions fell out of it (or came from an imported state)
+show one segment from their last change. Only the latest operations are listed and drawn.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from emulator.api import render
+from emulator.clock import rfc3339
+from emulator.domain import engine
+from emulator.errors import InvalidRequest, NotFound
+
+if TYPE_CHECKING:
+    from emulator.runtime import Runtime
+    from emulator.store import TenantState
+
+EVENT_SCAN = 50_000      # the event log's own capacity: read it all
+RECENT_EVENTS = 200      # newest events sent with a view; the stream adds the rest live
+RECENT_OPERATIONS = 100  # rows of the operations table
+TIMELINE_OPERATIONS = 24  # operations drawn on the timeline (resources and sessions are always drawn)
+RECENT_SAMPLES = 10
+MAX_LOSS_POINTS = 2_000  # per session; longer curves are thinned evenly, keeping the last point
+FORWARD_BACKWARD = ("forward-backward", "custom-forward-backward")
+TIMELINE_KINDS = {"model_resources", "training_session", "operation"}
+
+
+def tenant_exists(runtime: Runtime, project: str) -> None:
+    """404 for a project with no state. Checked before any transaction, which would create it."""
+    if project not in runtime.store.projects():
+        raise NotFound(f"no tenant {project!r}: no API key of that project has called the emulator "
+                       "(or it was reset)", param="project", code="unknown_tenant")
+
+
+def lookup(runtime: Runtime, api_key: str) -> dict[str, Any]:
+    """The project an API key belongs to, and whether it has state yet."""
+    if not api_key:
+        raise InvalidRequest("api_key is required", param="api_key")
+    principal = runtime.principal_for(api_key)
+    if principal is None:
+        raise NotFound("that API key is not in the tokens file", param="api_key", code="unknown_api_key")
+    return {"project": principal.project, "user": principal.user,
+            "exists": principal.project in runtime.store.projects()}
+
+
+def tenants(runtime: Runtime) -> dict[str, Any]:
+    """Every project with state, in the order they first called, with counts by short status."""
+    out = []
+    for project in runtime.store.projects():
+        with runtime.store.transaction(project, write=False) as state:
+            engine.settle(state, runtime.system_ctx(project))
+            users = sorted({r.created_by for r in state.resources.values()}
+                           | {s.created_by for s in state.sessions.values()})
+            out.append({
+                "project": project,
+                "users": users,
+                "resources": _count(state.resources.values()),
+                "sessions": _count(state.sessions.values()),
+                "operations": len(state.operations),
+                "checkpoints": len(state.checkpoints),
+            })
+    events = runtime.store.events.since(0, None, EVENT_SCAN)
+    return {"data": out, "clock": runtime.clock.describe(), "seq": events[-1]["seq"] if events else 0,
+            "events": events[-RECENT_EVENTS:], "faults": runtime.faults.describe()}
+
+
+def _count(records: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for record in records:
+        short = short_status(record.status)
+        counts[short] = counts.get(short, 0) + 1
+    return counts
+
+
+def short_status(status: str) -> str:
+    """``MODEL_RESOURCES_STATUS_READY`` -> ``READY`` (the full value stays in the data)."""
+    return status.rsplit("_STATUS_", 1)[-1]
+
+
+def tenant(runtime: Runtime, project: str) -> dict[str, Any]:
+    tenant_exists(runtime, project)
+    with runtime.store.transaction(project, write=False) as state:
+        ctx = runtime.system_ctx(project)
+        engine.settle(state, ctx)
+        now = ctx.now
+        events = runtime.store.events.since(0, project, EVENT_SCAN)
+        ops = list(state.operations.values())
+        view = {
+            "project": project,
+            "now": rfc3339(now),
+            "clock": runtime.clock.describe(),
+            "seq": events[-1]["seq"] if events else 0,
+            "resources": [render.model_resources(state, state.resources[i])
+                          for i in reversed(state.resource_index.ids())],
+            "sessions": [_session(state, state.sessions[i]) for i in reversed(state.session_index.ids())],
+            "operations": [_operation(op) for op in reversed(ops[-RECENT_OPERATIONS:])],
+            "operations_total": len(ops),
+            "losses": _losses(state, ops),
+            "samples": _samples(ops),
+            "checkpoints": [_checkpoint(state.checkpoints[i]) for i in reversed(state.checkpoint_index.ids())],
+            "timeline": _timeline(state, ops[-TIMELINE_OPERATIONS:], events),
+            "events": events[-RECENT_EVENTS:],
+            "faults": runtime.faults.describe(),
+        }
+    return view
+
+
+def _session(state: TenantState, s: Any) -> dict[str, Any]:
+    out = render.session(state, s)
+    out["queued_operations"] = len(s.queue or ())
+    return out
+
+
+def _operation(op: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": op.id, "session_id": op.session_id, "kind": op.kind, "status": op.status,
+                           "created_at": rfc3339(op.created_at), "updated_at": rfc3339(op.updated_at)}
+    if op.output is not None and op.kind in FORWARD_BACKWARD:
+        out["loss"] = op.output.get("loss")
+    elif op.output is not None and op.kind == "optim-step":
+        out["step"] = op.output.get("step")
+    elif op.output is not None and op.kind == "weights-sync":
+        out["weights_version"] = op.output.get("weights_version")
+    if op.error is not None:
+        out["error"] = {"code": op.error.get("code"), "message": op.error.get("message")}
+    return out
+
+
+def _losses(state: TenantState, ops: list[Any]) -> list[dict[str, Any]]:
+    """One curve per session: the loss of each completed forward-backward, in submission order."""
+    curves: dict[str, list[float]] = {}
+    for op in ops:
+        if op.kind in FORWARD_BACKWARD and op.output is not None and isinstance(op.output.get("loss"), float):
+            curves.setdefault(op.session_id, []).append(op.output["loss"])
+    out = []
+    for session_id, losses in curves.items():
+        x = list(range(1, len(losses) + 1))
+        if len(losses) > MAX_LOSS_POINTS:
+            stride = -(-len(losses) // MAX_LOSS_POINTS)
+            keep = list(range(0, len(losses), stride))
+            if keep[-1] != len(losses) - 1:
+                keep.append(len(losses) - 1)
+            x, losses = [x[i] for i in keep], [losses[i] for i in keep]
+        s = state.sessions.get(session_id)
+        out.append({"session_id": session_id, "label": (s.display_name if s is not None else None) or session_id,
+                    "x": x, "loss": losses})
+    return out
+
+
+def _tokens(model_input: dict[str, Any]) -> list[Any]:
+    return [t for chunk in model_input.get("chunks") or () for t in (chunk.get("encoded_text") or {}).get("tokens") or ()]
+
+
+def _samples(ops: list[Any]) -> list[dict[str, Any]]:
+    """The latest completed sample operations: each prompt with its completions."""
+    out = []
+    for op in reversed(ops):
+        if op.kind != "sample" or op.output is None:
+            continue
+        prompts = [_tokens(mi) for mi in op.body.get("model_inputs") or ()]
+        results = op.output.get("results") or ()
+        out.append({
+            "id": op.id, "session_id": op.session_id, "at": rfc3339(op.updated_at),
+            "weights_version": next((seg.get("version") for r in results for seg in r.get("policy_segments") or ()),
+                                    None),
+            "results": [{"prompt": prompt,
+                         "sequences": [{"tokens": seq.get("tokens"), "stop_reason": seq.get("stop_reason")}
+                                       for seq in r.get("sequences") or ()]}
+                        for prompt, r in zip(prompts, results)],
+        })
+        if len(out) == RECENT_SAMPLES:
+            break
+    return out
+
+
+def _checkpoint(c: Any) -> dict[str, Any]:
+    return {"id": c.id, "session_id": c.session_id, "type": c.type, "step": str(c.step),
+            "created_at": rfc3339(c.created_at), "lora_rank": c.lora_rank}
+
+
+def _timeline(state: TenantState, ops: list[Any], events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rows of status segments in virtual time: every resource and session, the latest operations.
+
+    A segment runs from the transition into a status to the next one (``end`` null: still in it).
+    """
+    changes: dict[str, list[tuple[str, str]]] = {}
+    for e in events:
+        if e.get("type") == "transition" and e.get("kind") in TIMELINE_KINDS:
+            changes.setdefault(e["id"], []).append((e["at"], e["to"]))
+
+    def row(kind: str, record: Any, label: str, parent: str | None) -> dict[str, Any]:
+        seen = changes.get(record.id)
+        if not seen:  # its transitions left the log (or came from an imported state)
+            seen = [(rfc3339(record.updated_at), record.status)]
+        segments = [{"status": status, "start": at, "end": seen[i + 1][0] if i + 1 < len(seen) else None}
+                    for i, (at, status) in enumerate(seen)]
+        return {"id": record.id, "kind": kind, "label": label, "parent": parent, "segments": segments}
+
+    rows = []
+    for rid in state.resource_index.ids():
+        r = state.resources[rid]
+        rows.append(row("model_resources", r, r.base_model, None))
+        for sid in r.session_ids:
+            s = state.sessions.get(sid)
+            if s is not None:
+                rows.append(row("training_session", s, s.display_name or s.id, rid))
+                rows.extend(row("operation", op, op.kind, sid) for op in ops if op.session_id == sid)
+    return {"rows": rows}
+

@@ -1,0 +1,294 @@
+"""The dashboard in a real browser: Debian's chromium under Playwright, against a live emulator.
+
+Objects are made through the official SDK (together==3.1.1) while the page is open, and must appear
+without a reload (the page stays live through its SSE stream); the clock is advanced from the page.
+Every test also checks that the page raised no script error and asked nothing of any other host.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from emulator.config import Config
+from emulator.runtime import Runtime
+from emulator.tools.testing import serve_in_thread
+from tests import browser as chromium_browser
+
+reason = chromium_browser.missing()
+if reason:
+    pytest.skip(reason, allow_module_level=True)
+
+from playwright.sync_api import Page, expect  # noqa: E402 - only once we know it is installed
+
+pytestmark = [pytest.mark.browser, pytest.mark.sdk]
+expect.set_options(timeout=10_000)  # generous on a loaded 2-core machine; a pass takes well under a second
+BASE_MODEL = "Qwen/Qwen3.8-27B"
+_keys = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium_browser.chromium() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def realistic() -> Iterator[tuple[str, Runtime]]:
+    # Manual clock + realistic timings: statuses move only when someone advances the clock.
+    with serve_in_thread(Config(clock="manual", profile="realistic", validate_responses=True)) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def instant() -> Iterator[tuple[str, Runtime]]:
+    with serve_in_thread(Config(clock="manual", validate_responses=True)) as served:
+        yield served
+
+
+class Watched:
+    """A page that records script errors, failed loads and requests to anything but the emulator.
+
+    Control-plane calls the tests make fail on purpose (a bad fault rule: 400) are POSTs; every GET
+    (page, assets, data, stream) must succeed.
+    """
+
+    def __init__(self, page: Page, origin: str) -> None:
+        self.page = page
+        self.errors: list[str] = []
+        self.foreign: list[str] = []
+        page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        page.on("console", self._console)
+        page.on("request", lambda req: None if req.url.startswith(origin) or req.url.startswith("data:")
+                else self.foreign.append(req.url))
+        page.on("response", lambda resp: self.errors.append(f"{resp.status} GET {resp.url}")
+                if resp.status >= 400 and resp.request.method == "GET" else None)
+
+    def _console(self, msg: Any) -> None:
+        # chromium also logs every HTTP error as "Failed to load resource"; those are judged above.
+        if msg.type == "error" and not msg.text.startswith("Failed to load resource"):
+            self.errors.append(msg.text)
+
+    def check(self) -> None:
+        assert self.errors == []
+        assert self.foreign == []
+
+
+@pytest.fixture
+def watched(browser: Any, request: pytest.FixtureRequest) -> Iterator[Watched]:
+    server = request.getfixturevalue(request.param) if hasattr(request, "param") else None
+    origin = server[0] if server else "http://127.0.0.1"
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    w = Watched(page, origin)
+    yield w
+    context.close()  # closes the page's event stream before the server stops
+    w.check()
+
+
+def key() -> str:
+    return f"browser-key-{next(_keys)}"
+
+
+def tenant_url(url: str, runtime: Runtime, api_key: str) -> str:
+    return f"{url}/_emulator/ui/tenants/{runtime.tenancy.project_for_token(api_key)}"
+
+
+def status_of(page: Page, table: str, obj_id: str) -> Any:
+    return page.locator(f'#{table} tr[data-id="{obj_id}"] .badge').first
+
+
+@pytest.mark.parametrize("watched", ["realistic"], indirect=True)
+def test_sdk_objects_appear_live_and_the_page_advances_the_clock(realistic: tuple[str, Runtime],
+                                                                 watched: Watched) -> None:
+    from together import Together
+
+    url, runtime = realistic
+    page, api_key = watched.page, key()
+    sdk = Together(api_key=api_key, base_url=url)
+    page.goto(f"{url}/_emulator/ui")
+    page.evaluate("window.notReloaded = true")
+    r = sdk.post_training.model_resources.create(base_model=BASE_MODEL, lora_enabled=True)
+    project = runtime.tenancy.project_for_token(api_key)
+    row = page.locator(f'#tenants tr[data-project="{project}"]')
+    expect(row).to_contain_text("1 PENDING")  # a new tenant shows up on the index, live
+    assert page.evaluate("window.notReloaded") is True
+    row.get_by_role("link").click()
+    expect(page).to_have_url(tenant_url(url, runtime, api_key))
+    page.evaluate("window.notReloaded = true")
+    expect(status_of(page, "resources", r.id)).to_have_text("PENDING")
+
+    page.get_by_role("button", name="+5 min").click()  # 45 s in the GPU queue, 180 s CREATING
+    expect(status_of(page, "resources", r.id)).to_have_text("READY")
+    expect(page.locator("#clock-now")).to_contain_text("00:05:00.000")
+
+    s = sdk.post_training.sessions.create(model_resources_id=r.id, lora_config={"rank": 8}, display_name="live-run")
+    expect(status_of(page, "sessions", s.id)).to_have_text("CREATING")  # appears with no reload
+    expect(page.locator(f'#sessions tr[data-id="{s.id}"]')).to_contain_text("live-run")
+    page.get_by_placeholder("seconds").fill("20")
+    page.get_by_role("button", name="Advance", exact=True).click()
+    expect(status_of(page, "sessions", s.id)).to_have_text("RUNNING")
+
+    lane = page.locator(f'#timeline g[data-id="{r.id}"]')
+    for status in ("PENDING", "CREATING", "READY"):
+        expect(lane.locator(f"rect.st-{status}")).to_have_count(1)
+    expect(page.locator("#events")).to_contain_text("CREATING → RUNNING")
+    assert page.evaluate("window.notReloaded") is True
+
+
+@pytest.fixture(scope="module")
+def system() -> Iterator[tuple[str, Runtime]]:
+    # System clock at 150x: the realistic 225 s of provisioning take 1.5 s of real time.
+    with serve_in_thread(Config(clock="system", speed=150, profile="realistic", validate_responses=True)) as served:
+        yield served
+
+
+@pytest.mark.parametrize("watched", ["system"], indirect=True)
+def test_system_clock_statuses_move_on_screen_and_the_page_stops_the_clock(system: tuple[str, Runtime],
+                                                                            watched: Watched) -> None:
+    from together import Together
+
+    url, runtime = system
+    page, api_key = watched.page, key()
+    r = Together(api_key=api_key, base_url=url).post_training.model_resources.create(base_model=BASE_MODEL)
+    page.goto(tenant_url(url, runtime, api_key))
+    expect(page.locator("#clock-mode")).to_have_text("system")
+    # Nobody calls the API: the page's stream settles the tenant as virtual time passes.
+    expect(status_of(page, "resources", r.id)).to_have_text("READY")
+    shown = page.locator("#clock-now").inner_text()
+    expect(page.locator("#clock-now")).not_to_have_text(shown)  # the clock runs on screen
+
+    page.locator("#clock-mode-input").select_option("manual")
+    page.locator("#clock-speed-input").fill("2")
+    page.get_by_role("button", name="Set").click()
+    expect(page.locator("#clock-mode")).to_have_text("manual")
+    expect(page.locator("#clock-speed")).to_have_text("2")
+    assert runtime.clock.mode == "manual" and runtime.clock.speed == 2
+
+
+@pytest.mark.parametrize("watched", ["instant"], indirect=True)
+def test_loss_curve_is_drawn_from_forward_backward_results(instant: tuple[str, Runtime], watched: Watched) -> None:
+    from together.post_training import AdamParams, LossConfig, ModelResourcesClient
+
+    url, runtime = instant
+    page, api_key = watched.page, key()
+    tokens = [1, 2, 3, 4, 5, 6, 7]
+    sample = {"model_input": {"chunks": [{"encoded_text": {"tokens": tokens[:-1]}}]},
+              "loss_fn_inputs": {"target_tokens": {"data": tokens[1:], "dtype": "int64"},
+                                 "weights": {"data": [0, 0, 0, 1, 1, 1], "dtype": "float32"}}}
+    ready = threading.Event()
+
+    def train() -> list[float]:
+        resources = ModelResourcesClient.create(api_key=api_key, base_url=url, base_model=BASE_MODEL,
+                                                interval=0.05, ready_timeout=30)
+        session = resources.create_session(lora_config={"rank": 8}, display_name="lr-1e-3", interval=0.05,
+                                           timeout=30)
+        ready.wait(30)  # the page is open: the curve grows while it watches
+        losses = []
+        for _ in range(6):
+            fb = session.trainer.forward_backward(samples=[sample], loss=LossConfig(type="LOSS_TYPE_CROSS_ENTROPY"))
+            losses.append(fb.loss)
+            session.trainer.optim_step(adam_params=AdamParams(learning_rate=1e-3))
+        return losses
+
+    # The SDK's high-level clients refuse to block in a thread with a running event loop (Playwright's).
+    with ThreadPoolExecutor(1) as pool:
+        training = pool.submit(train)
+        page.goto(f"{url}/_emulator/ui")
+        project = runtime.tenancy.project_for_token(api_key)
+        page.locator(f'#tenants tr[data-project="{project}"] a').click()  # waits for the SDK's first call
+        expect(page.locator("#loss-empty")).to_be_visible()
+        ready.set()
+        losses = training.result(timeout=60)
+    assert losses[-1] < losses[0]
+    chart = page.locator("#loss-chart")
+    expect(chart).to_have_attribute("data-points", "6")
+    expect(chart).to_have_attribute("data-series", "1")
+    expect(chart.locator(".u-legend")).to_contain_text("lr-1e-3")
+    expect(page.locator("#operations")).to_contain_text(f"loss {losses[0]:.4f}")
+    # The curve itself: pixels of the first series' colour (#2f6fdf) on the chart's canvas.
+    drawn = page.evaluate("""() => {
+        const c = document.querySelector('#loss-chart canvas');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4) {
+            if (Math.abs(d[i] - 47) < 30 && Math.abs(d[i + 1] - 111) < 30 && Math.abs(d[i + 2] - 223) < 30
+                && d[i + 3] > 200) n++;
+        }
+        return n;
+    }""")
+    assert drawn > 100
+
+
+@pytest.mark.parametrize("watched", ["instant"], indirect=True)
+def test_fault_rules_are_added_and_removed_from_the_page(instant: tuple[str, Runtime], watched: Watched) -> None:
+    url, runtime = instant
+    page = watched.page
+    try:
+        page.goto(f"{url}/_emulator/ui")
+        expect(page.locator("#faults-empty")).to_be_visible()
+        page.locator("#fault-example").select_option(label="overloaded: the next 2 session creates answer 429")
+        page.get_by_role("button", name="Add rule").click()
+        row = page.locator('#faults tr[data-name="overloaded"]')
+        expect(row).to_contain_text("createSession")
+        assert [r["name"] for r in runtime.faults.describe()] == ["overloaded"]
+
+        page.locator("#fault-rule").fill("{not json")
+        page.get_by_role("button", name="Add rule").click()
+        expect(page.locator("#message.error")).to_contain_text("not valid JSON")
+        page.locator("#fault-rule").fill('{"name": "bad", "effect": {"status": 200}}')
+        page.get_by_role("button", name="Add rule").click()
+        expect(page.locator("#message.error")).to_contain_text("400-599")  # the control plane's own 400
+
+        # A rule added by someone else shows up live (the stream's faults event).
+        runtime.faults.load({"name": "from-curl", "effect": {"status": 503}, "trigger": {"first_n": 0}})
+        expect(page.locator('#faults tr[data-name="from-curl"]')).to_be_visible()
+
+        row.get_by_role("button", name="Remove").click()
+        expect(row).to_have_count(0)
+        assert [r["name"] for r in runtime.faults.describe()] == ["from-curl"]
+    finally:
+        runtime.faults.clear()
+
+
+@pytest.mark.parametrize("watched", ["instant"], indirect=True)
+def test_scenario_loads_from_the_page(instant: tuple[str, Runtime], watched: Watched) -> None:
+    url, runtime = instant
+    page = watched.page
+    page.goto(f"{url}/_emulator/ui")
+    page.locator("#scenario").select_option("two-sessions-step-40")
+    expect(page.locator("#scenario-description")).to_contain_text("two RUNNING sessions")
+    page.get_by_role("button", name="Load").click()
+    expect(page).to_have_url(tenant_url(url, runtime, "demo-key"))
+    expect(page.locator("#sessions tbody tr")).to_have_count(2)
+    expect(page.locator("#sessions")).to_contain_text("sweep-lr-3e-4")
+    expect(page.locator("#loss-chart")).to_have_attribute("data-points", "80")
+    expect(page.locator("#loss-chart")).to_have_attribute("data-series", "2")
+    expect(page.locator("#checkpoints tbody tr")).to_have_count(4)
+
+
+@pytest.fixture(scope="module")
+def guarded() -> Iterator[tuple[str, Runtime]]:
+    with serve_in_thread(Config(clock="manual", admin_token="s3cret", validate_responses=True)) as served:
+        yield served
+
+
+@pytest.mark.parametrize("watched", ["guarded"], indirect=True)
+def test_admin_token_reaches_data_stream_and_actions(guarded: tuple[str, Runtime], watched: Watched) -> None:
+    url, runtime = guarded
+    page = watched.page
+    for path in ("", "/api/tenants", "/api/stream"):
+        refused = page.request.get(f"{url}/_emulator/ui{path}")
+        assert refused.status == 401 and refused.json()["error"]["code"] == "invalid_admin_token"
+    page.goto(f"{url}/_emulator/ui?admin_token=s3cret")
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")  # the stream took the token
+    before = runtime.clock.now()
+    page.get_by_role("button", name="+1 h").click()  # the control plane took it as a header
+    expect(page.locator("#clock-now")).to_contain_text("01:00:00.000")
+    assert runtime.clock.now() == before + 3600
