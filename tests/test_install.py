@@ -1,0 +1,141 @@
+"""The installed package works without the source tree (issue 10).
+
+Builds the wheel, installs it into a fresh virtual environment, and from an unrelated directory runs
+the two console scripts: the emulator serves (specs, scenarios and the dashboard's assets come from the
+installed package) and a short contract run passes against it. Offline: the wheel is built without build
+isolation, and the fresh environment finds the third-party dependencies in this environment's
+site-packages through a ``.pth`` line (a ``.pth`` file in a directory added that way is not processed,
+so this checkout's own editable install stays invisible, which the test checks).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import site
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+import emulator
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+def _run(cmd: list[str | Path], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=env, check=False)
+    assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+          "--wheel-dir", out, ROOT], cwd=out)
+    (built,) = out.glob("together_rl_emulator-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    env_dir = tmp_path_factory.mktemp("fresh") / "venv"
+    _run([sys.executable, "-m", "venv", env_dir], cwd=env_dir.parent)
+    py = env_dir / "bin" / "python"
+    _run([py, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", wheel], cwd=env_dir.parent)
+    purelib = Path(_run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                        cwd=env_dir.parent).stdout.strip())
+    (purelib / "_offline_dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    return env_dir
+
+
+@pytest.fixture
+def elsewhere(tmp_path: Path) -> Path:
+    """An unrelated working directory: nothing of the source tree is reachable from it."""
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+def test_wheel_carries_every_file_it_needs(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    needed = {"emulator/specs/openapi.yaml", "emulator/specs/admin.yaml",
+              "emulator/fixtures/scenarios/two-sessions-step-40.yaml", "emulator/ui/static/index.html",
+              "emulator/ui/static/vendor/uPlot.iife.min.js", "emulator/ui/static/vendor/LICENSE",
+              "contract_tests/pytest.ini", "contract_tests/openapi.yaml"}
+    assert needed <= names, needed - names
+    assert any(re.fullmatch(r"together_rl_emulator-[^/]+\.dist-info/licenses/LICENSE", n) for n in names)
+    assert {n.split("/")[0] for n in names if "/" in n and not n.split("/")[0].endswith(".dist-info")} == {
+        "emulator", "contract_tests"}  # no generic top-level package such as bench
+    packaged = zipfile.ZipFile(wheel).read("emulator/specs/openapi.yaml")
+    assert packaged == (ROOT / "openapi.yaml").read_bytes()
+
+
+def test_installed_package_is_not_the_source_tree(venv: Path, elsewhere: Path) -> None:
+    out = _run([venv / "bin" / "python", "-c", "import emulator, contract_tests; print(emulator.__file__); "
+                "print(contract_tests.__file__); print(emulator.__version__)"], cwd=elsewhere).stdout.split()
+    assert all(str(venv) in path and str(ROOT) not in path for path in out[:2]), out
+    assert out[2] == emulator.__version__
+
+
+def test_console_scripts_print_their_version(venv: Path, elsewhere: Path) -> None:
+    for script in ("together-rl-emulator", "together-rl-contract"):
+        out = _run([venv / "bin" / script, "--version"], cwd=elsewhere).stdout.strip()
+        assert out == f"{script} {emulator.__version__}"
+
+
+@pytest.fixture
+def served(venv: Path, elsewhere: Path) -> Iterator[str]:
+    proc = subprocess.Popen([str(venv / "bin" / "together-rl-emulator"), "serve", "--port", "0", "--clock", "manual"],
+                            cwd=elsewhere, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "listening on" in line, line + (proc.stderr.read() if proc.stderr else "")
+        yield line.rsplit(" ", 1)[1].strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_installed_emulator_serves_from_an_unrelated_directory(served: str) -> None:
+    with httpx.Client(base_url=served, timeout=30) as c:
+        assert c.get("/_emulator/health").json() == {"status": "ok"}
+        names = {s["name"] for s in c.get("/_emulator/scenarios").json()["data"]}
+        assert "two-sessions-step-40" in names
+        assert c.post("/_emulator/scenarios/empty-project").status_code == 200
+        assert c.get("/openapi.json").json()["openapi"] == "3.0.3"
+        assert c.get("/docs/").status_code == 200
+        assert c.get("/_emulator/ui/static/vendor/uPlot.iife.min.js").status_code == 200
+        r = c.post("/v1/rl/model-resources", json={"base_model": "Qwen/Qwen3.8-27B"},
+                   headers={"Authorization": "Bearer any-key"})
+        assert r.status_code == 200, r.text
+
+
+def test_installed_contract_suite_passes_against_it(served: str, venv: Path, elsewhere: Path) -> None:
+    proc = _run([venv / "bin" / "together-rl-contract", "--base-url", served, "--token", "contract-key",
+                 "--second-token", "contract-key-2", "--report", elsewhere / "report", "--max-examples", "2",
+                 "--no-coverage-phase", "--seed", "1", "-k", "test_scenarios or test_unknown_ids_are_404"],
+                cwd=elsewhere, timeout=600)
+    assert " passed" in proc.stdout and " failed" not in proc.stdout, proc.stdout[-3000:]
+    assert (elsewhere / "report" / "summary.md").exists()
+
+
+def test_contract_suite_without_its_extra_says_which_extra_and_exits_2(elsewhere: Path) -> None:
+    # Simulates a plain `pip install together-rl-emulator` without [contract]: schemathesis cannot import.
+    code = ("import sys; sys.modules['schemathesis'] = None; from contract_tests.__main__ import main; "
+            "sys.exit(main(['--base-url', 'http://127.0.0.1:9', '--token', 't']))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "together-rl-emulator[contract]" in lines[0] and "schemathesis" in lines[0]
+    assert "Traceback" not in proc.stderr
