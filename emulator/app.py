@@ -6,8 +6,8 @@ Outermost first:
    path switch: presigned file URLs (``/_files/...``, no auth), the dashboard (``/_emulator/ui``) and the
    Swagger UI (``/docs``) stay off the hot path; everything else enters the connexion stack.
 2. ``ErrorEnvelope`` - every exception leaves as ``ErrorData`` with the right status.
-3. connexion ``RoutingMiddleware`` - the operationId from ``openapi.yaml`` (``admin.yaml`` under
-   ``/_emulator``).
+3. ``TableRoutingMiddleware`` - the operationId from ``openapi.yaml`` (``admin.yaml`` under
+   ``/_emulator``) by a precompiled path table, in connexion's routing slot.
 4. ``AuthMiddleware`` - bearer token -> principal (401 before any validation), admin token.
 5. ``FaultMiddleware`` - fault rules (answers, latency, state effects).
 6. request validation with compiled validators, plus connexion's ``ResponseValidationMiddleware`` when
@@ -25,7 +25,6 @@ from typing import Any
 
 from connexion.middleware import ConnexionMiddleware
 from connexion.middleware.response_validation import ResponseValidationMiddleware
-from connexion.middleware.routing import RoutingMiddleware
 from connexion.resolver import Resolver
 
 from emulator import spec
@@ -38,6 +37,7 @@ from emulator.http.docs import DocsApp, is_docs_path
 from emulator.http.errors import ErrorEnvelope
 from emulator.http.faults import FaultMiddleware
 from emulator.http.files import FileServer
+from emulator.http.routing import TableRoutingMiddleware
 from emulator.http.validation import FastRequestValidationMiddleware, validator_map
 from emulator.runtime import Runtime
 from emulator.ui import Dashboard, is_dashboard_path
@@ -59,7 +59,7 @@ class EmulatorApp:
         validate_responses = runtime.config.validate_responses
         middlewares: list[Any] = [
             ErrorEnvelope,
-            RoutingMiddleware,
+            TableRoutingMiddleware,
             functools.partial(AuthMiddleware, tenancy=runtime.tenancy),
             functools.partial(FaultMiddleware, faults=runtime.faults, events=runtime.store.events),
             FastRequestValidationMiddleware,

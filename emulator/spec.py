@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import re
 from importlib import resources
 from typing import Any
 
@@ -43,24 +42,3 @@ def enum_values(schema_name: str) -> tuple[str, ...]:
     """The values of an enum schema of the vendor spec (``components.schemas.<name>``)."""
     return tuple(_parsed(VENDOR)["components"]["schemas"][schema_name]["enum"])
 
-
-@functools.cache
-def _method_table() -> tuple[tuple[re.Pattern[str], frozenset[str]], ...]:
-    table = []
-    for name, base in ((VENDOR, ""), (ADMIN, ADMIN_BASE_PATH)):
-        for template, item in _parsed(name)["paths"].items():
-            methods = {m.upper() for m, op in item.items() if isinstance(op, dict) and "operationId" in op}
-            if "GET" in methods:
-                methods.add("HEAD")
-            pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(base + template))
-            table.append((re.compile(f"^{pattern}$"), frozenset(methods)))
-    return tuple(table)
-
-
-def allowed_methods(path: str) -> list[str]:
-    """Every method some operation of either spec answers at ``path`` (the ``Allow`` of a 405)."""
-    out: set[str] = set()
-    for pattern, methods in _method_table():
-        if pattern.match(path):
-            out |= methods
-    return sorted(out)

@@ -17,7 +17,7 @@ from emulator.errors import InvalidRequest, NotFound
 from emulator.http.asgi import Receive, Scope, Send, base_url, operation_id, read_body, send_json
 from emulator.http.auth import principal
 from emulator.http.faults import state_effect
-from emulator.http.validation import PARSED_BODY
+from emulator.http.validation import PARSED_BODY, PARSED_QUERY
 from emulator.runtime import Runtime
 
 
@@ -46,8 +46,10 @@ class Dispatcher:
                 except orjson.JSONDecodeError as exc:
                     raise InvalidRequest(f"request body is not valid JSON: {exc}", code="invalid_json") from exc
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        raw_query = scope.get("query_string", b"")
-        query = dict(parse_qsl(raw_query.decode("latin-1"), keep_blank_values=True)) if raw_query else {}
+        query = extensions.get(PARSED_QUERY)
+        if query is None:  # no validation ran (nothing to validate): parse it here
+            raw_query = scope.get("query_string", b"")
+            query = dict(parse_qsl(raw_query.decode("latin-1"), keep_blank_values=True)) if raw_query else {}
         method = scope["method"]
         request = Request(self.runtime, principal(scope), op, scope.get("path_params", {}), query, headers, body,
                           base_url(scope), method)

@@ -16,8 +16,7 @@ import orjson
 from connexion.exceptions import ProblemException
 from starlette.exceptions import HTTPException
 
-from emulator import spec
-from emulator.errors import ApiError, MethodNotAllowed, render_error
+from emulator.errors import ApiError, render_error
 from emulator.http.asgi import ASGIApp, Message, Receive, Scope, Send, send_json
 
 log = logging.getLogger("emulator")
@@ -43,10 +42,6 @@ def _problem(exc: Exception, scope: Scope) -> Rendered:
 
 def _http(exc: Exception, scope: Scope) -> Rendered:
     assert isinstance(exc, HTTPException)
-    if exc.status_code == 405:
-        # Starlette's router lists the methods of the first route that matched the path only; the spec
-        # knows every operation at the path.
-        return _api_error(MethodNotAllowed(scope["method"], scope["path"], spec.allowed_methods(scope["path"])), scope)
     message = exc.detail if isinstance(exc.detail, str) else "request rejected"
     code = None
     if exc.status_code == 404:

@@ -1,12 +1,15 @@
 """Request validation against the specs: connexion's routing metadata and schemas, our own execution.
 
 connexion builds a new ``Draft4Validator`` (after deep-copying the schema) for every parameter and body
-of every request, treats a chunked body (no ``Content-Length``) as missing and refuses an empty body even
-where the spec says it is optional. Here the validators are compiled once per schema; bodies are read
-whole (chunked or not, within the size limit of the outermost layer) and parsed once with orjson (the
-parsed body is handed to the dispatcher); an empty body is accepted where ``requestBody.required`` is
-false; and operations that cannot fail validation (no body, no query or header parameters, only
-unconstrained string path parameters, which the router already guarantees) skip it entirely.
+of every request, parses the query string into a request object twice, treats a chunked body (no
+``Content-Length``) as missing and refuses an empty body even where the spec says it is optional. Here
+each parameter and body schema is compiled once (a Rust validator answers "valid?", jsonschema decides
+and words the error when it says no: see :class:`Checker`); the query string is parsed once, with
+connexion's coercion rules, and handed to the dispatcher like the body; bodies are read whole (chunked
+or not, within the size limit of the outermost layer) and parsed once with orjson; an empty body is
+accepted where ``requestBody.required`` is false; and operations that cannot fail validation (no body,
+no query or header parameters, only unconstrained string path parameters, which the router already
+guarantees) skip it entirely.
 
 Every refusal is an :class:`~emulator.errors.InvalidRequest` with one sentence naming the field, e.g.
 ``limit: 0 is less than the minimum of 1`` with ``param`` set to ``limit`` (a body field's ``param`` is
@@ -18,10 +21,11 @@ from __future__ import annotations
 import copy
 import re
 from typing import Any
+from urllib.parse import parse_qsl
 
+import jsonschema_rs
 import orjson
 from connexion.json_schema import Draft4RequestValidator
-from connexion.lifecycle import ConnexionRequest
 from connexion.middleware.request_validation import (
     RequestValidationAPI,
     RequestValidationMiddleware,
@@ -32,9 +36,10 @@ from connexion.validators import VALIDATOR_MAP, ParameterValidator
 from jsonschema import Draft4Validator, ValidationError
 
 from emulator.errors import InvalidRequest, shorten
-from emulator.http.asgi import Message, Receive, Scope, Send, read_body
+from emulator.http.asgi import Message, Receive, Scope, Send, header, read_body
 
 PARSED_BODY = "emulator_body"
+PARSED_QUERY = "emulator_query"
 _REQUIRED = re.compile(r"^'(.+)' is a required property$")
 
 
@@ -57,53 +62,124 @@ def describe(error: ValidationError, prefix: str = "") -> tuple[str, str]:
     return (f"{param}: {shorten(message, 300)}" if param else shorten(message, 300)), param
 
 
-class _Compiled:
-    """Compiled validators keyed by the identity of the (immutable, app-lifetime) schema dict."""
+class Checker:
+    """One schema, compiled once: a Rust validator (jsonschema-rs) answers "valid?" on the hot path, and
+    jsonschema's Draft 4 request validator (connexion's semantics) has the last word and the message
+    when it says no. Schemas using a format that jsonschema checks (``date-time``...) use jsonschema
+    only, so the verdicts never differ."""
 
-    def __init__(self) -> None:
-        self._by_id: dict[int, tuple[Any, Any]] = {}
+    __slots__ = ("fast", "slow")
 
-    def get(self, schema: Any, build: Any) -> Any:
-        entry = self._by_id.get(id(schema))
-        if entry is None or entry[0] is not schema:
-            entry = (schema, build(schema))
-            self._by_id[id(schema)] = entry
-        return entry[1]
+    def __init__(self, schema: dict[str, Any], slow: Any) -> None:
+        self.slow = slow
+        self.fast = None
+        if not _checked_formats(schema):
+            try:
+                self.fast = jsonschema_rs.Draft4Validator(schema, validate_formats=False)
+            except (ValueError, TypeError):  # a schema the Rust validator cannot compile: jsonschema alone
+                self.fast = None
 
-
-_PARAMS = _Compiled()
-_BODIES = _Compiled()
-
-
-def _param_validator(param: dict[str, Any]) -> Any:
-    return Draft4Validator(copy.deepcopy(param).get("schema", param), format_checker=Draft4Validator.FORMAT_CHECKER)
-
-
-def _body_validator(schema: dict[str, Any]) -> Any:
-    return Draft4RequestValidator(schema, format_checker=Draft4Validator.FORMAT_CHECKER)
+    def first_error(self, value: Any) -> ValidationError | None:
+        if self.fast is not None and self.fast.is_valid(value):
+            return None
+        return next(iter(self.slow.iter_errors(value)), None)
 
 
-class CachedParameterValidator(ParameterValidator):
-    def validate_request(self, request: ConnexionRequest) -> None:
-        sources = (("query", request.query_params.get), ("path", request.path_params.get),
-                   ("header", request.headers.get), ("cookie", request.cookies.get))
-        for kind, get in sources:
-            for param in self.parameters.get(kind, []):
-                name = param["name"]
-                value = get(name.replace("-", "_") if kind == "path" else name)
-                self._check(kind, name, value, param)
+def _checked_formats(schema: dict[str, Any]) -> bool:
+    """Does any part of the schema reachable from its root (``$ref``s followed; connexion attaches all
+    of ``components`` for them) use a format that jsonschema checks?"""
+    seen: set[str] = set()
 
-    @staticmethod
-    def _check(kind: str, name: str, value: Any, param: dict[str, Any]) -> None:
-        if is_nullable(param) and is_null(value):
+    def walk(node: Any, top: bool = False) -> bool:
+        if isinstance(node, list):
+            return any(walk(v) for v in node)
+        if not isinstance(node, dict):
+            return False
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/") and ref not in seen:
+            seen.add(ref)
+            target: Any = schema
+            for part in ref[2:].split("/"):
+                target = target.get(part, {}) if isinstance(target, dict) else {}
+            if walk(target):
+                return True
+        fmt = node.get("format")
+        if isinstance(fmt, str) and fmt in Draft4Validator.FORMAT_CHECKER.checkers:
+            return True
+        return any(walk(v) for k, v in node.items() if not (top and k == "components") and k != "$ref")
+
+    return walk(schema, top=True)
+
+
+def _coerce(value: str, type_: str | None) -> Any:
+    """connexion's query/header coercion: a value that does not convert stays a string (and fails
+    validation with its own message)."""
+    try:
+        if type_ == "integer":
+            return int(value)
+        if type_ == "number":
+            return float(value)
+    except ValueError:
+        return value
+    if type_ == "boolean" and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return value
+
+
+class ParamCheck:
+    """One parameter of one operation: where to find it, how to coerce it, its compiled schema."""
+
+    __slots__ = ("kind", "name", "key", "required", "nullable", "type", "item_type", "explode", "checker")
+
+    def __init__(self, param: dict[str, Any]) -> None:
+        schema = param.get("schema", {})
+        self.kind = param["in"]
+        self.name = param["name"]
+        self.key = self.name.lower().encode("latin-1") if self.kind == "header" else self.name
+        self.required = bool(param.get("required"))
+        self.nullable = is_nullable(param)
+        self.type = schema.get("type")
+        self.item_type = (schema.get("items") or {}).get("type")
+        self.explode = param.get("explode", param.get("style", "form") == "form")
+        self.checker = Checker(schema, Draft4Validator(copy.deepcopy(schema),
+                                                       format_checker=Draft4Validator.FORMAT_CHECKER))
+
+    def check(self, scope: Scope, query: dict[str, list[str]]) -> None:
+        value: Any
+        if self.kind == "query":
+            values = query.get(self.name)
+            if values is None:
+                value = None
+            elif self.type == "array":
+                joined = ",".join(values) if self.explode else values[-1]
+                value = [_coerce(v, self.item_type) for v in joined.split(",")]
+            else:
+                value = _coerce(values[-1], self.type)
+        elif self.kind == "path":
+            value = scope.get("path_params", {}).get(self.name.replace("-", "_"))
+        elif self.kind == "header":
+            raw = header(scope, self.key)
+            value = None if raw is None else _coerce(raw, self.type)
+        else:  # cookies: none in the specs
+            return
+        if self.nullable and is_null(value):
             return
         if value is None:
-            if param.get("required"):
-                raise InvalidRequest(f"{name}: the {kind} parameter is required", param=name)
+            if self.required:
+                raise InvalidRequest(f"{self.name}: the {self.kind} parameter is required", param=self.name)
             return
-        error = next(iter(_PARAMS.get(param, _param_validator).iter_errors(value)), None)
+        error = self.checker.first_error(value)
         if error is not None:
-            raise InvalidRequest(describe(error, prefix=name)[0], param=name)
+            raise InvalidRequest(describe(error, prefix=self.name)[0], param=self.name)
+
+
+def parse_query(scope: Scope) -> dict[str, list[str]]:
+    raw: bytes = scope.get("query_string", b"")
+    out: dict[str, list[str]] = {}
+    if raw:
+        for key, value in parse_qsl(raw.decode("latin-1"), keep_blank_values=True):
+            out.setdefault(key, []).append(value)
+    return out
 
 
 def _trivial(operation: Any) -> bool:
@@ -140,25 +216,27 @@ class FastRequestValidationOperation(RequestValidationOperation):
         super().__init__(next_app, operation=operation, **kwargs)
         self._skip = _trivial(operation)
         op = self._operation
-        self._params = op.parameters
-        self._parameter_validator = self._validator_map["parameter"](
-            op.parameters, uri_parser=op._uri_parser_class(op.parameters, op.body_definition()),
-            strict_validation=self.strict_validation, security_query_params=self.security_query_params)
+        self._params = [ParamCheck(p) for p in op.parameters]
         self._has_body = bool(op.request_body)
         self._body_required = bool(op.request_body.get("required", False)) if op.request_body else False
-        self._body_schemas: dict[str, Any] = {}
+        self._body_checkers: dict[str, Checker | None] = {}
 
-    def _body_schema(self, mime_type: str) -> Any:
-        if mime_type not in self._body_schemas:
-            self._body_schemas[mime_type] = self._operation.body_schema(mime_type) or None
-        return self._body_schemas[mime_type]
+    def _body_checker(self, mime_type: str) -> Checker | None:
+        if mime_type not in self._body_checkers:
+            schema = self._operation.body_schema(mime_type) or None
+            self._body_checkers[mime_type] = None if schema is None else Checker(schema, Draft4RequestValidator(
+                schema, format_checker=Draft4Validator.FORMAT_CHECKER))
+        return self._body_checkers[mime_type]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._skip:
             await self.next_app(scope, receive, send)
             return
         if self._params:
-            self._parameter_validator.validate(scope)
+            query = parse_query(scope)
+            scope.setdefault("extensions", {})[PARSED_QUERY] = {k: v[-1] for k, v in query.items()}
+            for check in self._params:
+                check.check(scope, query)
         if self._has_body:
             raw = await read_body(receive)
             body = None
@@ -169,12 +247,11 @@ class FastRequestValidationOperation(RequestValidationOperation):
                     body = orjson.loads(raw)
                 except orjson.JSONDecodeError as exc:
                     raise InvalidRequest(f"request body is not valid JSON: {exc}", code="invalid_json") from exc
-                schema = self._body_schema(mime_type)
-                if schema:
-                    error = next(iter(_BODIES.get(schema, _body_validator).iter_errors(body)), None)
-                    if error is not None:
-                        message, param = describe(error)
-                        raise InvalidRequest(message, param=param or None)
+                checker = self._body_checker(mime_type)
+                error = checker.first_error(body) if checker is not None else None
+                if error is not None:
+                    message, param = describe(error)
+                    raise InvalidRequest(message, param=param or None)
             elif self._body_required:
                 raise InvalidRequest("a JSON request body is required", code="missing_body")
             scope.setdefault("extensions", {})[PARSED_BODY] = body
@@ -194,4 +271,5 @@ class FastRequestValidationMiddleware(RequestValidationMiddleware):
 
 
 def validator_map() -> dict[str, Any]:
-    return {"parameter": CachedParameterValidator, "body": copy.copy(VALIDATOR_MAP["body"])}
+    # Only connexion's set-up reads these; requests are checked by the operations above.
+    return {"parameter": ParameterValidator, "body": copy.copy(VALIDATOR_MAP["body"])}

@@ -1,0 +1,113 @@
+"""Routing by a precompiled path table: the operationId of a request in a few dictionary lookups.
+
+connexion's ``RoutingMiddleware`` walks a Starlette router (a mount per spec, a route per operation,
+a regular expression each) and copies the scope on every request. This subclass keeps connexion's
+registration (``add_api``) and its scope contract (``path_params`` and ``extensions.connexion_routing``
+with ``api_base_path`` and ``operation_id``, which the validation middlewares read), but matches with a
+trie of path segments built once from the specs: literal segments first, a ``{param}`` segment when no
+literal one leads to the method. A path that matches with another method is a 405 listing every
+method the specs answer there; an unknown path goes on without an operation (the dispatcher's 404).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from connexion.middleware.routing import RoutingMiddleware
+
+from emulator.errors import MethodNotAllowed
+from emulator.http.asgi import ASGIApp, Receive, Scope, Send
+
+ROUTING = "connexion_routing"
+
+
+class _Node:
+    __slots__ = ("literal", "param", "param_name", "methods")
+
+    def __init__(self) -> None:
+        self.literal: dict[str, _Node] = {}
+        self.param: _Node | None = None
+        self.param_name = ""
+        self.methods: dict[str, tuple[str, str]] = {}   # method -> (operationId, api base path)
+
+
+class PathTable:
+    def __init__(self) -> None:
+        self.root = _Node()
+
+    def add(self, path: str, method: str, operation_id: str, base_path: str) -> None:
+        node = self.root
+        for segment in path.strip("/").split("/"):
+            if segment.startswith("{") and segment.endswith("}"):
+                if node.param is None:
+                    node.param = _Node()
+                    node.param_name = segment[1:-1]
+                elif node.param_name != segment[1:-1]:
+                    raise ValueError(f"{path}: parameter {segment} clashes with {{{node.param_name}}}")
+                node = node.param
+            else:
+                node = node.literal.setdefault(segment, _Node())
+        node.methods[method.upper()] = (operation_id, base_path)
+
+    def match(self, method: str, path: str) -> tuple[tuple[str, str] | None, dict[str, str], set[str]]:
+        """((operationId, base path) or None, path params, methods answered at the path)."""
+        if not path.startswith("/") or "//" in path:
+            return None, {}, set()
+        segments = path[1:].split("/")
+        if segments and segments[-1] == "" and len(segments) > 1:
+            return None, {}, set()  # a trailing slash names no operation
+        allowed: set[str] = set()
+        found = self._walk(self.root, segments, 0, method, {}, allowed)
+        if found is None:
+            return None, {}, allowed
+        return found[0], found[1], allowed
+
+    def _walk(self, node: _Node, segments: list[str], i: int, method: str, params: dict[str, str],
+              allowed: set[str]) -> tuple[tuple[str, str], dict[str, str]] | None:
+        if i == len(segments):
+            if node.methods:
+                allowed.update(node.methods)
+                if "GET" in node.methods:
+                    allowed.add("HEAD")
+                target = node.methods.get(method) or (node.methods.get("GET") if method == "HEAD" else None)
+                if target is not None:
+                    return target, params
+            return None
+        segment = segments[i]
+        child = node.literal.get(segment)
+        if child is not None:
+            found = self._walk(child, segments, i + 1, method, params, allowed)
+            if found is not None:
+                return found
+        if node.param is not None and segment:
+            found = self._walk(node.param, segments, i + 1, method, {**params, node.param_name: segment}, allowed)
+            if found is not None:
+                return found
+        return None
+
+
+class TableRoutingMiddleware(RoutingMiddleware):
+    def __init__(self, app: ASGIApp) -> None:
+        super().__init__(app)
+        self.table = PathTable()
+
+    def add_api(self, specification: Any, base_path: str | None = None, arguments: Any = None,
+                **kwargs: Any) -> None:
+        super().add_api(specification, base_path=base_path, arguments=arguments, **kwargs)
+        base = base_path if base_path is not None else specification.base_path
+        for template, item in specification.raw["paths"].items():
+            for method, op in item.items():
+                if isinstance(op, dict) and "operationId" in op:
+                    self.table.add(base + template, method, op["operationId"], base)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        target, params, allowed = self.table.match(scope["method"], scope["path"])
+        if target is None and allowed:
+            raise MethodNotAllowed(scope["method"], scope["path"], sorted(allowed))
+        operation_id, base = target if target is not None else (None, "")
+        scope["path_params"] = params
+        scope.setdefault("extensions", {})[ROUTING] = {"api_base_path": base, "operation_id": operation_id}
+        await self.app(scope, receive, send)
