@@ -14,7 +14,9 @@ the next sample applies them. Samples always use the applied version.
 Differences from the real API [inferred]: submitting to a session that is not RUNNING answers an
 operation that is already FAILED with ``SESSION_NOT_ACTIVE``; sampling on a resource with zero
 generator replicas is refused with 400; PIPELINE behaves like BACKGROUND_PUBLISH (a sample never
-switches versions mid-sequence, so there is always one policy segment).
+switches versions mid-sequence, so there is always one policy segment); a forward-backward whose
+``loss`` carries the ``*_params`` object of another loss type is refused with 400 (the SDK documents
+each as "only valid when type is" its loss and refuses it client-side; the real server may drop it).
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ from emulator.store import TenantState
 from emulator.store.records import Checkpoint, Operation, Session
 
 Op = OperationStatus
+
+# The LossConfig field each loss type reads (IMPORTANCE_SAMPLING reads none), docs/api-surface.md A.3.1.
+LOSS_PARAMS = {"cross_entropy_params": "LOSS_TYPE_CROSS_ENTROPY", "grpo_params": "LOSS_TYPE_GRPO",
+               "ppo_params": "LOSS_TYPE_PPO", "cispo_params": "LOSS_TYPE_CISPO", "dro_params": "LOSS_TYPE_DRO",
+               "dppo_params": "LOSS_TYPE_DPPO"}
 
 
 def body_hash(body: dict[str, Any]) -> str:
@@ -67,6 +74,7 @@ def submit(state: TenantState, ctx: Ctx, session_id: str, kind: str, body: dict[
         raise FailedPrecondition(f"model resource {r.id} has no generator replicas (num_generator_replicas=0); "
                                  "it cannot sample", param="session_id")
     effective = _resolve_payload(state, s, body)
+    _check_request(kind, effective)
     now = ctx.now
     op = Operation(id=state.ids.uuid("operation"), session_id=s.id, kind=kind, status=Op.PENDING.value,
                    created_at=now, updated_at=now, body=effective, body_hash=digest,
@@ -105,6 +113,20 @@ def _resolve_payload(state: TenantState, s: Session, body: dict[str, Any]) -> di
         raise InvalidRequest(f"payload {payload_id!r} must hold a JSON object", param="payload_id")
     uploaded.pop("payload_id", None)
     return uploaded
+
+
+def _check_request(kind: str, body: dict[str, Any]) -> None:
+    """Request rules refused with 400 before any operation exists (schema validation does not reach an
+    uploaded payload's body, and cannot tie a params object to the loss type)."""
+    loss = body.get("loss") if kind == "forward-backward" else None
+    if not isinstance(loss, dict):
+        return
+    loss_type = loss.get("type")
+    for key, reads in LOSS_PARAMS.items():
+        # The SDK's LossConfig: "Only valid when `type` is LOSS_TYPE_...". A null is an omitted field.
+        if loss.get(key) is not None and loss_type != reads:
+            raise InvalidRequest(f"loss.{key} is only valid when loss.type is {reads}, not {loss_type}",
+                                 param=f"loss.{key}")
 
 
 def get(state: TenantState, session_id: str, kind: str, operation_id: str) -> Operation:
