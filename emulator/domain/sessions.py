@@ -4,7 +4,7 @@ Emulates docs/api-surface.md A.2 and C.2. ``CREATING`` -> ``RUNNING`` (once the 
 -> ``STOPPING`` -> ``STOPPED``; ``EXPIRED`` when the resource stops for inactivity; ``ERROR`` when
 the resource fails (fault effects). Sessions take ``base_model`` and ``lora_config`` defaults from
 their resource; a resource holds at most ``max_lora_sessions`` LoRA sessions or one full-weight
-session (429 beyond).
+session (429 beyond; the numbers come from :mod:`emulator.domain.limits`, overridable).
 
 Differences from the real API [inferred]: a session may be created while its resource is still
 PENDING/CREATING and stays CREATING until the resource is READY; stopping a session that is
@@ -51,10 +51,6 @@ def _lora_config(state: TenantState, ctx: Ctx, r: Any, given: dict[str, Any] | N
     return state.lora_configs.setdefault(key, cfg)
 
 
-def _capacity(r: Any) -> int:
-    return BY_NAME[r.base_model].max_lora_sessions if r.lora_enabled else 1
-
-
 def create(state: TenantState, ctx: Ctx, body: dict[str, Any]) -> Session:
     r = state.resources.get(body["model_resources_id"])
     if r is None:
@@ -74,7 +70,7 @@ def create(state: TenantState, ctx: Ctx, body: dict[str, Any]) -> Session:
         _check_resume(r, ckpt, lora, load_optimizer)
         if ckpt.type == "CHECKPOINT_TYPE_TRAINING" and load_optimizer is not False:
             step = ckpt.step
-    cap = _capacity(r)
+    cap = ctx.limits.session_cap(r.base_model, r.lora_enabled)
     if len(cascade.active_sessions(state, r)) >= cap:
         raise AtCapacity(f"model resource {r.id} is at capacity: it holds at most {cap} concurrent "
                          f"{'LoRA' if r.lora_enabled else 'full-weight'} session(s); stop one or use another "
