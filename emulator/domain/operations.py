@@ -29,7 +29,7 @@ import orjson
 
 from emulator import compute
 from emulator.compute import INTERNAL_ERROR, ComputeError
-from emulator.domain import checkpoints, model_resources
+from emulator.domain import checkpoints, model_resources, routed_experts
 from emulator.domain.cascade import SESSION_NOT_ACTIVE
 from emulator.domain.catalog import BY_NAME
 from emulator.domain.common import transition
@@ -201,6 +201,8 @@ def _execute(state: TenantState, ctx: Ctx, s: Session, op: Operation, at: float)
     model = session_model(state, ctx.seed, s)
     body = op.body
     kind = op.kind
+    if kind in ("forward-backward", "custom-forward-backward"):
+        routed_experts.check(s, body.get("samples"))
     if kind == "forward-backward":
         return model.forward_backward(body["samples"], body["loss"], forward_only=bool(body.get("forward_only")),
                                       return_loss_fn_outputs=bool(body.get("return_loss_fn_outputs")))
@@ -235,10 +237,12 @@ def _execute(state: TenantState, ctx: Ctx, s: Session, op: Operation, at: float)
         version, weights = state.published[s.id]
         params = body.get("sampling_params") or {}
         seed = derive_int(ctx.seed, op.id)
-        return model.sample(weights, body["model_inputs"], num_samples=int(body.get("num_samples") or 1),
-                            sampling_params=params, prompt_logprobs=bool(body.get("prompt_logprobs")),
-                            topk_prompt_logprobs=int(body.get("topk_prompt_logprobs") or 0), seed=seed,
-                            version=version)
+        output = model.sample(weights, body["model_inputs"], num_samples=int(body.get("num_samples") or 1),
+                              sampling_params=params, prompt_logprobs=bool(body.get("prompt_logprobs")),
+                              topk_prompt_logprobs=int(body.get("topk_prompt_logprobs") or 0), seed=seed,
+                              version=version)
+        routed_experts.issue(ctx, s, op, output)
+        return output
     if kind in ("inference-checkpoint", "training-checkpoint"):
         return {"checkpoint": _checkpoint(state, ctx, s, model, kind, at)}
     raise ComputeError(INTERNAL_ERROR, f"unknown operation kind {kind}")

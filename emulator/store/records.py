@@ -100,6 +100,7 @@ class Session:
     training_checkpoint_ids: list[str] | None = None
     queue: list[str] | None = None          # op ids submitted and not yet finished, in order
     busy_until: float | None = None         # when the running operation finishes
+    routed_experts: dict[str, int] | None = None  # routed-experts key -> positions covered, oldest first
 
 
 @dataclass(slots=True)
