@@ -257,6 +257,7 @@ def _checkpoint(state: TenantState, ctx: Ctx, s: Session, model: compute.Session
                       type="CHECKPOINT_TYPE_TRAINING" if training else "CHECKPOINT_TYPE_INFERENCE",
                       base_model=s.base_model, step=s.step, created_at=at,
                       lora_rank=None if s.lora_config is None else int(s.lora_config["rank"]),
+                      lora_config=None if s.lora_config is None else dict(s.lora_config),
                       model_state={"spec": asdict(model_spec(state, ctx.seed, s)),
                                    "model": model.to_state(include_optimizer=training)},
                       created_by=s.created_by)

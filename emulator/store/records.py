@@ -128,6 +128,7 @@ class Checkpoint:
     step: int
     created_at: float
     lora_rank: int | None = None
+    lora_config: dict[str, Any] | None = None   # the session's whole LoRA config (a resume inherits it)
     registration: dict[str, Any] | None = None
     model_state: dict[str, Any] | None = None   # the compute model at save time
     created_by: str = ""
