@@ -1,5 +1,5 @@
-"""The running emulator's services, wired together: config, store, clock, timing, limits, tenancy, fault rules
-and persistence. One :class:`Runtime` per server; handlers reach it through their request. Nothing
+"""The running emulator's services, wired together: config, store, clock, timing, limits, tenancy, fault
+rules and persistence. One :class:`Runtime` per server; handlers reach it through their request. Nothing
 mutable lives at module level, so tests build as many independent emulators in one process as they like.
 """
 
