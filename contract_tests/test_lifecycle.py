@@ -153,6 +153,10 @@ def _check_output(kind: str, op: dict[str, Any], body: dict[str, Any] | None, wh
                 counts = [len(r.get("sequences") or []) for r in results]
                 if any(c != n for c in counts):
                     problem = f"has {counts} sequences per input, expected num_samples={n}"
+                # SampledSequence.routed_experts_key: "Absent ... when `return_routed_experts` is disabled."
+                elif not (body or {}).get("return_routed_experts") and any(
+                        "routed_experts_key" in seq for r in results for seq in r.get("sequences") or []):
+                    problem = "carries routed_experts_key although return_routed_experts was not set"
         elif kind in ("inference-checkpoint", "training-checkpoint"):
             ckpt = out.get("checkpoint")
             if not isinstance(ckpt, dict) or not ckpt.get("id"):

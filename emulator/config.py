@@ -38,6 +38,7 @@ class Config:
     start_time: float | None = None
     profile: str = "instant"
     profile_file: str | None = None
+    limits_file: str | None = None
     tokens_file: str | None = None
     admin_token: str | None = None
     validate_responses: bool = False
@@ -153,6 +154,8 @@ OPTIONS: tuple[tuple[str, str, Callable[[str], Any] | None, str], ...] = (
                                                 "2026-01-01T00:00:00Z)"),
     ("profile", "--profile", None, "timing of every transition: instant (default) or realistic"),
     ("profile_file", "--profile-file", None, "YAML/JSON file overriding timing-profile durations"),
+    ("limits_file", "--limits-file", None, "YAML/JSON file overriding the session caps and other limits the "
+                                           "emulator infers (see emulator/domain/limits.py)"),
     ("tokens_file", "--tokens-file", None, "YAML/JSON file mapping tokens to users and projects"),
     ("admin_token", "--admin-token", None, "required on /_emulator/* (mandatory when --host is not loopback)"),
     ("state_file", "--state-file", None, "keep state across restarts in this file (a journal; parent "

@@ -1,5 +1,5 @@
-"""The running emulator's services, wired together: config, store, clock, timing, tenancy, fault rules
-and persistence. One :class:`Runtime` per server; handlers reach it through their request. Nothing
+"""The running emulator's services, wired together: config, store, clock, timing, limits, tenancy, fault
+rules and persistence. One :class:`Runtime` per server; handlers reach it through their request. Nothing
 mutable lives at module level, so tests build as many independent emulators in one process as they like.
 """
 
@@ -12,6 +12,7 @@ from emulator.clock import Clock, parse_rfc3339
 from emulator.config import Config, ConfigError, load_data_file
 from emulator.domain import engine, fault_effects
 from emulator.domain.context import Ctx, Principal
+from emulator.domain.limits import DEFAULT_LIMITS, Limits
 from emulator.domain.timing import Timing, load_timing
 from emulator.faults import FaultError, FaultSet
 from emulator.store import Store, snapshot
@@ -44,6 +45,13 @@ class Runtime:
             self.timing: Timing = load_timing(config.profile, overrides or None)
         except ValueError as exc:
             raise ConfigError(f"--profile-file {config.profile_file}: {exc}") from exc
+        self.limits: Limits = DEFAULT_LIMITS
+        if config.limits_file:
+            data = load_data_file(config.limits_file, "--limits-file")
+            try:
+                self.limits = Limits.from_mapping(data)
+            except ValueError as exc:
+                raise ConfigError(f"--limits-file {config.limits_file}: {exc}") from exc
         self.tenancy = Tenancy.from_config(config.tokens_file, config.admin_token)
         self.faults = FaultSet(seed=config.seed, operations=spec.operation_ids(),
                                codes={k: spec.enum_values(v) for k, v in FAULT_CODES.items()})
@@ -67,7 +75,7 @@ class Runtime:
 
     def ctx(self, principal: Principal, base_url: str) -> Ctx:
         return Ctx(now=self.clock.now(), principal=principal, timing=self.timing, seed=self.store.seed,
-                   base_url=base_url)
+                   base_url=base_url, limits=self.limits)
 
     def system_ctx(self, project: str) -> Ctx:
         """A context for work done on a tenant's state outside any caller's request."""

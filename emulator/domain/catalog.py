@@ -4,6 +4,10 @@ Emulates the shape of the real catalog (docs/api-surface.md A.6). The model name
 documentation (``Qwen/Qwen3.8-27B`` is the documented starter model, ``Qwen/Qwen3.5-4B`` the
 generated tests' example, MiniMax-M3 the documented model whose checkpoints have no registry
 upload); limits, vocabulary sizes and prices are illustrative, not the real service's numbers.
+
+Mixture-of-experts (``moe``, which makes ``return_routed_experts`` do something): MiniMax-M3, as the
+MiniMax M series is MoE. The two Qwen models are dense [inferred]: the documentation does not say, and
+Qwen names its MoE checkpoints with the active parameter count (``Qwen3-30B-A3B``), which these lack.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class CatalogModel:
     trainer_gpus: int
     price_per_gpu_hour: float
     registers_checkpoints: bool = True
+    moe: bool = False                    # mixture-of-experts: samples can return routed-experts keys
 
     def to_json(self) -> dict[str, Any]:
         trainer: dict[str, Any] = {"lora": {"max_batch_size": self.lora_max_batch_size,
@@ -62,7 +67,7 @@ CATALOG: tuple[CatalogModel, ...] = (
     CatalogModel("MiniMaxAI/MiniMax-M3", vocab_size=200_064, context_length=65_536,
                  lora_max_batch_size=128, lora_max_seq_length=65_536, lora_max_rank=64,
                  full_max_batch_size=None, full_max_seq_length=None, max_lora_sessions=2,
-                 trainer_gpus=16, price_per_gpu_hour=5.5, registers_checkpoints=False),
+                 trainer_gpus=16, price_per_gpu_hour=5.5, registers_checkpoints=False, moe=True),
 )
 
 BY_NAME = {m.base_model: m for m in CATALOG}

@@ -1,9 +1,10 @@
-"""What every domain function receives besides the state: time, caller, timing and switches."""
+"""What every domain function receives besides the state: time, caller, timing, limits and switches."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from emulator.domain.limits import DEFAULT_LIMITS, Limits
 from emulator.domain.timing import Timing
 
 
@@ -21,3 +22,4 @@ class Ctx:
     timing: Timing
     seed: int = 0
     base_url: str = "http://127.0.0.1:8765"
+    limits: Limits = DEFAULT_LIMITS

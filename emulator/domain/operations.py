@@ -14,7 +14,9 @@ the next sample applies them. Samples always use the applied version.
 Differences from the real API [inferred]: submitting to a session that is not RUNNING answers an
 operation that is already FAILED with ``SESSION_NOT_ACTIVE``; sampling on a resource with zero
 generator replicas is refused with 400; PIPELINE behaves like BACKGROUND_PUBLISH (a sample never
-switches versions mid-sequence, so there is always one policy segment).
+switches versions mid-sequence, so there is always one policy segment); a forward-backward whose
+``loss`` carries the ``*_params`` object of another loss type is refused with 400 (the SDK documents
+each as "only valid when type is" its loss and refuses it client-side; the real server may drop it).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import orjson
 
 from emulator import compute
 from emulator.compute import INTERNAL_ERROR, ComputeError
-from emulator.domain import checkpoints, model_resources
+from emulator.domain import checkpoints, model_resources, routed_experts
 from emulator.domain.cascade import SESSION_NOT_ACTIVE
 from emulator.domain.catalog import BY_NAME
 from emulator.domain.common import transition
@@ -40,6 +42,11 @@ from emulator.store import TenantState
 from emulator.store.records import Checkpoint, Operation, Session
 
 Op = OperationStatus
+
+# The LossConfig field each loss type reads (IMPORTANCE_SAMPLING reads none), docs/api-surface.md A.3.1.
+LOSS_PARAMS = {"cross_entropy_params": "LOSS_TYPE_CROSS_ENTROPY", "grpo_params": "LOSS_TYPE_GRPO",
+               "ppo_params": "LOSS_TYPE_PPO", "cispo_params": "LOSS_TYPE_CISPO", "dro_params": "LOSS_TYPE_DRO",
+               "dppo_params": "LOSS_TYPE_DPPO"}
 
 
 def body_hash(body: dict[str, Any]) -> str:
@@ -67,6 +74,7 @@ def submit(state: TenantState, ctx: Ctx, session_id: str, kind: str, body: dict[
         raise FailedPrecondition(f"model resource {r.id} has no generator replicas (num_generator_replicas=0); "
                                  "it cannot sample", param="session_id")
     effective = _resolve_payload(state, s, body)
+    _check_request(kind, effective)
     now = ctx.now
     op = Operation(id=state.ids.uuid("operation"), session_id=s.id, kind=kind, status=Op.PENDING.value,
                    created_at=now, updated_at=now, body=effective, body_hash=digest,
@@ -105,6 +113,20 @@ def _resolve_payload(state: TenantState, s: Session, body: dict[str, Any]) -> di
         raise InvalidRequest(f"payload {payload_id!r} must hold a JSON object", param="payload_id")
     uploaded.pop("payload_id", None)
     return uploaded
+
+
+def _check_request(kind: str, body: dict[str, Any]) -> None:
+    """Request rules refused with 400 before any operation exists (schema validation does not reach an
+    uploaded payload's body, and cannot tie a params object to the loss type)."""
+    loss = body.get("loss") if kind == "forward-backward" else None
+    if not isinstance(loss, dict):
+        return
+    loss_type = loss.get("type")
+    for key, reads in LOSS_PARAMS.items():
+        # The SDK's LossConfig: "Only valid when `type` is LOSS_TYPE_...". A null is an omitted field.
+        if loss.get(key) is not None and loss_type != reads:
+            raise InvalidRequest(f"loss.{key} is only valid when loss.type is {reads}, not {loss_type}",
+                                 param=f"loss.{key}")
 
 
 def get(state: TenantState, session_id: str, kind: str, operation_id: str) -> Operation:
@@ -179,6 +201,8 @@ def _execute(state: TenantState, ctx: Ctx, s: Session, op: Operation, at: float)
     model = session_model(state, ctx.seed, s)
     body = op.body
     kind = op.kind
+    if kind in ("forward-backward", "custom-forward-backward"):
+        routed_experts.check(s, body.get("samples"))
     if kind == "forward-backward":
         return model.forward_backward(body["samples"], body["loss"], forward_only=bool(body.get("forward_only")),
                                       return_loss_fn_outputs=bool(body.get("return_loss_fn_outputs")))
@@ -213,10 +237,12 @@ def _execute(state: TenantState, ctx: Ctx, s: Session, op: Operation, at: float)
         version, weights = state.published[s.id]
         params = body.get("sampling_params") or {}
         seed = derive_int(ctx.seed, op.id)
-        return model.sample(weights, body["model_inputs"], num_samples=int(body.get("num_samples") or 1),
-                            sampling_params=params, prompt_logprobs=bool(body.get("prompt_logprobs")),
-                            topk_prompt_logprobs=int(body.get("topk_prompt_logprobs") or 0), seed=seed,
-                            version=version)
+        output = model.sample(weights, body["model_inputs"], num_samples=int(body.get("num_samples") or 1),
+                              sampling_params=params, prompt_logprobs=bool(body.get("prompt_logprobs")),
+                              topk_prompt_logprobs=int(body.get("topk_prompt_logprobs") or 0), seed=seed,
+                              version=version)
+        routed_experts.issue(ctx, s, op, output)
+        return output
     if kind in ("inference-checkpoint", "training-checkpoint"):
         return {"checkpoint": _checkpoint(state, ctx, s, model, kind, at)}
     raise ComputeError(INTERNAL_ERROR, f"unknown operation kind {kind}")
@@ -231,6 +257,7 @@ def _checkpoint(state: TenantState, ctx: Ctx, s: Session, model: compute.Session
                       type="CHECKPOINT_TYPE_TRAINING" if training else "CHECKPOINT_TYPE_INFERENCE",
                       base_model=s.base_model, step=s.step, created_at=at,
                       lora_rank=None if s.lora_config is None else int(s.lora_config["rank"]),
+                      lora_config=None if s.lora_config is None else dict(s.lora_config),
                       model_state={"spec": asdict(model_spec(state, ctx.seed, s)),
                                    "model": model.to_state(include_optimizer=training)},
                       created_by=s.created_by)

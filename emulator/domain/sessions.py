@@ -4,7 +4,10 @@ Emulates docs/api-surface.md A.2 and C.2. ``CREATING`` -> ``RUNNING`` (once the 
 -> ``STOPPING`` -> ``STOPPED``; ``EXPIRED`` when the resource stops for inactivity; ``ERROR`` when
 the resource fails (fault effects). Sessions take ``base_model`` and ``lora_config`` defaults from
 their resource; a resource holds at most ``max_lora_sessions`` LoRA sessions or one full-weight
-session (429 beyond).
+session (429 beyond; the numbers come from :mod:`emulator.domain.limits`, overridable). A session
+that resumes a LoRA checkpoint inherits the checkpoint's LoRA config: a ``lora_config`` the caller
+gives must keep its rank, alpha and train_unembed (400 naming both values), may change dropout, and
+its seed is ignored (documented), so the checkpoint's seed stays.
 
 Differences from the real API [inferred]: a session may be created while its resource is still
 PENDING/CREATING and stays CREATING until the resource is READY; stopping a session that is
@@ -23,21 +26,25 @@ from emulator.domain.context import Ctx
 from emulator.domain.lifecycle import ResourceStatus, SessionStatus
 from emulator.errors import AtCapacity, FailedPrecondition, InvalidRequest, NotFound
 from emulator.store import TenantState
-from emulator.store.records import Session
+from emulator.store.records import Checkpoint, Session
 
 S = SessionStatus
 DEFAULT_LORA = {"rank": 8, "alpha": 16, "dropout": 0.0, "train_unembed": True}
 
 
-def _lora_config(state: TenantState, ctx: Ctx, r: Any, given: dict[str, Any] | None) -> dict[str, Any] | None:
+def _lora_config(state: TenantState, r: Any, given: dict[str, Any] | None, ckpt: Checkpoint | None
+                 ) -> dict[str, Any] | None:
     # Unknown keys are ignored (the schema allows them; kept, an unhashable value broke the config key below).
     given = {k: v for k, v in (given or {}).items() if v is not None and (k in DEFAULT_LORA or k == "seed")}
     if not r.lora_enabled:
         if given:
             raise InvalidRequest("lora_config is only valid on a LoRA-enabled model resource", param="lora_config")
         return None
-    cfg = dict(DEFAULT_LORA)
-    cfg.update(given)
+    if ckpt is not None:
+        cfg = _resumed_lora(ckpt, given)
+    else:
+        cfg = dict(DEFAULT_LORA)
+        cfg.update(given)
     rank = int(cfg["rank"])
     max_rank = BY_NAME[r.base_model].lora_max_rank
     if not 1 <= rank <= max_rank:
@@ -51,10 +58,6 @@ def _lora_config(state: TenantState, ctx: Ctx, r: Any, given: dict[str, Any] | N
     return state.lora_configs.setdefault(key, cfg)
 
 
-def _capacity(r: Any) -> int:
-    return BY_NAME[r.base_model].max_lora_sessions if r.lora_enabled else 1
-
-
 def create(state: TenantState, ctx: Ctx, body: dict[str, Any]) -> Session:
     r = state.resources.get(body["model_resources_id"])
     if r is None:
@@ -62,19 +65,20 @@ def create(state: TenantState, ctx: Ctx, body: dict[str, Any]) -> Session:
     if r.status not in (ResourceStatus.PENDING.value, ResourceStatus.CREATING.value, ResourceStatus.READY.value):
         raise FailedPrecondition(f"model resource {r.id} is {r.status}; sessions can only attach to an active "
                                  "resource", param="model_resources_id")
-    lora = _lora_config(state, ctx, r, body.get("lora_config"))
-    display_name = body.get("display_name")
-    if display_name is not None and len(display_name) > 128:
-        raise InvalidRequest("display_name must be at most 128 characters", param="display_name")
     step, resume_id, load_optimizer = 0, body.get("resume_from_checkpoint_id"), body.get("load_optimizer")
+    ckpt = None
     if resume_id:
         ckpt = state.checkpoints.get(resume_id)
         if ckpt is None:
             raise NotFound(f"checkpoint {resume_id!r} not found", param="resume_from_checkpoint_id")
-        _check_resume(r, ckpt, lora, load_optimizer)
+        _check_resume(r, ckpt, load_optimizer)
         if ckpt.type == "CHECKPOINT_TYPE_TRAINING" and load_optimizer is not False:
             step = ckpt.step
-    cap = _capacity(r)
+    lora = _lora_config(state, r, body.get("lora_config"), ckpt)
+    display_name = body.get("display_name")
+    if display_name is not None and len(display_name) > 128:
+        raise InvalidRequest("display_name must be at most 128 characters", param="display_name")
+    cap = ctx.limits.session_cap(r.base_model, r.lora_enabled)
     if len(cascade.active_sessions(state, r)) >= cap:
         raise AtCapacity(f"model resource {r.id} is at capacity: it holds at most {cap} concurrent "
                          f"{'LoRA' if r.lora_enabled else 'full-weight'} session(s); stop one or use another "
@@ -96,7 +100,7 @@ def create(state: TenantState, ctx: Ctx, body: dict[str, Any]) -> Session:
     return s
 
 
-def _check_resume(r: Any, ckpt: Any, lora: dict[str, Any] | None, load_optimizer: bool | None) -> None:
+def _check_resume(r: Any, ckpt: Checkpoint, load_optimizer: bool | None) -> None:
     if ckpt.base_model != r.base_model:
         raise InvalidRequest(f"checkpoint {ckpt.id} was trained from {ckpt.base_model}; this resource serves "
                              f"{r.base_model}", param="resume_from_checkpoint_id")
@@ -107,9 +111,45 @@ def _check_resume(r: Any, ckpt: Any, lora: dict[str, Any] | None, load_optimizer
     if ckpt.type == "CHECKPOINT_TYPE_INFERENCE" and load_optimizer:
         raise InvalidRequest("load_optimizer is not valid with an inference checkpoint, which carries no "
                              "optimizer state", param="load_optimizer")
-    if lora is not None and ckpt.lora_rank is not None and lora["rank"] != ckpt.lora_rank:
-        raise InvalidRequest(f"lora_config.rank {lora['rank']} differs from the checkpoint's rank {ckpt.lora_rank}",
-                             param="lora_config.rank")
+
+
+# What a resumed adapter must keep: its shape (rank, whether the output head has one) and its scale (alpha,
+# baked into what the adapter learned). Dropout only acts while training, so a resume may change it.
+_RESUME_FIXED = ("rank", "alpha", "train_unembed")
+
+
+def _resumed_lora(ckpt: Checkpoint, given: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's LoRA config, which a resumed session inherits: a ``lora_config`` the caller gives is
+    compared, never applied, except ``dropout``; ``seed`` is ignored (documented: "Ignored when ... the
+    session resumes from a checkpoint"), so the checkpoint's seed, if it had one, stays."""
+    inherited = checkpoint_lora_config(ckpt)
+    for key in _RESUME_FIXED:
+        if key in given and _same_type(key, given[key]) != inherited[key]:
+            raise InvalidRequest(f"lora_config.{key} {_show(given[key])} differs from the checkpoint's {key} "
+                                 f"{_show(inherited[key])}; omit it to inherit the checkpoint's",
+                                 param=f"lora_config.{key}")
+    cfg = dict(inherited)
+    if "dropout" in given:
+        cfg["dropout"] = float(given["dropout"])
+    return cfg
+
+
+def checkpoint_lora_config(ckpt: Checkpoint) -> dict[str, Any]:
+    """The LoRA config a LoRA checkpoint was trained with. Checkpoints from states exported before it was
+    stored carry only the model spec: rank, alpha and train_unembed come from there, dropout is the default."""
+    if ckpt.lora_config is not None:
+        return dict(ckpt.lora_config)
+    spec = (ckpt.model_state or {}).get("spec") or {}
+    return {**DEFAULT_LORA, "rank": ckpt.lora_rank, "alpha": int(spec.get("lora_alpha") or DEFAULT_LORA["alpha"]),
+            "train_unembed": bool(spec.get("train_unembed", True))}
+
+
+def _same_type(key: str, value: Any) -> Any:
+    return bool(value) if key == "train_unembed" else int(value)
+
+
+def _show(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _clean_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:

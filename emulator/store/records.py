@@ -100,6 +100,7 @@ class Session:
     training_checkpoint_ids: list[str] | None = None
     queue: list[str] | None = None          # op ids submitted and not yet finished, in order
     busy_until: float | None = None         # when the running operation finishes
+    routed_experts: dict[str, int] | None = None  # routed-experts key -> positions covered, oldest first
 
 
 @dataclass(slots=True)
@@ -127,6 +128,7 @@ class Checkpoint:
     step: int
     created_at: float
     lora_rank: int | None = None
+    lora_config: dict[str, Any] | None = None   # the session's whole LoRA config (a resume inherits it)
     registration: dict[str, Any] | None = None
     model_state: dict[str, Any] | None = None   # the compute model at save time
     created_by: str = ""

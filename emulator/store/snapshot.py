@@ -69,7 +69,9 @@ def export_state(store: Store, clock: dict[str, Any]) -> dict[str, Any]:
 _TIME = {"type": "number", "minimum": 0, "maximum": MAX_TIME}
 _SCALARS: dict[str, dict[str, Any]] = {
     "str": {"type": "string"}, "int": {"type": "integer"}, "float": _TIME, "bool": {"type": "boolean"},
-    "dict[str, Any]": {"type": "object"}, "list[str]": {"type": "array", "items": {"type": "string"}},
+    "dict[str, Any]": {"type": "object"},
+    "dict[str, int]": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+    "list[str]": {"type": "array", "items": {"type": "string"}},
     "list[dict[str, Any]]": {"type": "array", "items": {"type": "object"}},
     "bytes": {"type": "object", "required": ["__bytes__"], "additionalProperties": False,
               "properties": {"__bytes__": {"type": "string"}}},
