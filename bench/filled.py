@@ -42,16 +42,16 @@ def fill(runtime: Any, token: str, sessions: int) -> dict[str, Any]:
     out: dict[str, Any] = {"sessions": sessions, "resources": resources}
     # Touch the tenant once so its fixed cost lands in the baseline.
     with runtime.store.transaction(principal.project) as state:
-        engine.settle(state, runtime.ctx(principal, ""))
+        engine.settle(state, runtime.ctx(principal))
     out["rss_base"] = settled_rss()
     started = time.perf_counter()
     resource_ids = []
     with runtime.store.transaction(principal.project) as state:
-        ctx = runtime.ctx(principal, "")
+        ctx = runtime.ctx(principal)
         for _ in range(resources):
             r = resources_domain.create(state, ctx, {"base_model": BASE_MODEL, "lora_enabled": True})
             resource_ids.append(r.id)
-        engine.settle(state, runtime.ctx(principal, ""))
+        engine.settle(state, runtime.ctx(principal))
         assert all(state.resources[rid].status.endswith("READY") for rid in resource_ids), (
             "resources not READY"
         )
@@ -59,11 +59,11 @@ def fill(runtime: Any, token: str, sessions: int) -> dict[str, Any]:
     with runtime.store.transaction(principal.project) as state:
         made = 0
         for rid in resource_ids:
-            ctx = runtime.ctx(principal, "")
+            ctx = runtime.ctx(principal)
             for _ in range(min(PER_RESOURCE, sessions - made)):
                 sessions_domain.create(state, ctx, {"model_resources_id": rid})
                 made += 1
-        engine.settle(state, runtime.ctx(principal, ""))
+        engine.settle(state, runtime.ctx(principal))
         running = sum(1 for s in state.sessions.values() if s.status.endswith("RUNNING"))
         assert running == sessions, f"{running} of {sessions} sessions RUNNING"
     out["rss_sessions"] = settled_rss()

@@ -1,6 +1,6 @@
 """Run an ASGI app on uvicorn exactly as ``python -m emulator serve`` does (emulator/__main__.py):
-a pre-bound loopback socket, ``uvicorn.Config(app, log_level="warning", access_log=False,
-lifespan="on")`` and otherwise uvicorn's defaults (uvloop and httptools when installed), one process.
+a pre-bound loopback socket and the emulator's own uvicorn settings (``emulator.http.server``: its
+connection guards, keep-alive, concurrency limit; uvloop and httptools when installed), one process.
 Prints ``... listening on http://HOST:PORT`` first, like the emulator."""
 
 from __future__ import annotations
@@ -19,5 +19,8 @@ def serve(app: Any, host: str, port: int, banner: str) -> None:
     sock.bind((host, port))
     bound_host, bound_port = sock.getsockname()[:2]
     print(f"{banner} listening on http://{bound_host}:{bound_port}", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    from emulator.config import Config
+    from emulator.http.server import uvicorn_config
+
+    server = uvicorn.Server(uvicorn_config(app, Config(log_level="warning")))
     server.run(sockets=[sock])

@@ -86,7 +86,8 @@ class EmulatorApp:
         if length is not None and length.isdigit() and int(length) > limit:
             await send_error(send, 413, f"request body is larger than {limit} bytes", code="payload_too_large")
             return
-        receive = limited_receive(receive, limit)
+        if length is None or length != "0":  # a body may come (declared or chunked): count it
+            receive = limited_receive(receive, limit)
         if path.startswith("/_files/"):
             await self.files(scope, receive, send)
         elif is_dashboard_path(path):

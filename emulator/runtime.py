@@ -73,13 +73,13 @@ class Runtime:
     def principal_for(self, token: str) -> Principal | None:
         return self.tenancy.principal_for(token)
 
-    def ctx(self, principal: Principal, base_url: str) -> Ctx:
+    def ctx(self, principal: Principal) -> Ctx:
         return Ctx(now=self.clock.now(), principal=principal, timing=self.timing, seed=self.store.seed,
-                   base_url=base_url, limits=self.limits)
+                   limits=self.limits)
 
     def system_ctx(self, project: str) -> Ctx:
         """A context for work done on a tenant's state outside any caller's request."""
-        return self.ctx(Principal(user="", project=project), "")
+        return self.ctx(Principal(user="", project=project))
 
     def settle_all(self) -> None:
         """Apply every transition due by now in every tenant (for whole-store views)."""
@@ -87,13 +87,13 @@ class Runtime:
             with self.store.transaction(project, write=False) as state:
                 engine.settle(state, self.system_ctx(project))
 
-    def apply_fault_effect(self, principal: Principal, base_url: str, effect: dict[str, Any], operation_id: str,
+    def apply_fault_effect(self, principal: Principal, effect: dict[str, Any], operation_id: str,
                            path: dict[str, str], body: Any, payload: Any) -> None:
         """A fault rule's state effect on what a request just made (see emulator.faults)."""
         # No settle first: under the instant profile what the request made is already due, and must be
         # marked (an operation to fail, a resource to hold in the queue) before it happens.
         with self.store.transaction(principal.project) as state:
-            fault_effects.apply(state, self.ctx(principal, base_url), effect, operation_id, path, body, payload)
+            fault_effects.apply(state, self.ctx(principal), effect, operation_id, path, body, payload)
 
     def export_state(self) -> dict[str, Any]:
         self.settle_all()

@@ -43,7 +43,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     def _tx(self, fn):  # type: ignore[no-untyped-def]
         with self.runtime.store.transaction(self.principal.project) as state:
-            ctx = self.runtime.ctx(self.principal, "")
+            ctx = self.runtime.ctx(self.principal)
             engine.settle(state, ctx)
             try:
                 return fn(state, ctx)

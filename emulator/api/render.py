@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from emulator.clock import rfc3339
 from emulator.domain import checkpoints as checkpoints_domain
 from emulator.domain.model_resources import queue_position
@@ -85,6 +87,32 @@ def session(state: TenantState, s: Session) -> dict[str, Any]:
     if s.resume_from_checkpoint_id:
         out["resume_from_checkpoint_id"] = s.resume_from_checkpoint_id
     return out
+
+
+def _session_version(s: Session) -> tuple[Any, ...]:
+    """Everything :func:`session` reads that can change (containers by identity: the domain replaces
+    metadata, errors and LoRA configs rather than editing them; checkpoint lists only grow)."""
+    return (s.status, s.updated_at, s.step, s.trainer_step, s.target_weights_version, s.applied_weights_version,
+            s.pending_publish, s.display_name, s.metadata, s.error, s.lora_config, s.resume_from_checkpoint_id,
+            len(s.inference_checkpoint_ids or ()), len(s.training_checkpoint_ids or ()))
+
+
+def session_json(state: TenantState, s: Session) -> bytes:
+    """:func:`session` as JSON bytes, rendered once per version of the session (lists and polls read the
+    same sessions over and over)."""
+    version = _session_version(s)
+    hit = state.rendered.get(s.id)
+    if hit is not None and hit[0] == version:
+        return hit[1]
+    data = orjson.dumps(session(state, s))
+    state.remember_rendering(s.id, version, data)
+    return data
+
+
+def list_page_json(items: list[bytes], has_more: bool, limit: int, last_id: str | None) -> bytes:
+    """:func:`list_page` assembled from items already rendered as JSON."""
+    meta = orjson.dumps({"has_more": has_more, "limit": limit, "next_cursor": last_id if has_more and last_id else ""})
+    return b'{"data":[' + b",".join(items) + b'],"meta":' + meta + b"}"
 
 
 def operation(op: Operation) -> dict[str, Any]:

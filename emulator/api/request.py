@@ -6,14 +6,14 @@ Handlers are thin: parse what they need from :class:`Request`, call one domain f
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from emulator.domain import engine
 from emulator.domain.context import Ctx, Principal
 from emulator.errors import InvalidRequest
 from emulator.store import TenantState
+from emulator.store.memory import Transaction
 
 if TYPE_CHECKING:
     from emulator.runtime import Runtime
@@ -22,11 +22,39 @@ Reply = tuple[int, Any] | tuple[int, Any, dict[str, str]]
 READ_METHODS = frozenset({"GET", "HEAD"})
 
 
+class RequestTransaction:
+    """A context manager class rather than a generator: it runs on every request."""
+
+    __slots__ = ("request", "tx")
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.tx: Transaction | None = None
+
+    def __enter__(self) -> tuple[TenantState, Ctx]:
+        req = self.request
+        assert req.principal is not None
+        self.tx = req.runtime.store.transaction(req.principal.project, write=req.method not in READ_METHODS)
+        state = self.tx.__enter__()
+        ctx = req.runtime.ctx(req.principal)
+        try:
+            engine.settle(state, ctx)
+        except BaseException:
+            self.tx.__exit__(None, None, None)
+            raise
+        return state, ctx
+
+    def __exit__(self, *exc: object) -> None:
+        if self.tx is not None:
+            self.tx.__exit__(*exc)
+            self.tx = None
+
+
 class Request:
-    __slots__ = ("runtime", "principal", "method", "path", "query", "headers", "body", "base_url", "operation_id")
+    __slots__ = ("runtime", "principal", "method", "path", "query", "headers", "body", "_base_url", "operation_id")
 
     def __init__(self, runtime: Runtime, principal: Principal | None, operation_id: str, path: dict[str, str],
-                 query: dict[str, str], headers: dict[str, str], body: Any, base_url: str,
+                 query: dict[str, str], headers: Mapping[str, str], body: Any, base_url: str | Callable[[], str],
                  method: str = "POST") -> None:
         self.runtime = runtime
         self.principal = principal
@@ -36,17 +64,21 @@ class Request:
         self.query = query
         self.headers = headers
         self.body = body
-        self.base_url = base_url
+        self._base_url = base_url  # or how to work it out: few handlers need it
 
-    @contextmanager
-    def tx(self) -> Iterator[tuple[TenantState, Ctx]]:
-        """The caller's tenant under its lock, settled to now. Reads (GET) never create a tenant and are
-        not persisted: they only settle the timeline, which a restored state replays the same way."""
+    def tx(self) -> RequestTransaction:
+        """The caller's tenant under its lock, settled to now: ``with req.tx() as (state, ctx)``. Reads (GET)
+        never create a tenant and are not persisted: they only settle the timeline, which a restored
+        state replays the same way."""
         assert self.principal is not None
-        with self.runtime.store.transaction(self.principal.project, write=self.method not in READ_METHODS) as state:
-            ctx = self.runtime.ctx(self.principal, self.base_url)
-            engine.settle(state, ctx)
-            yield state, ctx
+        return RequestTransaction(self)
+
+    @property
+    def base_url(self) -> str:
+        """Scheme and host the client called, for the URLs a handler hands out."""
+        if callable(self._base_url):
+            self._base_url = self._base_url()
+        return self._base_url
 
     def presign(self, kind: str, object_id: str, now: float, variant: str | None = None) -> str:
         """A presigned-URL token for one of the caller's objects (see emulator.store.presigned)."""

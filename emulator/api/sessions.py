@@ -19,13 +19,13 @@ def list_sessions(req: Request) -> Reply:
                                        model_resources_id=req.query_str("model_resources_id"),
                                        created_by=req.query_str("created_by"), after=req.query_str("after"),
                                        limit=limit)
-        return 200, render.list_page([render.session(state, s) for s in items], has_more, limit,
-                                     items[-1].id if items else None)
+        return 200, render.list_page_json([render.session_json(state, s) for s in items], has_more, limit,
+                                          items[-1].id if items else None)
 
 
 def get_session(req: Request) -> Reply:
     with req.tx() as (state, _ctx):
-        return 200, render.session(state, domain.get(state, req.path["session_id"]))
+        return 200, render.session_json(state, domain.get(state, req.path["session_id"]))
 
 
 def update_session(req: Request) -> Reply:

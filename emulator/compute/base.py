@@ -11,12 +11,21 @@ end token takes preferred slot 3, so generation ends by itself from time to time
 A real base model has context-dependent, non-sparse logits; this one only looks at the previous
 token and concentrates ~96% of each row's mass on eight tokens. That is enough for sampling to
 look like text-shaped token streams and for training effects to be measurable.
+
+Rows are computed with a couple of dozen numpy operations, whose fixed cost dominates for the few
+rows of a typical batch; so each base model remembers the rows it computed (up to
+:data:`ROW_CACHE_ROWS`), and :func:`base_model` hands out one instance per (seed, vocabulary, end
+token), which every session on the same base model shares. A remembered row is the very array the
+vectorised computation produced (every row is computed independently), so results are bit-identical.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -66,12 +75,14 @@ class BaseModel:
     log_v: float = field(init=False)
     _s: np.ndarray = field(init=False, repr=False, compare=False)
     _ladder: np.ndarray = field(init=False, repr=False, compare=False)
+    _rows: _RowCache = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "k", min(NUM_PREFERRED, self.vocab_size))
         object.__setattr__(self, "log_v", math.log(self.vocab_size))
         object.__setattr__(self, "_s", mix64(np.array([seed_to_u64(self.seed)], dtype=_U64)))
         object.__setattr__(self, "_ladder", np.asarray(PREF_LADDER[: self.k], dtype=np.float64))
+        object.__setattr__(self, "_rows", _RowCache(self.k))
 
     def describe(self) -> dict[str, object]:
         return {"seed": int(self.seed), "vocab_size": int(self.vocab_size), "eos_token_id": int(self.eos)}
@@ -79,6 +90,11 @@ class BaseModel:
     def prefs(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Preferred tokens and their logits for each row: two ``(len(rows), k)`` arrays, sorted by token."""
         rows = np.asarray(rows, dtype=np.int64)
+        if rows.size == 0 or rows.size > ROW_CACHE_BATCH:
+            return self._compute(rows)
+        return self._rows.get(rows, self._compute)
+
+    def _compute(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         v = self.vocab_size
         k = self.k
         if rows.size == 0:
@@ -110,4 +126,55 @@ class BaseModel:
         return out
 
 
-__all__ = ["BaseModel", "hash_tokens", "mix64", "seed_to_u64"]
+ROW_CACHE_ROWS = 1 << 15     # rows remembered per base model (2 x 8 x 8 bytes each, plus the index)
+ROW_CACHE_BATCH = 4096       # larger batches are computed directly: the vectorised cost is amortised
+
+
+class _RowCache:
+    """Rows already computed, in two preallocated tables; full, it stops remembering new rows."""
+
+    def __init__(self, k: int) -> None:
+        self.slots: dict[int, int] = {}
+        self.cols = np.empty((0, k), dtype=np.int64)
+        self.logits = np.empty((0, k), dtype=np.float64)
+        self.lock = threading.Lock()
+
+    def get(self, rows: np.ndarray, compute: Any) -> tuple[np.ndarray, np.ndarray]:
+        keys = rows.tolist()
+        slots = self.slots
+        found = [slots.get(r) for r in keys]
+        if None in found:
+            missing = sorted({r for r, slot in zip(keys, found) if slot is None})
+            cols, logits = compute(np.asarray(missing, dtype=np.int64))
+            with self.lock:
+                self._remember(missing, cols, logits)
+                found = [slots.get(r) for r in keys]
+            if None in found:  # the cache is full: answer from a fresh computation
+                return compute(rows)
+        index = np.asarray(found, dtype=np.intp)
+        return self.cols[index], self.logits[index]
+
+    def _remember(self, rows: list[int], cols: np.ndarray, logits: np.ndarray) -> None:
+        new = [i for i, r in enumerate(rows) if r not in self.slots]
+        n = len(self.slots)
+        if not new or n + len(new) > ROW_CACHE_ROWS:
+            return
+        if n + len(new) > len(self.cols):
+            size = min(ROW_CACHE_ROWS, max(256, 2 * (n + len(new))))
+            grown_cols = np.empty((size, cols.shape[1]), dtype=np.int64)
+            grown_logits = np.empty((size, cols.shape[1]), dtype=np.float64)
+            grown_cols[:n], grown_logits[:n] = self.cols[:n], self.logits[:n]
+            self.cols, self.logits = grown_cols, grown_logits  # readers keep the old tables until done
+        for offset, i in enumerate(new):
+            self.cols[n + offset] = cols[i]
+            self.logits[n + offset] = logits[i]
+            self.slots[rows[i]] = n + offset  # published after the row is written
+
+
+@functools.lru_cache(maxsize=64)
+def base_model(seed: int, vocab_size: int, eos: int) -> BaseModel:
+    """The shared base model of a (seed, vocabulary, end token): sessions on one base model share rows."""
+    return BaseModel(int(seed), int(vocab_size), int(eos))
+
+
+__all__ = ["BaseModel", "base_model", "hash_tokens", "mix64", "seed_to_u64"]

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from emulator.compute.base import BaseModel
+from emulator.compute.base import BaseModel, base_model
 from emulator.compute.errors import invalid
 from emulator.compute.spec import (
     BASE_FORMULA,
@@ -162,7 +162,7 @@ def weights_from_files(loaded: dict[str, Any]) -> Weights:
     ladder = list(base_cfg.get("preferred_ladder", []))
     if base_cfg.get("base_formula") != BASE_FORMULA or ladder != list(PREF_LADDER):
         raise invalid("checkpoint was written for a different base formula")
-    base = BaseModel(int(base_cfg["base_seed"]), int(base_cfg["vocab_size"]), int(base_cfg["eos_token_id"]))
+    base = base_model(int(base_cfg["base_seed"]), int(base_cfg["vocab_size"]), int(base_cfg["eos_token_id"]))
     t = loaded["tensors"]
     v = base.vocab_size
     if loaded["variant"] == ADAPTER:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from emulator.compute import export as _export
-from emulator.compute.base import BaseModel
+from emulator.compute.base import base_model
 from emulator.compute.errors import NON_FINITE_LOSS, RESOURCE_EXHAUSTED, ComputeError, invalid
 from emulator.compute.inputs import parse_gradients, parse_int, parse_samples, parse_tokens
 from emulator.compute.losses import compute, parse_loss
@@ -51,7 +51,7 @@ class SessionModel:
     def __init__(self, spec: ModelSpec) -> None:
         spec.validate()
         self.spec = spec
-        base = BaseModel(int(spec.seed), int(spec.vocab_size), spec.eos)
+        base = base_model(int(spec.seed), int(spec.vocab_size), spec.eos)
         self._weights = Weights.initial(base)
         self._opt = OptState.zeros(self._weights)
         self._acc = GradAccum.empty()

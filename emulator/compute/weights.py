@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from emulator.compute.base import BaseModel
+from emulator.compute.base import BaseModel, base_model
 from emulator.compute.errors import invalid
 
 _I64 = np.int64
@@ -305,7 +305,7 @@ class Weights:
     def from_state(state: dict[str, Any]) -> Weights:
         try:
             b = state["base"]
-            base = BaseModel(int(b["seed"]), int(b["vocab_size"]), int(b["eos_token_id"]))
+            base = base_model(int(b["seed"]), int(b["vocab_size"]), int(b["eos_token_id"]))
             v = base.vocab_size
             keys = (np.asarray(state["entry_rows"], dtype=_I64) * v
                     + np.asarray(state["entry_cols"], dtype=_I64))

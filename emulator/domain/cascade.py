@@ -41,7 +41,7 @@ def fail_operations(state: TenantState, s: Session, at: float) -> None:
 
 
 def stop_session(state: TenantState, ctx: Ctx, s: Session, at: float) -> None:
-    if s.status not in (S.CREATING.value, S.RUNNING.value):
+    if s.status not in (S.CREATING, S.RUNNING):
         return
     fail_operations(state, s, at)
     transition(state, s, S.STOPPING, at)
@@ -69,7 +69,7 @@ def stop_resource(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> 
 def expire_resource(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
     """Inactivity expiry: the active sessions become EXPIRED, the resource goes STOPPING."""
     for s in active_sessions(state, r):
-        if s.status != S.STOPPING.value:
+        if s.status != S.STOPPING:
             expire_session(state, s, at)
     _stopping(state, ctx, r, at)
     state.log(at, "model_resources", r.id, None, r.status, reason="inactive_timeout")
@@ -77,10 +77,10 @@ def expire_resource(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -
 
 def fail_resource(state: TenantState, r: ModelResource, code: str, message: str, at: float) -> None:
     """The resource goes to ERROR with ``code``; its active sessions follow with RESOURCE_UNAVAILABLE."""
-    if r.status in (R.STOPPED.value, R.ERROR.value, R.STOPPING.value):
+    if r.status in (R.STOPPED, R.ERROR, R.STOPPING):
         return
     for s in active_sessions(state, r):
-        if s.status != S.STOPPING.value:
+        if s.status != S.STOPPING:
             fail_session(state, s, RESOURCE_UNAVAILABLE, f"model resource {r.id} failed: {message}", at)
     r.error = error_detail(code, message, at)
     r.expires_at = None

@@ -18,9 +18,10 @@ def transition(state: TenantState, record: Any, new: StrEnum, at: float, **extra
     old_value = record.status
     old = type(new)(old_value)
     check_edge(old, new)
-    record.status = new.value
+    value = new._value_  # a plain attribute; ``.value`` is a property, and this is the hottest status write
+    record.status = value
     record.updated_at = max(at, record.created_at)
-    state.log(at, KIND_NAMES[type(record).__name__], record.id, old_value, new.value, **extra)
+    state.log(at, KIND_NAMES[type(record).__name__], record.id, old_value, value, **extra)
 
 
 def lookup(table: dict[str, Any], obj_id: str, what: str, param: str) -> Any:

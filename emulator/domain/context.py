@@ -21,5 +21,4 @@ class Ctx:
     principal: Principal
     timing: Timing
     seed: int = 0
-    base_url: str = "http://127.0.0.1:8765"
     limits: Limits = DEFAULT_LIMITS

@@ -29,7 +29,7 @@ def apply(state: TenantState, ctx: Ctx, effect: dict[str, Any], operation_id: st
         resource_id = state.sessions[session_id].model_resources_id
     if "queue_position" in effect and resource_id in state.resources:
         r = state.resources[resource_id]
-        if r.status == ResourceStatus.PENDING.value:
+        if r.status == ResourceStatus.PENDING:
             r.queue_extra = max(0, int(effect["queue_position"]) - 1)
             if r.queue_extra:
                 gpu_queue.hold(state, ctx, r, ctx.now)

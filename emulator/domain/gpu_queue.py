@@ -27,7 +27,7 @@ def enter(state: TenantState, ctx: Ctx, r: ModelResource) -> None:
 
 def position(state: TenantState, r: ModelResource) -> int | None:
     """Older same-GPU resources still waiting, plus one; None once out of the queue."""
-    if r.status != ResourceStatus.PENDING.value:
+    if r.status != ResourceStatus.PENDING:
         return None
     waiting = state.gpu_queue.get(r.gpu_type, [])
     ahead = waiting.index(r.id) if r.id in waiting else 0

@@ -112,7 +112,7 @@ queue_position = gpu_queue.position
 
 def stop(state: TenantState, ctx: Ctx, resource_id: str, force: bool) -> ModelResource:
     r = get(state, resource_id)
-    if r.status in (R.STOPPING.value, R.STOPPED.value, R.ERROR.value):
+    if r.status in (R.STOPPING, R.STOPPED, R.ERROR):
         raise FailedPrecondition(f"model resource {r.id} is already {r.status}; it cannot be stopped again",
                                  param="model_resources_id")
     active = cascade.active_sessions(state, r)
@@ -129,7 +129,7 @@ def extend_expiry(state: TenantState, ctx: Ctx, resource_id: str, seconds: int) 
     r = get(state, resource_id)
     if not 60 <= seconds <= 86400:
         raise InvalidRequest("seconds must be between 60 and 86400", param="seconds")
-    if r.status != R.READY.value:
+    if r.status != R.READY:
         raise FailedPrecondition(f"model resource {r.id} is {r.status}; expiry can only be extended while READY",
                                  param="model_resources_id")
     _push_expiry(state, r, ctx.now + seconds)
@@ -153,7 +153,7 @@ def estimate_cost(body: dict[str, Any]) -> dict[str, Any]:
 def touch(state: TenantState, r: ModelResource, at: float) -> None:
     """Activity (session start, operation submit or finish) restarts the inactivity count."""
     r.last_activity = at
-    if r.status == R.READY.value:
+    if r.status == R.READY:
         _push_expiry(state, r, at + r.inactive_timeout)
 
 
@@ -169,7 +169,7 @@ def _push_expiry(state: TenantState, r: ModelResource, candidate: float) -> None
 # --- timeline events -------------------------------------------------------------------------------
 
 def on_dequeue(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
-    if r.status != R.PENDING.value or at < (r.queue_exit_at or 0):
+    if r.status != R.PENDING or at < (r.queue_exit_at or 0):
         return  # stale event: the exit was pushed later
     if r.queue_extra > 0:
         # Fault effect "waits in the queue at position P": each phantom ahead takes one slot.
@@ -182,19 +182,19 @@ def on_dequeue(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> Non
 
 
 def on_ready(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
-    if r.status != R.CREATING.value:
+    if r.status != R.CREATING:
         return
     transition(state, r, R.READY, at)
     touch(state, r, at)
     for sid in r.session_ids:
         s = state.sessions[sid]
-        if s.status == SessionStatus.CREATING.value:
+        if s.status == SessionStatus.CREATING:
             state.schedule(at + ctx.timing.session_creating_seconds, "session.running", s.id)
 
 
 def on_expire(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
     r.expiry_armed = False
-    if r.status != R.READY.value or r.expires_at is None:
+    if r.status != R.READY or r.expires_at is None:
         return
     if r.expires_at > at:
         r.expiry_armed = True
@@ -208,5 +208,5 @@ def on_expire(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None
 
 
 def on_stopped(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
-    if r.status == R.STOPPING.value:
+    if r.status == R.STOPPING:
         transition(state, r, R.STOPPED, at)

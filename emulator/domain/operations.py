@@ -70,7 +70,7 @@ def submit(state: TenantState, ctx: Ctx, session_id: str, kind: str, body: dict[
                 "session; use a new key for a changed body", param="Idempotency-Key")
         return existing, True
     r = state.resources[s.model_resources_id]
-    if kind == "sample" and r.num_generator_replicas == 0 and s.status == SessionStatus.RUNNING.value:
+    if kind == "sample" and r.num_generator_replicas == 0 and s.status == SessionStatus.RUNNING:
         raise FailedPrecondition(f"model resource {r.id} has no generator replicas (num_generator_replicas=0); "
                                  "it cannot sample", param="session_id")
     effective = _resolve_payload(state, s, body)
@@ -82,7 +82,7 @@ def submit(state: TenantState, ctx: Ctx, session_id: str, kind: str, body: dict[
     state.operations[op.id] = op
     state.idempotency[key] = op.id
     state.log(now, "operation", op.id, None, op.status, op_kind=kind)
-    if s.status != SessionStatus.RUNNING.value:
+    if s.status != SessionStatus.RUNNING:
         op.error = {"code": SESSION_NOT_ACTIVE, "message": f"training session {s.id} is {s.status}, not RUNNING"}
         transition(state, op, Op.FAILED, now)
         return op, False
@@ -161,7 +161,7 @@ def _token_count(model_input: dict[str, Any]) -> int:
 
 
 def on_start(state: TenantState, ctx: Ctx, op: Operation, at: float) -> None:
-    if op.status != Op.PENDING.value:
+    if op.status != Op.PENDING:
         return
     s = state.sessions[op.session_id]
     transition(state, op, Op.RUNNING, at)
@@ -171,7 +171,7 @@ def on_start(state: TenantState, ctx: Ctx, op: Operation, at: float) -> None:
 
 
 def on_complete(state: TenantState, ctx: Ctx, op: Operation, at: float) -> None:
-    if op.status != Op.RUNNING.value:
+    if op.status != Op.RUNNING:
         return
     s = state.sessions[op.session_id]
     r = state.resources[s.model_resources_id]

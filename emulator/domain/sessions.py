@@ -62,7 +62,7 @@ def create(state: TenantState, ctx: Ctx, body: dict[str, Any]) -> Session:
     r = state.resources.get(body["model_resources_id"])
     if r is None:
         raise NotFound(f"model resource {body['model_resources_id']!r} not found", param="model_resources_id")
-    if r.status not in (ResourceStatus.PENDING.value, ResourceStatus.CREATING.value, ResourceStatus.READY.value):
+    if r.status not in (ResourceStatus.PENDING, ResourceStatus.CREATING, ResourceStatus.READY):
         raise FailedPrecondition(f"model resource {r.id} is {r.status}; sessions can only attach to an active "
                                  "resource", param="model_resources_id")
     step, resume_id, load_optimizer = 0, body.get("resume_from_checkpoint_id"), body.get("load_optimizer")
@@ -94,7 +94,7 @@ def create(state: TenantState, ctx: Ctx, body: dict[str, Any]) -> Session:
     state.session_index.add(s.id)
     r.session_ids.append(s.id)
     state.log(now, "training_session", s.id, None, s.status)
-    if r.status == ResourceStatus.READY.value:
+    if r.status == ResourceStatus.READY:
         model_resources.touch(state, r, now)
         state.schedule(now + ctx.timing.session_creating_seconds, "session.running", s.id)
     return s
@@ -219,16 +219,16 @@ def stop(state: TenantState, ctx: Ctx, session_id: str) -> Session:
 
 
 def on_running(state: TenantState, ctx: Ctx, s: Session, at: float) -> None:
-    if s.status != S.CREATING.value:
+    if s.status != S.CREATING:
         return
     r = state.resources[s.model_resources_id]
-    if r.status != ResourceStatus.READY.value:
+    if r.status != ResourceStatus.READY:
         return
     transition(state, s, S.RUNNING, at)
     model_resources.touch(state, r, at)
 
 
 def on_stopped(state: TenantState, ctx: Ctx, s: Session, at: float) -> None:
-    if s.status == S.STOPPING.value:
+    if s.status == S.STOPPING:
         transition(state, s, S.STOPPED, at)
 

@@ -84,7 +84,7 @@ def list_(state: TenantState) -> list[ShapingJob]:
 
 def cancel(state: TenantState, ctx: Ctx, job_id: str) -> ShapingJob:
     job = get(state, job_id)
-    if job.status == Q.CANCEL_REQUESTED.value or Q(job.status) in TERMINAL[ShapingStatus]:
+    if job.status == Q.CANCEL_REQUESTED or Q(job.status) in TERMINAL[ShapingStatus]:
         raise FailedPrecondition(f"shaping job {job.id} is {job.status} and cannot be cancelled", param="id")
     transition(state, job, Q.CANCEL_REQUESTED, ctx.now)
     state.schedule(ctx.now + ctx.timing.shaping_phase_seconds / 10, "shaping.cancelled", job.id)
@@ -97,7 +97,7 @@ def _event(job: ShapingJob, at: float, type_: str, level: str = "Info", **extra:
 
 
 def on_phase(state: TenantState, ctx: Ctx, job: ShapingJob, at: float) -> None:
-    if job.status == Q.CANCEL_REQUESTED.value or Q(job.status) in TERMINAL[ShapingStatus]:
+    if job.status == Q.CANCEL_REQUESTED or Q(job.status) in TERMINAL[ShapingStatus]:
         return
     status, events = PHASES[job.phase]
     job.phase += 1
@@ -119,5 +119,5 @@ def on_phase(state: TenantState, ctx: Ctx, job: ShapingJob, at: float) -> None:
 
 
 def on_cancelled(state: TenantState, ctx: Ctx, job: ShapingJob, at: float) -> None:
-    if job.status == Q.CANCEL_REQUESTED.value:
+    if job.status == Q.CANCEL_REQUESTED:
         transition(state, job, Q.CANCELLED, at)

@@ -66,11 +66,17 @@ async def lifespan(receive: Receive, send: Send) -> None:
             return
 
 
+HEADERS = "emulator.headers"
+
+
 def header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return value.decode("latin-1")
-    return None
+    """A request header by its lower-case name (the last one, if repeated). Several layers ask for a few
+    headers each, so the list is turned into a dict once per request."""
+    headers = scope.get(HEADERS)
+    if headers is None:
+        headers = scope[HEADERS] = dict(scope["headers"])
+    value = headers.get(name)
+    return None if value is None else value.decode("latin-1")
 
 
 def base_url(scope: Scope) -> str:

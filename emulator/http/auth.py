@@ -57,7 +57,6 @@ class AuthMiddleware:
             if is_admin_operation(op):
                 check_admin(scope, self.tenancy)
             else:
-                note(scope, token=bearer(scope))
                 caller = scope["extensions"][PRINCIPAL] = self._principal(scope)
                 note(scope, tenant=caller.project)
         await self.app(scope, receive, send)
@@ -66,7 +65,9 @@ class AuthMiddleware:
         auth = header(scope, b"authorization")
         if not auth:
             raise Unauthenticated("missing Authorization header; send 'Authorization: Bearer <api key>'")
-        token = bearer(scope)
+        scheme, _, token = auth.partition(" ")
+        token = token.strip() if scheme.lower() == "bearer" else ""
+        note(scope, token=token)
         if not token:
             raise Unauthenticated("malformed Authorization header; expected 'Bearer <api key>'")
         found = self.tenancy.principal_for(token)

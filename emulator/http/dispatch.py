@@ -7,6 +7,7 @@ persists what changed (``--state-file``) before the client sees the answer.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from urllib.parse import parse_qsl
 
 import orjson
@@ -19,6 +20,28 @@ from emulator.http.auth import principal
 from emulator.http.faults import state_effect
 from emulator.http.validation import PARSED_BODY, PARSED_QUERY
 from emulator.runtime import Runtime
+
+
+class RawHeaders(Mapping[str, str]):
+    """The request's headers as a read-only mapping, decoded only when a handler asks (few do)."""
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+        self._raw = raw
+
+    def __getitem__(self, name: str) -> str:
+        key = name.lower().encode("latin-1")
+        for k, v in self._raw:
+            if k == key:
+                return v.decode("latin-1")
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return (k.decode("latin-1") for k, _ in self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
 
 
 class Dispatcher:
@@ -45,20 +68,20 @@ class Dispatcher:
                     body = orjson.loads(raw)
                 except orjson.JSONDecodeError as exc:
                     raise InvalidRequest(f"request body is not valid JSON: {exc}", code="invalid_json") from exc
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        headers = RawHeaders(scope["headers"])
         query = extensions.get(PARSED_QUERY)
         if query is None:  # no validation ran (nothing to validate): parse it here
             raw_query = scope.get("query_string", b"")
             query = dict(parse_qsl(raw_query.decode("latin-1"), keep_blank_values=True)) if raw_query else {}
         method = scope["method"]
         request = Request(self.runtime, principal(scope), op, scope.get("path_params", {}), query, headers, body,
-                          base_url(scope), method)
+                          lambda: base_url(scope), method)
         try:
             result = handler(request)
             status, payload = result[0], result[1]
             effect = state_effect(scope)
             if effect is not None and status < 400 and request.principal is not None:
-                self.runtime.apply_fault_effect(request.principal, request.base_url, effect, op, request.path, body,
+                self.runtime.apply_fault_effect(request.principal, effect, op, request.path, body,
                                                 payload)
         finally:
             self.runtime.persist(force=method not in READ_METHODS)

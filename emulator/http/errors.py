@@ -17,7 +17,7 @@ from connexion.exceptions import ProblemException
 from starlette.exceptions import HTTPException
 
 from emulator.errors import ApiError, render_error
-from emulator.http.asgi import ASGIApp, Message, Receive, Scope, Send, send_json
+from emulator.http.asgi import ASGIApp, Receive, Scope, Send, send_json
 
 log = logging.getLogger("emulator")
 Rendered = tuple[int, bytes, dict[str, str]]
@@ -66,21 +66,14 @@ class ErrorEnvelope:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
         try:
-            await self.app(scope, receive, tracking_send)
+            await self.app(scope, receive, send)
         except Exception as exc:  # noqa: BLE001 - the one place every error is rendered
-            if started:
-                raise
             status, body, headers = self.render(exc, scope)
-            await send_json(send, status, body, headers)
+            try:
+                await send_json(send, status, body, headers)
+            except Exception:  # noqa: BLE001 - e.g. the response had already started: nothing can replace it
+                raise exc from None
 
     def render(self, exc: Exception, scope: Scope) -> Rendered:
         for kind, renderer in RENDERERS:

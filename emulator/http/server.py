@@ -26,7 +26,10 @@ def guarded_protocol(header_timeout: float, body_timeout: float) -> type[asyncio
         return "h11"
 
     class GuardedHttpToolsProtocol(HttpToolsProtocol):
-        _guard: asyncio.TimerHandle | None = None
+        # One timer per connection, re-armed only when it fires early: moving a deadline is an assignment,
+        # not a new timer per request phase (three per request would cost more than the check itself).
+        _deadline: float | None = None
+        _timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -46,25 +49,29 @@ def guarded_protocol(header_timeout: float, body_timeout: float) -> type[asyncio
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
-            self._disarm()  # from here uvicorn's keep-alive timer takes over
+            self._deadline = None  # from here uvicorn's keep-alive timer takes over
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
+            self._deadline = None
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             super().connection_lost(exc)
 
         def _arm(self, seconds: float) -> None:
-            self._disarm()
-            self._guard = self.loop.call_later(seconds, self._expire)
-
-        def _disarm(self) -> None:
-            if self._guard is not None:
-                self._guard.cancel()
-                self._guard = None
+            self._deadline = self.loop.time() + seconds
+            if self._timer is None:
+                self._timer = self.loop.call_at(self._deadline, self._expire)
 
         def _expire(self) -> None:
-            self._guard = None
-            if not self.transport.is_closing():
-                self.transport.close()
+            self._timer = None
+            deadline = self._deadline
+            if deadline is None or self.transport.is_closing():
+                return
+            if self.loop.time() < deadline:  # moved later since the timer was set
+                self._timer = self.loop.call_at(deadline, self._expire)
+                return
+            self.transport.close()
 
     return GuardedHttpToolsProtocol
 

@@ -220,6 +220,17 @@ class FastRequestValidationOperation(RequestValidationOperation):
         self._has_body = bool(op.request_body)
         self._body_required = bool(op.request_body.get("required", False)) if op.request_body else False
         self._body_checkers: dict[str, Checker | None] = {}
+        self._consumes = [c.lower() for c in op.consumes]
+
+    def _mime_type(self, scope: Scope) -> str:
+        """The body's media type, refused with 415 unless the operation consumes it."""
+        content_type = header(scope, b"content-type")
+        if content_type is None:
+            return self._consumes[0] if self._consumes else "application/octet-stream"
+        mime_type = content_type.partition(";")[0].strip().lower()
+        if mime_type not in self._consumes:
+            self.validate_mime_type(mime_type)  # connexion's check: media ranges, and the 415 it raises
+        return mime_type
 
     def _body_checker(self, mime_type: str) -> Checker | None:
         if mime_type not in self._body_checkers:
@@ -241,8 +252,7 @@ class FastRequestValidationOperation(RequestValidationOperation):
             raw = await read_body(receive)
             body = None
             if raw.strip():
-                mime_type, _encoding = self.extract_content_type(scope["headers"])
-                self.validate_mime_type(mime_type)
+                mime_type = self._mime_type(scope)
                 try:
                     body = orjson.loads(raw)
                 except orjson.JSONDecodeError as exc:
@@ -267,7 +277,21 @@ class FastRequestValidationAPI(RequestValidationAPI):
 
 
 class FastRequestValidationMiddleware(RequestValidationMiddleware):
+    """connexion's middleware, finding the operation with one dictionary lookup per request."""
+
     api_cls = FastRequestValidationAPI
+    _operations: dict[tuple[str, str], Any] | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._operations is None:
+            self._operations = {(base, op_id): op for base, apis in self.apis.items() for api in apis
+                                for op_id, op in api.operations.items()}
+        routing = scope.get("extensions", {}).get("connexion_routing", {})
+        operation = self._operations.get((routing.get("api_base_path"), routing.get("operation_id")))
+        if operation is None or scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        await operation(scope, receive, send)
 
 
 def validator_map() -> dict[str, Any]:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import heapq
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from emulator.clock import rfc3339
@@ -117,6 +116,9 @@ class EventLog:
                 self._events.extend(kept)
 
 
+RENDER_CACHE_SIZE = 4096
+
+
 class TenantState:
     """Everything one project owns. Mutated only inside ``Store.transaction``."""
 
@@ -143,6 +145,8 @@ class TenantState:
         self.models: dict[str, SessionModel] = {}
         self.published: dict[str, tuple[int, Weights]] = {}
         self.file_cache: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
+        # Records rendered as JSON, by id: (the version they were rendered at, the bytes); bounded.
+        self.rendered: dict[str, tuple[tuple[Any, ...], bytes]] = {}
         self.gpu_queue_tail: dict[str, float] = {}        # when the last queued resource leaves, per GPU type
         self.gpu_queue: dict[str, list[str]] = {}         # PENDING resource ids in queue order, per GPU type
         self.lora_configs: dict[tuple[Any, ...], dict[str, Any]] = {}  # interned, shared by sessions
@@ -157,8 +161,41 @@ class TenantState:
             return at, event, obj_id
         return None
 
+    def remember_rendering(self, obj_id: str, version: tuple[Any, ...], data: bytes) -> None:
+        if obj_id not in self.rendered and len(self.rendered) >= RENDER_CACHE_SIZE:
+            del self.rendered[next(iter(self.rendered))]  # the oldest entry: polled records come back soon
+        self.rendered[obj_id] = (version, data)
+
     def log(self, at: float, kind: str, obj_id: str, old: str | None, new: str, **extra: Any) -> None:
         self.events.transition(at, self.project, kind, obj_id, old, new, extra or None)
+
+
+class Transaction:
+    """A context manager class rather than a generator: it runs on every request."""
+
+    __slots__ = ("store", "project", "write", "lock")
+
+    def __init__(self, store: Store, project: str, write: bool) -> None:
+        self.store = store
+        self.project = project
+        self.write = write
+        self.lock: threading.RLock | None = None
+
+    def __enter__(self) -> TenantState:
+        store = self.store
+        if not self.write and self.project not in store._tenants:
+            return TenantState(self.project, store.seed, store.events)
+        state = store._tenant(self.project)
+        self.lock = store._locks[self.project]
+        self.lock.acquire()
+        return state
+
+    def __exit__(self, *exc: object) -> None:
+        if self.lock is not None:
+            if self.write:
+                self.store._dirty.add(self.project)
+            self.lock.release()
+            self.lock = None
 
 
 class Store:
@@ -189,20 +226,11 @@ class Store:
     def get(self, project: str) -> TenantState | None:
         return self._tenants.get(project)
 
-    @contextmanager
-    def transaction(self, project: str, *, write: bool = True) -> Iterator[TenantState]:
-        """The tenant's state under its lock. A read (``write=False``) of a project that has no state
-        yet sees an empty state that is not kept, so reads with new tokens never create tenants."""
-        if not write and project not in self._tenants:
-            yield TenantState(project, self.seed, self.events)
-            return
-        state = self._tenant(project)
-        with self._locks[project]:
-            try:
-                yield state
-            finally:
-                if write:
-                    self._dirty.add(project)
+    def transaction(self, project: str, *, write: bool = True) -> Transaction:
+        """The tenant's state under its lock (``with store.transaction(p) as state``). A read
+        (``write=False``) of a project that has no state yet sees an empty state that is not kept, so
+        reads with new tokens never create tenants."""
+        return Transaction(self, project, write)
 
     def projects(self) -> list[str]:
         return list(self._tenants)

@@ -150,7 +150,7 @@ def _run(runtime: Runtime, ops: _Operations, principal: Any, steps: list[Any], s
             result = _call(runtime, ops, principal, step, counter, where)
             if step.get("effect"):
                 # A fault effect (see emulator.faults) on what the call made.
-                runtime.apply_fault_effect(principal, "", step["effect"], step["call"], step.get("path") or {},
+                runtime.apply_fault_effect(principal, step["effect"], step["call"], step.get("path") or {},
                                            step.get("body"), result)
             if step.get("save"):
                 saved[str(step["save"])] = result
@@ -201,7 +201,8 @@ def _call(runtime: Runtime, ops: _Operations, principal: Any, step: dict[str, An
         result = handler(request)
     except ApiError as exc:
         raise ScenarioError(f"{where}: {operation_id} answered {exc.status}: {exc.message}") from exc
-    payload = orjson.loads(orjson.dumps(result[1]))
+    raw = result[1]  # handlers answer a dict, or JSON bytes they rendered once
+    payload = orjson.loads(raw if isinstance(raw, bytes) else orjson.dumps(raw))
     if resp_schema is not None:
         errors = sorted(Draft4ResponseValidator(resp_schema).iter_errors(payload), key=str)
         if errors:

@@ -1,0 +1,91 @@
+"""The hot-path machinery keeps the answers exactly what they were (issue 12): routing by path table,
+JSON rendered once per session version, remembered base-model rows, directly formatted UUIDs."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+from starlette.testclient import TestClient
+
+from emulator.compute import base as base_module
+from emulator.compute.base import BaseModel, base_model
+from emulator.ids import IdFactory
+from tests.helpers import RL, assert_error, create_resource, running_session, submit
+
+
+def test_route_literal_segment_wins_and_param_segment_still_answers(client: TestClient) -> None:
+    resp = client.post(f"{RL}/model-resources/estimate-cost", json={"base_model": "Qwen/Qwen3.8-27B"})
+    assert resp.status_code == 200 and "price_per_hour" in resp.json()
+    # GET has no literal route there: the {model_resources_id} route answers, for an id that does not exist.
+    assert assert_error(client.get(f"{RL}/model-resources/estimate-cost"), 404)["param"] == "model_resources_id"
+
+
+def test_route_trailing_slash_and_empty_segment_name_no_operation(client: TestClient) -> None:
+    assert_error(client.get(f"{RL}/model-resources/"), 404)
+    assert_error(client.get(f"{RL}//model-resources"), 404)
+    assert_error(client.get(f"{RL}/training-sessions//stop"), 404)
+
+
+def test_route_head_answers_like_get(client: TestClient) -> None:
+    r = create_resource(client)
+    resp = client.head(f"{RL}/model-resources/{r['id']}")
+    assert resp.status_code == 200 and resp.content == b""
+
+
+def test_rendered_session_follows_every_change(client: TestClient) -> None:
+    s = running_session(client)
+    sid = s["id"]
+
+    def listed() -> dict:
+        return next(item for item in client.get(f"{RL}/training-sessions").json()["data"] if item["id"] == sid)
+
+    assert listed() == client.get(f"{RL}/training-sessions/{sid}").json()
+    assert client.patch(f"{RL}/training-sessions/{sid}", json={"display_name": "renamed"}).status_code == 200
+    assert listed()["display_name"] == "renamed"
+    assert client.patch(f"{RL}/training-sessions/{sid}", json={"metadata": {"k": "v"}}).status_code == 200
+    assert listed()["metadata"] == {"k": "v"}
+    assert submit(client, sid, "optim-step", {}).status_code == 200
+    assert client.get(f"{RL}/training-sessions/{sid}").json()["step"] == "1"
+    assert listed()["step"] == "1"
+    assert submit(client, sid, "training-checkpoint").status_code == 200
+    client.get(f"{RL}/training-sessions/{sid}")
+    assert len(listed()["training_checkpoints"]) == 1
+    assert client.post(f"{RL}/training-sessions/{sid}/stop").status_code == 200
+    assert listed()["status"] == client.get(f"{RL}/training-sessions/{sid}").json()["status"] != s["status"]
+
+
+def test_base_model_rows_from_the_cache_are_bit_identical() -> None:
+    cached = BaseModel(11, 151_936, 151_935)
+    fresh = BaseModel(11, 151_936, 151_935)
+    for rows in ([5, 1, 5, 77, 3, 100_000, 1], list(range(40)), [5, 1], [151_935, 0]):
+        arr = np.array(rows)
+        for _ in range(2):  # the first call computes and remembers, the second answers from the tables
+            got_cols, got_logits = cached.prefs(arr)
+            want_cols, want_logits = fresh._compute(arr)
+            assert got_cols.dtype == want_cols.dtype and got_logits.dtype == want_logits.dtype
+            assert np.array_equal(got_cols, want_cols) and np.array_equal(got_logits, want_logits)
+
+
+def test_base_model_row_cache_full_still_answers(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(base_module, "ROW_CACHE_ROWS", 8)
+    model = BaseModel(3, 5_000, 4_999)
+    rows = np.arange(20)
+    cols, logits = model.prefs(rows)
+    want_cols, want_logits = BaseModel(3, 5_000, 4_999)._compute(rows)
+    assert np.array_equal(cols, want_cols) and np.array_equal(logits, want_logits)
+    assert len(model._rows.slots) == 0  # 20 new rows do not fit in 8: nothing was remembered
+
+
+def test_base_models_are_shared_per_seed_vocabulary_and_end_token() -> None:
+    assert base_model(4, 1000, 999) is base_model(4, 1000, 999)
+    assert base_model(4, 1000, 999) is not base_model(5, 1000, 999)
+
+
+def test_ids_uuid_is_what_the_uuid_module_formats() -> None:
+    ids = IdFactory(7, "proj")
+    for _ in range(2000):
+        counter = ids.counter
+        digest = ids._digest("x")
+        ids.counter = counter
+        assert ids.uuid("x") == str(uuid.UUID(bytes=digest[:16], version=4))
