@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench import procs
     from bench.client import Client
     from bench.loadgen import LoadGen
-    from bench.run import LIST_PATH, RES, SESSIONS, TOKEN, log, make_resources, poll
+    from bench.run import LIST_PATH, SESSIONS, TOKEN, log, make_resources, poll
 
     p = argparse.ArgumentParser(prog="python -m bench.profile")
     p.add_argument("--scenario", choices=SCENARIOS, default="get")
