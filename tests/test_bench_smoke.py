@@ -159,3 +159,11 @@ def test_ceiling_serves_the_given_bytes() -> None:
     assert status == 200 and json.loads(body)["id"] == "get_session"
     status, body = asyncio.run(call("POST", "/v1/rl/training-sessions/s/operations/optim-step"))
     assert status == 200 and json.loads(body)["id"] == "create_optim"
+
+
+@pytest.mark.parametrize("scenario", ["get", "list", "create", "loop"])
+def test_inproc_measures_every_scenario(scenario: str) -> None:
+    from bench import inproc
+
+    per = asyncio.run(inproc.run(scenario, 16, 2))
+    assert per is not None and 0 < per < 0.05  # seconds of CPU per request: measured, and not absurd
