@@ -96,6 +96,7 @@ def test_png_fallback_writes_a_valid_png(tmp_path: Path) -> None:
 def test_markdown_block_is_replaced_and_hand_text_kept(tmp_path: Path) -> None:
     results = {
         "get_rps_ratio": 0.6,
+        "get_c32_rps_ratio": 0.6,
         "get_c32_rps": 600.0,
         "ceiling_get_c32_rps": 1000.0,
         "get_c32_p99_ms": 8.0,
