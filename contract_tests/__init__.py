@@ -14,7 +14,7 @@ Exit status 0 only when the target conforms. Unknown options of ``python -m cont
 pytest (``-k``, ``-x``, ``-v``). Without ``--base-url`` the suite starts the emulator itself on a free
 port with a tokens file (two tenants, unknown tokens refused), reads its URL from the first line it
 prints and stops it at the end; ``--emulator-arg=ARG`` (repeatable) is passed through, e.g.
-``--emulator-arg=--defect=step_decreases`` (TEST-ONLY defects, see ``emulator/defects.py``) or
+``--emulator-arg=--defect=step_decreases`` (TEST-ONLY defects, see ``emulator/tools/defects.py``) or
 ``--emulator-arg="--profile realistic" --emulator-arg="--clock manual"``.
 
 The report (``--report DIR``, default ``reports/contract`` for ``python -m contract_tests``):

@@ -1,7 +1,7 @@
 """The contract suite can fail: every seeded emulator defect must be caught, the healthy emulator must pass.
 
 Runs ``python -m contract_tests`` in subprocesses (in parallel), each starting its own emulator:
-once healthy (the whole suite, few examples) and once per ``--defect`` of ``emulator/defects.py``
+once healthy (the whole suite, few examples) and once per ``--defect`` of ``emulator/tools/defects.py``
 (TEST-ONLY defects), restricted with ``-k`` to the tests that judge the broken behaviour. A defect
 run must exit non-zero and its output must name the broken behaviour; because the healthy run
 executes every one of those tests too, a defect run cannot pass its check by failing for an unrelated
@@ -66,7 +66,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
 
 
 def test_every_defect_has_a_case() -> None:
-    assert set(CASES) == set(DEFECTS), "each TEST-ONLY defect of emulator/defects.py needs a self-test case"
+    assert set(CASES) == set(DEFECTS), "each TEST-ONLY defect of emulator/tools/defects.py needs a self-test case"
 
 
 @pytest.mark.slow
