@@ -87,11 +87,6 @@ def base_url(scope: Scope) -> str:
     return f"{scope.get('scheme', 'http')}://{host}"
 
 
-def query_string(scope: Scope) -> str:
-    raw: bytes = scope.get("query_string", b"")
-    return raw.decode("latin-1")
-
-
 def operation_id(scope: Scope) -> str | None:
     """The operationId connexion's router resolved for this request, if any."""
     routing: dict[str, Any] = scope.get("extensions", {}).get("connexion_routing", {})

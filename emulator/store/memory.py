@@ -210,7 +210,6 @@ class Store:
         self._global = threading.Lock()
         self._dirty: set[str] = set()      # projects changed since the last persisted write
         self._reset_all = False            # everything was reset since the last persisted write
-        self.on_commit: Callable[[], None] | None = None
 
     def _tenant(self, project: str) -> TenantState:
         state = self._tenants.get(project)

@@ -155,9 +155,6 @@ class ShapingJob:
     phase: int = 0
 
 
-RECORD_TYPES = {cls.__name__: cls for cls in (ModelResource, Session, Operation, Checkpoint, Payload, ShapingJob)}
-
-
 def to_dict(record: Any) -> dict[str, Any]:
     out = {}
     for f in fields(record):
