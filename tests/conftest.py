@@ -40,3 +40,20 @@ def realistic_runtime() -> Runtime:
 def realistic_client(realistic_runtime: Runtime) -> Iterator[TestClient]:
     with make_client(realistic_runtime) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def sdk_url() -> Iterator[str]:
+    """A live emulator for one module's SDK tests (responses validated against the spec)."""
+    from emulator.tools.testing import serve_in_thread
+
+    with serve_in_thread(Config(validate_responses=True)) as (base, _runtime):
+        yield base
+
+
+@pytest.fixture
+def sdk_env(sdk_url: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> str:
+    """The SDK pointed at ``sdk_url`` with the module's ``SDK_KEY`` (its own tenant); returns the URL."""
+    monkeypatch.setenv("TOGETHER_BASE_URL", sdk_url)
+    monkeypatch.setenv("TOGETHER_API_KEY", getattr(request.module, "SDK_KEY", "sdk-key"))
+    return sdk_url

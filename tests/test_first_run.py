@@ -130,28 +130,21 @@ def test_access_log_prints_one_line_per_request(capsys: pytest.CaptureFixture[st
     assert all("secret-token-12345" not in line for line in lines)
 
 
-def test_fault_file_with_unknown_operation_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("content", "named"), [
+    ("- name: typo\n  match: {operation_id: createModelResource}\n  effect: {status: 503}\n",
+     ("'typo'", "createModelResource")),                      # an operation that does not exist
+    ("- name: nan\n  effect: {operation_fails: NOPE}\n", ("'nan'", "NOPE")),  # an error code the API lacks
+    ("- name: broken\n  effect: {status: 503\n", ("line",)),   # not YAML: the line, not <unicode string>
+])
+def test_fault_file_problem_is_refused_naming_file_and_rule(tmp_path: Path, content: str,
+                                                             named: tuple[str, ...]) -> None:
     path = tmp_path / "faults.yaml"
-    path.write_text("- name: typo\n  match: {operation_id: createModelResource}\n  effect: {status: 503}\n")
+    path.write_text(content)
     with pytest.raises(ConfigError) as exc:
         Runtime(Config(faults_file=str(path)))
-    assert str(path) in str(exc.value) and "'typo'" in str(exc.value) and "createModelResource" in str(exc.value)
-
-
-def test_fault_file_with_unknown_error_code_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "faults.yaml"
-    path.write_text("- name: nan\n  effect: {operation_fails: NOPE}\n")
-    with pytest.raises(ConfigError) as exc:
-        Runtime(Config(faults_file=str(path)))
-    assert str(path) in str(exc.value) and "'nan'" in str(exc.value) and "NOPE" in str(exc.value)
-
-
-def test_fault_file_yaml_error_names_the_file(tmp_path: Path) -> None:
-    path = tmp_path / "faults.yaml"
-    path.write_text("- name: broken\n  effect: {status: 503\n")
-    with pytest.raises(ConfigError) as exc:
-        Runtime(Config(faults_file=str(path)))
-    assert str(path) in str(exc.value) and "line" in str(exc.value) and "<unicode string>" not in str(exc.value)
+    message = str(exc.value)
+    assert str(path) in message and all(part in message for part in named), message
+    assert "<unicode string>" not in message
 
 
 def test_add_faults_with_unknown_enum_is_400(client: TestClient) -> None:

@@ -3,30 +3,14 @@ the native clients and the tinker-compatible ones, and MoE routed-experts keys (
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from emulator.config import Config
-from emulator.tools.testing import serve_in_thread
 
 pytestmark = pytest.mark.sdk
 
-KEY = "resume-routing-key"
-
-
-@pytest.fixture(scope="module")
-def url() -> Iterator[str]:
-    with serve_in_thread(Config(validate_responses=True)) as (base, _runtime):
-        yield base
-
-
-@pytest.fixture
-def env(url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("TOGETHER_BASE_URL", url)
-    monkeypatch.setenv("TOGETHER_API_KEY", KEY)
-    return url
+SDK_KEY = KEY = "resume-routing-key"
 
 
 def _sample(tokens: list[int], routed_experts_key: str | None = None) -> Any:
@@ -40,7 +24,7 @@ def _sample(tokens: list[int], routed_experts_key: str | None = None) -> Any:
     return sample
 
 
-def test_create_session_resume_without_lora_config_through_the_sdk(env: str) -> None:
+def test_create_session_resume_without_lora_config_through_the_sdk(sdk_env: str) -> None:
     from together import BadRequestError, Together
     from together.post_training import AdamParams, LossConfig, ModelResourcesClient
 
@@ -67,7 +51,7 @@ def test_create_session_resume_without_lora_config_through_the_sdk(env: str) -> 
     resources.stop()
 
 
-def test_tinker_create_training_client_from_state_resumes(env: str) -> None:
+def test_tinker_create_training_client_from_state_resumes(sdk_env: str) -> None:
     import numpy as np
     from together import Together
     from together.post_training import tinker
@@ -76,7 +60,7 @@ def test_tinker_create_training_client_from_state_resumes(env: str) -> None:
     datum = tinker.types.Datum(model_input=tinker.types.ModelInput.from_ints(tokens[:-1]),
                                loss_fn_inputs={"target_tokens": np.asarray(tokens[1:], dtype=np.int64),
                                                "weights": np.ones(len(tokens) - 1, dtype=np.float32)})
-    service = tinker.ServiceClient(base_url=env, api_key=KEY)
+    service = tinker.ServiceClient(base_url=sdk_env, api_key=KEY)
     trainer = service.create_lora_training_client("Qwen/Qwen3.5-4B", rank=16, seed=59)
     try:
         for _ in range(3):
@@ -97,7 +81,7 @@ def test_tinker_create_training_client_from_state_resumes(env: str) -> None:
             resumed.close()
 
 
-def test_routed_experts_key_round_trip_through_the_sdk(env: str) -> None:
+def test_routed_experts_key_round_trip_through_the_sdk(sdk_env: str) -> None:
     from together.post_training import Gradient, LossConfig, ModelInput, ModelResourcesClient, SamplingParams
     from together.post_training._operations import OperationFailedError
 

@@ -3,29 +3,15 @@ resources a training loop or a tool reaches for, with strict response validation
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from emulator.config import Config
-from emulator.tools.testing import serve_in_thread
 
 pytestmark = pytest.mark.sdk
 
-
-@pytest.fixture(scope="module")
-def url() -> Iterator[str]:
-    with serve_in_thread(Config(validate_responses=True)) as (base, _runtime):
-        yield base
-
-
-@pytest.fixture
-def env(url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("TOGETHER_BASE_URL", url)
-    monkeypatch.setenv("TOGETHER_API_KEY", "surface-key")
-    return url
+SDK_KEY = "surface-key"
 
 
 def _sample(tokens: list[int]) -> Any:
@@ -36,7 +22,7 @@ def _sample(tokens: list[int]) -> Any:
                                   "weights": {"data": [1.0] * (len(tokens) - 1), "dtype": "float32"}})
 
 
-def test_trainer_generator_and_resource_calls(env: str, tmp_path: Path) -> None:
+def test_trainer_generator_and_resource_calls(sdk_env: str, tmp_path: Path) -> None:
     from together import Together
     from together.post_training import LossConfig, ModelInput, ModelResourcesClient, SamplingParams
 
@@ -93,7 +79,7 @@ def test_trainer_generator_and_resource_calls(env: str, tmp_path: Path) -> None:
     resources.stop()
 
 
-def test_resume_through_the_sdk(env: str) -> None:
+def test_resume_through_the_sdk(sdk_env: str) -> None:
     from together.post_training import AdamParams, LossConfig, ModelResourcesClient
 
     resources = ModelResourcesClient.create(base_model="Qwen/Qwen3.5-4B", interval=0.1)
