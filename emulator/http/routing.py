@@ -34,8 +34,12 @@ class _Node:
 class PathTable:
     def __init__(self) -> None:
         self.root = _Node()
+        # Paths without parameters, answered by one lookup (most creates and lists are).
+        self.literal: dict[str, dict[str, tuple[str, str]]] = {}
 
     def add(self, path: str, method: str, operation_id: str, base_path: str) -> None:
+        if "{" not in path:
+            self.literal.setdefault(path, {})[method.upper()] = (operation_id, base_path)
         node = self.root
         for segment in path.strip("/").split("/"):
             if segment.startswith("{") and segment.endswith("}"):
@@ -51,6 +55,11 @@ class PathTable:
 
     def match(self, method: str, path: str) -> tuple[tuple[str, str] | None, dict[str, str], set[str]]:
         """((operationId, base path) or None, path params, methods answered at the path)."""
+        methods = self.literal.get(path)
+        if methods is not None:
+            target = methods.get(method) or (methods.get("GET") if method == "HEAD" else None)
+            if target is not None:  # else a {param} route may still take the method: walk the trie
+                return target, {}, set()
         if not path.startswith("/") or "//" in path:
             return None, {}, set()
         segments = path[1:].split("/")
