@@ -89,3 +89,34 @@ def assert_error(resp: Any, status: int) -> dict[str, Any]:
     assert set(body["error"]) == {"message", "type", "param", "code"}, body
     assert isinstance(body["error"]["message"], str) and body["error"]["message"]
     return body["error"]
+
+
+# --- the official SDK ---------------------------------------------------------------------------------
+
+def sdk_sample(tokens: list[int], routed_experts_key: str | None = None) -> Any:
+    """An SDK ``Sample`` that trains on every next token of ``tokens``."""
+    from together.post_training import Sample
+
+    sample = Sample(model_input={"chunks": [{"encoded_text": {"tokens": tokens[:-1]}}]},
+                    loss_fn_inputs={"target_tokens": {"data": tokens[1:], "dtype": "int64"},
+                                    "weights": {"data": [1.0] * (len(tokens) - 1), "dtype": "float32"}})
+    if routed_experts_key is not None:
+        sample["routed_experts_key"] = routed_experts_key
+    return sample
+
+
+def sdk_train_and_checkpoint(resources: Any, lora_config: dict[str, Any], tokens: list[int],
+                             steps: int = 3) -> tuple[Any, float]:
+    """Train a new session of ``resources`` for ``steps`` steps on ``tokens``, save a training checkpoint and
+    stop the session. Returns (the checkpoint, the loss the trained model gives ``tokens``)."""
+    from together.post_training import AdamParams, LossConfig
+
+    session = resources.create_session(lora_config=lora_config, interval=0.1)
+    loss = LossConfig(type="LOSS_TYPE_CROSS_ENTROPY")
+    for _ in range(steps):
+        session.trainer.forward_backward(samples=[sdk_sample(tokens)], loss=loss)
+        session.trainer.optim_step(adam_params=AdamParams(learning_rate=1e-4))
+    trained = session.trainer.forward(samples=[sdk_sample(tokens)], loss=loss).loss
+    ckpt = session.create_training_checkpoint()
+    session.stop()
+    return ckpt, trained

@@ -3,9 +3,10 @@ the native clients and the tinker-compatible ones, and MoE routed-experts keys (
 
 from __future__ import annotations
 
-from typing import Any
 
 import pytest
+
+from tests.helpers import sdk_sample, sdk_train_and_checkpoint
 
 
 pytestmark = pytest.mark.sdk
@@ -13,30 +14,13 @@ pytestmark = pytest.mark.sdk
 SDK_KEY = KEY = "resume-routing-key"
 
 
-def _sample(tokens: list[int], routed_experts_key: str | None = None) -> Any:
-    from together.post_training import Sample
-
-    sample = Sample(model_input={"chunks": [{"encoded_text": {"tokens": tokens[:-1]}}]},
-                    loss_fn_inputs={"target_tokens": {"data": tokens[1:], "dtype": "int64"},
-                                    "weights": {"data": [1.0] * (len(tokens) - 1), "dtype": "float32"}})
-    if routed_experts_key is not None:
-        sample["routed_experts_key"] = routed_experts_key
-    return sample
-
-
 def test_create_session_resume_without_lora_config_through_the_sdk(sdk_env: str) -> None:
     from together import BadRequestError, Together
-    from together.post_training import AdamParams, LossConfig, ModelResourcesClient
+    from together.post_training import LossConfig, ModelResourcesClient
 
     resources = ModelResourcesClient.create(base_model="Qwen/Qwen3.5-4B", interval=0.1)
-    first = resources.create_session(lora_config={"rank": 16, "alpha": 32, "seed": 59}, interval=0.1)
+    ckpt, trained = sdk_train_and_checkpoint(resources, {"rank": 16, "alpha": 32, "seed": 59}, [9, 8, 7, 6])
     loss = LossConfig(type="LOSS_TYPE_CROSS_ENTROPY")
-    for _ in range(3):
-        first.trainer.forward_backward(samples=[_sample([9, 8, 7, 6])], loss=loss)
-        first.trainer.optim_step(adam_params=AdamParams(learning_rate=1e-4))
-    trained = first.trainer.forward(samples=[_sample([9, 8, 7, 6])], loss=loss).loss
-    ckpt = first.create_training_checkpoint()
-    first.stop()
     # The SDK omits lora_config when the caller gives none: the session inherits the checkpoint's.
     resumed = resources.create_session(resume_from_checkpoint_id=ckpt.id, interval=0.1)
     client = Together(_strict_response_validation=True)
@@ -44,7 +28,7 @@ def test_create_session_resume_without_lora_config_through_the_sdk(sdk_env: str)
     assert info.lora_config is not None
     assert (info.lora_config.rank, info.lora_config.alpha, str(info.lora_config.seed)) == (16, 32, "59")
     assert str(info.step) == "3"
-    assert resumed.trainer.forward(samples=[_sample([9, 8, 7, 6])], loss=loss).loss == trained
+    assert resumed.trainer.forward(samples=[sdk_sample([9, 8, 7, 6])], loss=loss).loss == trained
     resumed.stop()
     with pytest.raises(BadRequestError, match="differs from the checkpoint's rank 16"):
         resources.create_session(resume_from_checkpoint_id=ckpt.id, lora_config={"rank": 8}, interval=0.1)
@@ -93,12 +77,12 @@ def test_routed_experts_key_round_trip_through_the_sdk(sdk_env: str) -> None:
     seq = result.sequences[0]
     assert seq.routed_experts_key and seq.routed_experts_key.startswith("routing/session/")
     tokens = prompt + [int(t) for t in seq.tokens]
-    fb = session.trainer.forward_backward(samples=[_sample(tokens, seq.routed_experts_key)],
+    fb = session.trainer.forward_backward(samples=[sdk_sample(tokens, seq.routed_experts_key)],
                                           loss=LossConfig(type="LOSS_TYPE_CROSS_ENTROPY"))
     assert fb.loss > 0
     with pytest.raises(OperationFailedError, match="TRAINING_OPERATION_ERROR_CODE_INVALID_INPUT"):
         session.trainer.custom_forward_backward(
-            samples=[_sample(tokens, "routing/session/" + "0" * 32 + ".9")],
+            samples=[sdk_sample(tokens, "routing/session/" + "0" * 32 + ".9")],
             gradients=[Gradient(data=[0.1] * (len(tokens) - 1), dtype="D_TYPE_FLOAT32")])
     session.stop()
     resources.stop()

@@ -4,22 +4,15 @@ resources a training loop or a tool reaches for, with strict response validation
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
+
+from tests.helpers import sdk_sample, sdk_train_and_checkpoint
 
 
 pytestmark = pytest.mark.sdk
 
 SDK_KEY = "surface-key"
-
-
-def _sample(tokens: list[int]) -> Any:
-    from together.post_training import Sample
-
-    return Sample(model_input={"chunks": [{"encoded_text": {"tokens": tokens[:-1]}}]},
-                  loss_fn_inputs={"target_tokens": {"data": tokens[1:], "dtype": "int64"},
-                                  "weights": {"data": [1.0] * (len(tokens) - 1), "dtype": "float32"}})
 
 
 def test_trainer_generator_and_resource_calls(sdk_env: str, tmp_path: Path) -> None:
@@ -32,9 +25,9 @@ def test_trainer_generator_and_resource_calls(sdk_env: str, tmp_path: Path) -> N
     extended = resources.extend_expiry(seconds=7200)
     assert extended.expires_at is not None
     session = resources.create_session(display_name="surface", metadata={"wandb": {"project": "p"}})
-    fwd = session.trainer.forward(samples=[_sample([1, 2, 3, 4])], loss=LossConfig(type="LOSS_TYPE_CROSS_ENTROPY"))
+    fwd = session.trainer.forward(samples=[sdk_sample([1, 2, 3, 4])], loss=LossConfig(type="LOSS_TYPE_CROSS_ENTROPY"))
     assert len(fwd.loss_fn_outputs[0].tensors["logprobs"].data) == 3
-    session.trainer.custom_forward_backward(samples=[_sample([1, 2, 3, 4])], gradients=[{"data": [0.1, -0.2, 0.3]}])
+    session.trainer.custom_forward_backward(samples=[sdk_sample([1, 2, 3, 4])], gradients=[{"data": [0.1, -0.2, 0.3]}])
     for loss_type, extra in (("LOSS_TYPE_PPO", {}), ("LOSS_TYPE_CISPO", {}), ("LOSS_TYPE_GRPO", {}),
                              ("LOSS_TYPE_DRO", {"dro_params": {"beta": 0.05}}), ("LOSS_TYPE_DPPO", {})):
         tokens = [5, 6, 7, 8]
@@ -80,18 +73,12 @@ def test_trainer_generator_and_resource_calls(sdk_env: str, tmp_path: Path) -> N
 
 
 def test_resume_through_the_sdk(sdk_env: str) -> None:
-    from together.post_training import AdamParams, LossConfig, ModelResourcesClient
+    from together.post_training import LossConfig, ModelResourcesClient
 
     resources = ModelResourcesClient.create(base_model="Qwen/Qwen3.5-4B", interval=0.1)
-    first = resources.create_session(lora_config={"rank": 8}, interval=0.1)
+    ckpt, trained = sdk_train_and_checkpoint(resources, {"rank": 8}, [9, 8, 7, 6])
     loss = LossConfig(type="LOSS_TYPE_CROSS_ENTROPY")
-    for _ in range(3):
-        first.trainer.forward_backward(samples=[_sample([9, 8, 7, 6])], loss=loss)
-        first.trainer.optim_step(adam_params=AdamParams(learning_rate=1e-4))
-    trained = first.trainer.forward(samples=[_sample([9, 8, 7, 6])], loss=loss).loss
-    ckpt = first.create_training_checkpoint()
-    first.stop()
     resumed = resources.create_session(resume_from_checkpoint_id=ckpt.id, lora_config={"rank": 8}, interval=0.1)
-    assert resumed.trainer.forward(samples=[_sample([9, 8, 7, 6])], loss=loss).loss == trained
+    assert resumed.trainer.forward(samples=[sdk_sample([9, 8, 7, 6])], loss=loss).loss == trained
     resumed.stop()
     resources.stop()
