@@ -19,7 +19,7 @@ from emulator.runtime import Runtime
 from emulator.store.presigned import TTL_SECONDS
 from emulator.tools.testing import serve_in_thread
 from tests.conftest import make_client
-from tests.helpers import RL, advance, assert_error, create_resource, running_session, submit
+from tests.helpers import RL, advance, assert_error, ce_sample, create_resource, running_session, submit
 
 # --- 1. the clock ------------------------------------------------------------------------------------
 
@@ -309,6 +309,60 @@ def test_state_file_write_follows_the_change_not_the_state_size(tmp_path: Path) 
     assert grew < big_tenant / 4, (grew, big_tenant)
     restored = Runtime(Config(clock="manual", state_file=str(state_file)))
     assert restored.export_state()["tenants"] == runtime.export_state()["tenants"]
+
+
+def test_state_file_write_follows_the_change_within_one_tenant(tmp_path: Path) -> None:
+    state_file = tmp_path / "state.json"
+    runtime = Runtime(Config(clock="manual", state_file=str(state_file)))
+    body = {"loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}, "samples": [ce_sample([1, 2], list(range(3, 40)))]}
+    with make_client(runtime) as client:
+        sessions = [running_session(client)["id"] for _ in range(4)]
+        for sid in sessions:  # trained models are most of a tenant's state
+            for step in range(2):
+                assert submit(client, sid, "forward-backward", body).status_code == 200
+                assert submit(client, sid, "optim-step", {}).status_code == 200
+            client.get(f"{RL}/training-sessions/{sid}")
+        tenant = len(orjson.dumps(runtime.export_state()["tenants"]))
+        # The reads above finished the operations (settling writes nothing): the next write catches up.
+        assert client.patch(f"{RL}/training-sessions/{sessions[0]}", json={"display_name": "x"}).status_code == 200
+        before = state_file.stat().st_size
+        assert client.patch(f"{RL}/training-sessions/{sessions[0]}", json={"display_name": "y"}).status_code == 200
+        grew = state_file.stat().st_size - before
+        assert grew < tenant / 10, (grew, tenant)
+        assert submit(client, sessions[1], "optim-step", {}).status_code == 200
+        client.get(f"{RL}/training-sessions/{sessions[1]}")
+    restored = Runtime(Config(clock="manual", state_file=str(state_file)))
+    assert restored.export_state()["tenants"] == runtime.export_state()["tenants"]
+
+
+def test_state_file_replays_resets_and_dropped_weights(tmp_path: Path) -> None:
+    state_file = tmp_path / "state.json"
+    runtime = Runtime(Config(clock="manual", state_file=str(state_file)))
+    body = {"loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}, "samples": [ce_sample([1, 2], [3, 4, 5])]}
+    sample = {"model_inputs": [{"chunks": [{"encoded_text": {"tokens": [1, 2]}}]}], "num_samples": 1,
+              "sampling_params": {"max_tokens": 3}}
+    with make_client(runtime, token="one") as one, make_client(runtime, token="two") as two:
+        sid = running_session(one)["id"]
+        running_session(two)
+        assert submit(one, sid, "forward-backward", body).status_code == 200
+        assert submit(one, sid, "optim-step", {}).status_code == 200
+        sync = {"weight_sync_type": "WEIGHT_SYNC_TYPE_BACKGROUND_PUBLISH"}
+        assert submit(one, sid, "weights-sync", sync).status_code == 200   # a pending publish ...
+        one.get(f"{RL}/training-sessions/{sid}")
+        assert create_resource(one)                                       # ... is written
+        assert submit(one, sid, "sample", sample).status_code == 200      # the sample applies it: dropped
+        one.get(f"{RL}/training-sessions/{sid}")
+        assert one.post("/_emulator/reset", json={"tenant": "two"}).status_code == 200
+        running_session(two)                                              # the tenant again, from nothing
+        assert create_resource(one)
+    restored = Runtime(Config(clock="manual", state_file=str(state_file)))
+    assert restored.export_state()["tenants"] == runtime.export_state()["tenants"]
+    with make_client(runtime, token="one") as one:
+        assert one.post("/_emulator/reset").status_code == 200
+        create_resource(one)
+    restored = Runtime(Config(clock="manual", state_file=str(state_file)))
+    assert restored.export_state()["tenants"] == runtime.export_state()["tenants"]
+    assert len(restored.export_state()["tenants"]) == 1
 
 
 def test_state_file_is_compacted_into_one_document(tmp_path: Path) -> None:

@@ -58,6 +58,7 @@ class SessionModel:
         self.step = 0
         self._export_step = 0
         self.last_optim_info: dict[str, float] = {}
+        self.version = 0  # counts changes to the state :meth:`to_state` exports (persistence writes on change)
 
     # --- introspection -------------------------------------------------------------------------
     @property
@@ -110,7 +111,9 @@ class SessionModel:
                 a, b = int(batch.offsets[i]), int(batch.offsets[i + 1])
                 outputs.append({"tensors": {"logprobs": {"data": _floats(shown[a:b]), "dtype": "float32",
                                                          "shape": [b - a]}}})
-        self._acc = new_acc
+        if new_acc is not self._acc:
+            self._acc = new_acc
+            self.version += 1
         return {"loss": float(res.loss), "loss_fn_outputs": outputs,
                 "metrics": {k: float(v) for k, v in res.metrics.items()}}
 
@@ -128,6 +131,7 @@ class SessionModel:
             raise ComputeError(NON_FINITE_LOSS,
                                "the supplied gradients produce non-finite parameter gradients")
         self._acc = self._acc.merge(grad, self.vocab_size)
+        self.version += 1
         return {}
 
     def optim_step(self, adam_params: dict | None, muon_params: dict | None) -> int:
@@ -136,6 +140,7 @@ class SessionModel:
         if not (np.all(np.isfinite(new_w.theta)) and np.all(np.isfinite(new_w.beta))):
             raise ComputeError(NON_FINITE_LOSS, "the optimizer step produced non-finite weights")
         self._weights, self._opt, self._acc = new_w, new_opt, GradAccum.empty()
+        self.version += 1
         self.step += 1
         self._export_step = self.step
         self.last_optim_info = info

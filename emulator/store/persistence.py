@@ -1,11 +1,13 @@
 """``--state-file``: the state kept on disk as a journal, so every acknowledged change survives ``kill -9``.
 
 The file is JSON lines. The first line is a whole state document (the format of ``GET /_emulator/state``);
-each later line records what one request changed: the tenants it touched (their whole state, or
-``null`` when reset), whether everything was reset, and the seed, clock and presigned grants. A line is
-appended and fsynced before the request is answered, so the cost of a write follows what the request
-changed, not the size of the whole state. When the appended lines outgrow the first one, the file is
-rewritten as a single document (temporary file, fsync, rename).
+each later line records what one request changed: for each tenant it touched, the records that changed
+or are new, the session models that trained, the published weights that moved, the new idempotency keys
+(:func:`~emulator.store.snapshot.export_tenant_changes`), or ``null`` when the tenant was reset; whether
+everything was reset; the seed, clock and presigned grants. A line is appended and fsynced before the
+request is answered, so the cost of a write follows what the request changed, not the size of the
+tenant or of the whole state. When the appended lines outgrow the first one, the file is rewritten as a
+single document (temporary file, fsync, rename).
 
 Loading replays the lines over the first one and imports the result through the same checks as
 ``PUT /_emulator/state``. A last line cut short (the process died while writing it, so its request was
@@ -56,6 +58,7 @@ class StateFile:
             raise StateFileError(f"line 1 is not JSON: {exc}") from exc
         if not isinstance(doc, dict):
             raise StateFileError("line 1 does not hold a JSON object")
+        positions: dict[str, dict[str, dict[str, int]]] = {}
         for number, line in enumerate(lines[1:], start=2):
             try:
                 change = orjson.loads(line)
@@ -65,7 +68,10 @@ class StateFile:
                 raise StateFileError(f"line {number} is not JSON: {exc}") from exc
             if not isinstance(change, dict) or not isinstance(change.get("tenants"), dict):
                 raise StateFileError(f"line {number} is not a state change")
-            _apply(doc, change)
+            try:
+                _apply(doc, change, positions)
+            except (KeyError, TypeError, AttributeError) as exc:
+                raise StateFileError(f"line {number} is not a state change ({exc!r})") from exc
         self._base_bytes = len(lines[0])
         self._appended = sum(len(line) + 1 for line in lines[1:])
         return doc
@@ -98,15 +104,17 @@ class StateFile:
         return self._appended > max(self.compact_min_bytes, 2 * self._base_bytes)
 
 
-def _apply(doc: dict[str, Any], change: dict[str, Any]) -> None:
+def _apply(doc: dict[str, Any], change: dict[str, Any], positions: dict[str, dict[str, dict[str, int]]]) -> None:
     tenants = doc.setdefault("tenants", {})
     if change.get("reset_all"):
         tenants.clear()
-    for project, state in change["tenants"].items():
-        if state is None:
+        positions.clear()
+    for project, changes in change["tenants"].items():
+        if changes is None:
             tenants.pop(project, None)
+            positions.pop(project, None)
         else:
-            tenants[project] = state
+            snapshot.apply_tenant_changes(tenants.setdefault(project, {}), changes, positions.setdefault(project, {}))
     for key in ("seed", "clock", "presigned"):
         if key in change:
             doc[key] = change[key]
@@ -132,6 +140,7 @@ class Persistence:
         self.store = store
         self.clock = clock
         self.events = events
+        self.memos: dict[str, snapshot.TenantMemo] = {}   # what the file holds of each tenant, beyond line 1
 
     def restore(self) -> dict[str, Any] | None:
         """Load the file into the store (or create it); returns the document loaded, if any."""
@@ -152,16 +161,21 @@ class Persistence:
         reset_all, dirty = self.store.take_dirty()
         if not (force or reset_all or dirty):
             return
+        if reset_all:
+            self.memos.clear()
         tenants: dict[str, Any] = {}
         for project in sorted(dirty):
-            state = self.store.get(project)
-            if state is None:
+            if self.store.get(project) is None:
                 tenants[project] = None
+                self.memos.pop(project, None)
                 continue
             with self.store.transaction(project, write=False) as state:
-                tenants[project] = snapshot.export_tenant(state)
+                tenants[project] = snapshot.export_tenant_changes(state, self.memos.setdefault(project,
+                                                                                               snapshot.TenantMemo()))
         change = {"reset_all": reset_all, "tenants": tenants, "seed": self.store.seed, "clock": self.clock(),
                   "presigned": self.store.presigned.export()}
         self.file.append(change)
         if self.file.wants_compaction:
             self.file.write_all(snapshot.export_state(self.store, self.clock()))
+            # Line 1 now holds everything; the next line of a tenant restates it whole, which is correct.
+            self.memos.clear()

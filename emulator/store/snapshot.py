@@ -16,6 +16,7 @@ from collections.abc import Collection
 from dataclasses import MISSING, asdict, fields
 from typing import Any
 
+import orjson
 from jsonschema import Draft7Validator
 
 from emulator import compute
@@ -52,6 +53,101 @@ def export_tenant(state: TenantState) -> dict[str, Any]:
     out["published"] = {key: {"version": version, "weights": weights.to_state()}
                         for key, (version, weights) in state.published.items()}
     return out
+
+
+class TenantMemo:
+    """What a journal already holds of one tenant, so the next line carries only what changed.
+
+    Records are remembered by the hash of their JSON (or as final: an operation that finished, a
+    checkpoint, an uploaded payload never change again), models by identity and version, published
+    weights by identity (they are replaced, never edited), idempotency keys by count (only added).
+    """
+
+    __slots__ = ("records", "models", "published", "idempotency")
+
+    def __init__(self) -> None:
+        self.records: dict[str, dict[str, int | None]] = {table: {} for table, _cls, _index in TABLES}
+        self.models: dict[str, tuple[Any, int]] = {}
+        self.published: dict[str, Any] = {}
+        self.idempotency = 0
+
+
+FINISHED_OPERATIONS = frozenset({records.OperationStatus.COMPLETED.value, records.OperationStatus.FAILED.value})
+_FINAL: dict[str, Any] = {
+    "operations": lambda r: r.status in FINISHED_OPERATIONS,
+    "checkpoints": lambda r: True,
+    "payloads": lambda r: r.data is not None,
+}
+
+
+def export_tenant_changes(state: TenantState, memo: TenantMemo) -> dict[str, Any]:
+    """What changed in the tenant since ``memo`` (all of it for a new memo), and update the memo.
+    :func:`apply_tenant_changes` applies the result to a tenant document."""
+    upsert: dict[str, list[Any]] = {}
+    for table, _cls, index in TABLES:
+        items = getattr(state, table)
+        seen = memo.records[table]
+        final = _FINAL.get(table)
+        out = []
+        for obj_id in (getattr(state, index).ids() if index else list(items)):
+            known = seen.get(obj_id, -1)  # -1: never written (CPython never gives -1 as a hash)
+            if known is None:  # written when it could no longer change
+                continue
+            record = items[obj_id]
+            blob = orjson.dumps(records.to_dict(record))
+            digest = hash(blob)
+            if known == digest:
+                continue
+            seen[obj_id] = None if final is not None and final(record) else digest
+            out.append(orjson.Fragment(blob))
+        if out:
+            upsert[table] = out
+    models = {}
+    for sid, model in state.models.items():
+        entry = memo.models.get(sid)
+        if entry is None or entry[0] is not model or entry[1] != model.version:
+            models[sid] = {"spec": asdict(model.spec), "state": model.to_state()}
+            memo.models[sid] = (model, model.version)
+    published = {}
+    for key, pair in state.published.items():
+        if memo.published.get(key) is not pair:
+            published[key] = {"version": pair[0], "weights": pair[1].to_state()}
+            memo.published[key] = pair
+    dropped = [key for key in memo.published if key not in state.published]
+    for key in dropped:
+        del memo.published[key]
+    keys = list(state.idempotency.items())[memo.idempotency:]
+    memo.idempotency += len(keys)
+    return {"upsert": upsert, "models": models, "published": published, "published_dropped": dropped,
+            "idempotency": [[*k, v] for k, v in keys], "ids_counter": state.ids.counter,
+            "timeline": [[at, event, obj_id] for at, _seq, event, obj_id in sorted(state.timeline)],
+            "registry": state.registry, "gpu_queue_tail": state.gpu_queue_tail}
+
+
+def apply_tenant_changes(tenant: dict[str, Any], changes: dict[str, Any],
+                         positions: dict[str, dict[str, int]]) -> None:
+    """Apply :func:`export_tenant_changes` to a tenant document; ``positions`` (table -> id -> index,
+    kept by the caller for this tenant document) finds the records to replace."""
+    for table, rows in changes["upsert"].items():
+        listed = tenant.setdefault(table, [])
+        where = positions.get(table)
+        if where is None:
+            where = positions[table] = {row["id"]: i for i, row in enumerate(listed)}
+        for row in rows:
+            at = where.get(row["id"])
+            if at is None:
+                where[row["id"]] = len(listed)
+                listed.append(row)
+            else:
+                listed[at] = row
+    tenant.setdefault("models", {}).update(changes["models"])
+    published = tenant.setdefault("published", {})
+    published.update(changes["published"])
+    for key in changes["published_dropped"]:
+        published.pop(key, None)
+    tenant.setdefault("idempotency", []).extend(changes["idempotency"])
+    for key in ("ids_counter", "timeline", "registry", "gpu_queue_tail"):
+        tenant[key] = changes[key]
 
 
 def export_state(store: Store, clock: dict[str, Any]) -> dict[str, Any]:
@@ -254,5 +350,5 @@ def _check_references(state: TenantState, project: str, data: dict[str, Any]) ->
         need(tables[event.split(".")[0]], obj_id, f"the timeline event {event}")
 
 
-__all__ = ["STATE_FORMAT", "STATE_VERSION", "StateError", "build_tenant", "check", "export_state", "export_tenant",
-           "import_state"]
+__all__ = ["STATE_FORMAT", "STATE_VERSION", "StateError", "TenantMemo", "apply_tenant_changes", "build_tenant", "check",
+           "export_state", "export_tenant", "export_tenant_changes", "import_state"]
