@@ -180,23 +180,23 @@ FLAGS = (
 )
 
 
+# Variables whose names are not EMULATOR_<FIELD> (they follow the flag, not the field).
+ENV_NAMES = {"faults_file": "EMULATOR_FAULTS", "record_file": "EMULATOR_RECORD"}
+
+
+def env_name(field_name: str) -> str:
+    return ENV_NAMES.get(field_name, f"EMULATOR_{field_name.upper()}")
+
+
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     for name, flag, _convert, help_text in OPTIONS:
-        kwargs: dict[str, Any] = {"dest": name, "default": None, "help": f"{help_text} [env EMULATOR_{name.upper()}]"}
-        if name == "faults_file":
-            kwargs["help"] = f"{help_text} [env EMULATOR_FAULTS]"
-        if name == "record_file":
-            kwargs["help"] = f"{help_text} [env EMULATOR_RECORD]"
-        parser.add_argument(flag, **kwargs)
+        parser.add_argument(flag, dest=name, default=None, help=f"{help_text} [env {env_name(name)}]")
     for name, flag, help_text in FLAGS:
         parser.add_argument(flag, dest=name, action="store_true", default=None,
-                            help=f"{help_text} [env EMULATOR_{name.upper()}=1]")
+                            help=f"{help_text} [env {env_name(name)}=1]")
     parser.add_argument("--defect", dest="defects", action="append", default=None,
                         help="TEST ONLY: inject a named contract defect (see emulator/tools/defects.py) "
                              "[env EMULATOR_DEFECTS=a,b]")
-
-
-ENV_NAMES = {"faults_file": "EMULATOR_FAULTS", "record_file": "EMULATOR_RECORD"}
 
 
 def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Config:
@@ -205,7 +205,7 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
     for name, flag, convert, _help in OPTIONS:
         raw, source = getattr(args, name, None), flag
         if raw is None:
-            var = ENV_NAMES.get(name, f"EMULATOR_{name.upper()}")
+            var = env_name(name)
             raw, source = env.get(var), var
         if raw is None:
             continue
@@ -216,11 +216,11 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
     for name, _flag, _help in FLAGS:
         if getattr(args, name, None):
             values[name] = True
-        elif (raw := env.get(f"EMULATOR_{name.upper()}")) is not None:
+        elif (raw := env.get(env_name(name))) is not None:
             try:
                 values[name] = _bool(raw)
             except ValueError as exc:
-                raise ConfigError(f"EMULATOR_{name.upper()}: {raw!r} is not valid ({exc})") from exc
+                raise ConfigError(f"{env_name(name)}: {raw!r} is not valid ({exc})") from exc
     defects = getattr(args, "defects", None)
     values["defects"] = tuple(defects) if defects else _defects(env.get("EMULATOR_DEFECTS", ""))
     return Config(**values)
