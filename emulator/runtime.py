@@ -81,11 +81,15 @@ class Runtime:
         """A context for work done on a tenant's state outside any caller's request."""
         return self.ctx(Principal(user="", project=project))
 
+    def settle(self, project: str) -> None:
+        """Apply every transition due by now in one tenant, outside any request (views, streams)."""
+        with self.store.transaction(project, write=False) as state:
+            engine.settle(state, self.system_ctx(project))
+
     def settle_all(self) -> None:
-        """Apply every transition due by now in every tenant (for whole-store views)."""
+        """:meth:`settle` every tenant (for whole-store views)."""
         for project in self.store.projects():
-            with self.store.transaction(project, write=False) as state:
-                engine.settle(state, self.system_ctx(project))
+            self.settle(project)
 
     def apply_fault_effect(self, principal: Principal, effect: dict[str, Any], operation_id: str,
                            path: dict[str, str], body: Any, payload: Any) -> None:

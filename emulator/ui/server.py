@@ -28,6 +28,7 @@ from urllib.parse import parse_qsl
 import orjson
 
 from emulator.errors import InvalidRequest, MethodNotAllowed, NotFound
+from emulator.http import asgi
 from emulator.http.asgi import Receive, Scope, Send
 from emulator.http.auth import check_admin
 from emulator.ui import stream, views
@@ -115,12 +116,8 @@ class Dashboard:
         await send({"type": "http.response.body", "body": body})
 
 
-async def send_json(send: Any, payload: Any) -> None:
-    body = orjson.dumps(payload)
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"application/json"), (b"cache-control", b"no-store"),
-                            (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+async def send_json(send: Send, payload: Any) -> None:
+    await asgi.send_json(send, 200, orjson.dumps(payload), {"cache-control": "no-store"})
 
 
 def _int(raw: str, name: str) -> int:

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from emulator.domain import engine
 from emulator.ui import views
 
 if TYPE_CHECKING:
@@ -70,7 +69,10 @@ async def run(runtime: Runtime, receive: Any, send: Any, project: str | None, si
                 exists = now_exists
                 chunks.append(sse("tenant", {"exists": exists}, seq))
             if exists:
-                _settle(runtime, project)
+                if project is None:
+                    runtime.settle_all()
+                else:
+                    runtime.settle(project)
             new = runtime.store.events.since(seq, project, views.EVENT_SCAN)
             if new:
                 seq = new[-1]["seq"]
@@ -93,10 +95,3 @@ async def run(runtime: Runtime, receive: Any, send: Any, project: str | None, si
     finally:
         watcher.cancel()
 
-
-def _settle(runtime: Runtime, project: str | None) -> None:
-    if project is None:
-        runtime.settle_all()
-        return
-    with runtime.store.transaction(project, write=False) as state:
-        engine.settle(state, runtime.system_ctx(project))

@@ -34,7 +34,7 @@ TIMELINE_KINDS = {"model_resources", "training_session", "operation"}
 
 
 def tenant_exists(runtime: Runtime, project: str) -> None:
-    """404 for a project with no state. Checked before any transaction, which would create it."""
+    """404 for a project with no state (a read transaction would answer an empty one)."""
     if project not in runtime.store.projects():
         raise NotFound(f"no tenant {project!r}: no API key of that project has called the emulator "
                        "(or it was reset)", param="project", code="unknown_tenant")
