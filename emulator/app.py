@@ -38,7 +38,7 @@ from emulator.http.errors import ErrorEnvelope
 from emulator.http.faults import FaultMiddleware
 from emulator.http.files import FileServer
 from emulator.http.routing import TableRoutingMiddleware
-from emulator.http.validation import FastRequestValidationMiddleware, validator_map
+from emulator.http.validation import FastRequestValidationMiddleware
 from emulator.runtime import Runtime
 from emulator.ui import Dashboard, is_dashboard_path
 
@@ -68,9 +68,9 @@ class EmulatorApp:
             middlewares.append(ResponseValidationMiddleware)
         self.api = ConnexionMiddleware(Dispatcher(runtime), middlewares=middlewares)
         self.api.add_api(spec.load_spec(spec.VENDOR), resolver=_resolver(), validate_responses=validate_responses,
-                         strict_validation=False, validator_map=validator_map())
+                         strict_validation=False)
         self.api.add_api(spec.load_spec(spec.ADMIN), base_path=spec.ADMIN_BASE_PATH, resolver=_resolver(),
-                         validate_responses=validate_responses, validator_map=validator_map())
+                         validate_responses=validate_responses)
         self.files = ErrorEnvelope(FileServer(runtime))
         self.docs = ErrorEnvelope(DocsApp())
 

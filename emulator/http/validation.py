@@ -32,7 +32,6 @@ from connexion.middleware.request_validation import (
     RequestValidationOperation,
 )
 from connexion.utils import is_null, is_nullable
-from connexion.validators import VALIDATOR_MAP, ParameterValidator
 from jsonschema import Draft4Validator, ValidationError
 
 from emulator.errors import InvalidRequest, shorten
@@ -292,8 +291,3 @@ class FastRequestValidationMiddleware(RequestValidationMiddleware):
             await self.app(scope, receive, send)
             return
         await operation(scope, receive, send)
-
-
-def validator_map() -> dict[str, Any]:
-    # Only connexion's set-up reads these; requests are checked by the operations above.
-    return {"parameter": ParameterValidator, "body": copy.copy(VALIDATOR_MAP["body"])}
