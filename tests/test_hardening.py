@@ -125,6 +125,12 @@ def test_chunked_request_body_over_the_limit_is_413() -> None:
         assert_error(resp, 413)
 
 
+@pytest.mark.parametrize("path", [f"{RL}/model-resources", "/_emulator/reset"])
+def test_body_that_is_not_utf8_is_400(client: TestClient, path: str) -> None:
+    resp = client.post(path, content=b'{"base_model": "\xff\xfe"}', headers={"content-type": "application/json"})
+    assert assert_error(resp, 400)["code"] == "invalid_json"
+
+
 def test_optional_request_bodies_may_be_empty(client: TestClient) -> None:
     s = running_session(client)
     resp = submit(client, s["id"], "optim-step")  # createOptimStep: requestBody.required is false

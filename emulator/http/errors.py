@@ -1,7 +1,7 @@
 """Every exception leaves as ``ErrorData`` with the right status: one map from exception type to renderer.
 
-Domain errors carry their own status; connexion's validation problems, Starlette's routing errors and
-undecodable bodies are translated; anything else is a bug, answered as a 500 with a request id that is
+Domain errors carry their own status; connexion's problems (an unsupported media type) and Starlette's
+errors are translated; anything else is a bug, answered as a 500 with a request id that is
 also in the log, so a crash never shows a traceback to the client.
 """
 
@@ -28,12 +28,6 @@ def _api_error(exc: Exception, scope: Scope) -> Rendered:
     return exc.status, orjson.dumps(exc.body()), exc.headers
 
 
-def _undecodable(exc: Exception, scope: Scope) -> Rendered:
-    # connexion decodes JSON bodies as UTF-8 before the emulator sees them.
-    assert isinstance(exc, UnicodeDecodeError)
-    return 400, render_error(400, f"request body is not valid UTF-8: {exc.reason}", code="invalid_encoding"), {}
-
-
 def _problem(exc: Exception, scope: Scope) -> Rendered:
     assert isinstance(exc, ProblemException)
     message = str(exc.detail or exc.title or "request rejected")
@@ -51,7 +45,6 @@ def _http(exc: Exception, scope: Scope) -> Rendered:
 
 RENDERERS: tuple[tuple[type[Exception], Callable[[Exception, Scope], Rendered]], ...] = (
     (ApiError, _api_error),
-    (UnicodeDecodeError, _undecodable),
     (ProblemException, _problem),
     (HTTPException, _http),
 )
