@@ -28,16 +28,16 @@ def _over_cap(client: TestClient, rid: str) -> str:
     return err["message"]
 
 
+def _assert_caps(client: TestClient, lora: int, minimax: int, full_weight: int) -> None:
+    """A LoRA resource of an unlisted model, one of MiniMax-M3 and a full-weight one hold exactly these."""
+    for body, cap in (({}, lora), ({"base_model": MINIMAX}, minimax), ({"lora_enabled": False}, full_weight)):
+        rid = ready_resource(client, **body)["id"]
+        _fill(client, rid, cap)
+        assert f"at most {cap}" in _over_cap(client, rid)
+
+
 def test_create_session_default_caps(client: TestClient) -> None:
-    lora = ready_resource(client)["id"]
-    _fill(client, lora, 5)
-    assert "at most 5" in _over_cap(client, lora)
-    minimax = ready_resource(client, base_model=MINIMAX)["id"]
-    _fill(client, minimax, 2)
-    assert "at most 2" in _over_cap(client, minimax)
-    full = ready_resource(client, lora_enabled=False)["id"]
-    _fill(client, full, 1)
-    assert "at most 1" in _over_cap(client, full)
+    _assert_caps(client, lora=5, minimax=2, full_weight=1)
 
 
 def test_create_session_caps_follow_the_limits_file(tmp_path: Path) -> None:
@@ -45,15 +45,7 @@ def test_create_session_caps_follow_the_limits_file(tmp_path: Path) -> None:
     path.write_text("max_full_weight_sessions: 2\nmax_lora_sessions: 3\n"
                     "models:\n  MiniMaxAI/MiniMax-M3: {max_lora_sessions: 4}\n")
     with make_client(Runtime(Config(clock="manual", validate_responses=True, limits_file=str(path)))) as client:
-        lora = ready_resource(client)["id"]               # not listed: the file's max_lora_sessions
-        _fill(client, lora, 3)
-        assert "at most 3" in _over_cap(client, lora)
-        minimax = ready_resource(client, base_model=MINIMAX)["id"]
-        _fill(client, minimax, 4)
-        assert "at most 4" in _over_cap(client, minimax)
-        full = ready_resource(client, lora_enabled=False)["id"]
-        _fill(client, full, 2)
-        assert "at most 2" in _over_cap(client, full)
+        _assert_caps(client, lora=3, minimax=4, full_weight=2)
 
 
 @pytest.mark.parametrize(("text", "problem"), [
