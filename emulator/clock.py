@@ -107,11 +107,22 @@ def _check_time(at: float) -> None:
 
 @functools.lru_cache(maxsize=1 << 16)  # pure; objects keep their timestamps, so hits are the norm
 def rfc3339(ts: float) -> str:
-    """POSIX seconds -> RFC 3339 UTC with milliseconds, e.g. 2026-01-01T00:00:00.000Z."""
-    dt = datetime.fromtimestamp(round(ts, 3), tz=UTC)
-    # Formatted by hand: strftime costs several times more, and timestamps of new objects miss the cache.
-    return (f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}."
-            f"{dt.microsecond // 1000:03d}Z")
+    """POSIX seconds -> RFC 3339 UTC with milliseconds, e.g. 2026-01-01T00:00:00.000Z. The same text as
+    ``datetime.fromtimestamp(round(ts, 3), tz=UTC)`` gives (microseconds rounded half-even, as it does)."""
+    t = round(ts, 3)
+    sec = math.floor(t)
+    us = round((t - sec) * 1e6)
+    if us >= 1_000_000:
+        sec, us = sec + 1, us - 1_000_000
+    # New objects miss the cache above, but requests in the same second share the date part.
+    return f"{_second(sec)}{us // 1000:03d}Z"
+
+
+@functools.lru_cache(maxsize=1 << 10)
+def _second(sec: int) -> str:
+    dt = datetime.fromtimestamp(sec, tz=UTC)
+    # Formatted by hand: strftime costs several times more.
+    return f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}."
 
 
 def parse_rfc3339(text: str) -> float:

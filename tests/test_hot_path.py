@@ -1,13 +1,17 @@
 """The hot-path machinery keeps the answers exactly what they were (issue 12): routing by path table,
-JSON rendered once per session version, remembered base-model rows, directly formatted UUIDs."""
+JSON rendered once per session version, remembered base-model rows, directly formatted UUIDs and
+timestamps."""
 
 from __future__ import annotations
 
+import random
 import uuid
+from datetime import UTC, datetime
 
 import numpy as np
 from starlette.testclient import TestClient
 
+from emulator.clock import MAX_TIME, rfc3339
 from emulator.compute import base as base_module
 from emulator.compute.base import BaseModel, base_model
 from emulator.ids import IdFactory
@@ -89,3 +93,16 @@ def test_ids_uuid_is_what_the_uuid_module_formats() -> None:
         digest = ids._digest("x")
         ids.counter = counter
         assert ids.uuid("x") == str(uuid.UUID(bytes=digest[:16], version=4))
+
+
+def test_rfc3339_is_what_datetime_formats() -> None:
+    def reference(ts: float) -> str:
+        return datetime.fromtimestamp(round(ts, 3), tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+    rng = random.Random(3)
+    stamps = [0.0, 0.0005, 0.0015, 59.9995, 86399.9996, 1767225599.9995, 1767225600.0, MAX_TIME - 0.0004]
+    stamps += [rng.uniform(0, MAX_TIME) for _ in range(5000)]
+    stamps += [1767225600 + rng.randrange(10**6) / 1000 + rng.choice((0.0, 0.0005, 0.00049, 0.00051))
+               for _ in range(5000)]
+    for ts in stamps:
+        assert rfc3339(ts) == reference(ts), ts
