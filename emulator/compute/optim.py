@@ -40,7 +40,7 @@ from emulator.compute.spec import (
     NS_COEFFS,
     ModelSpec,
 )
-from emulator.compute.weights import STATS, GradAccum, Weights, lookup_sorted
+from emulator.compute.weights import STATS, GradAccum, Weights, lookup_sorted, setdiff_unique, union_sorted
 
 _F64 = np.float64
 _I64 = np.int64
@@ -187,20 +187,20 @@ def optim_step(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum,
     scale = clip / (norm + 1e-6) if clip > 0 and norm > clip else 1.0
 
     # 2. materialise new rows (their preferred columns) and new target columns
-    new_rows = np.setdiff1d(acc.rows, weights.rows, assume_unique=True)
+    new_rows = setdiff_unique(acc.rows, weights.rows)
     if weights.num_entries + new_rows.size * k + acc.keys.size > MAX_ENTRIES:
         raise ComputeError(RESOURCE_EXHAUSTED,
                            f"the session's model would exceed {MAX_ENTRIES} trained entries")
     pc, pl = base.prefs(new_rows)
     nr_keys = (new_rows[:, None] * v_size + pc).reshape(-1)
     nr_base = pl.reshape(-1)
-    rows_all = np.union1d(weights.rows, new_rows)
+    rows_all = union_sorted(weights.rows, new_rows)
     in_old, old_vals = lookup_sorted(weights.rows, weights.beta, rows_all)
     beta = np.where(in_old, old_vals, 0.0)
     m_tail = np.where(in_old, lookup_sorted(weights.rows, opt.m_tail, rows_all)[1], 0.0)
     v_tail = np.where(in_old, lookup_sorted(weights.rows, opt.v_tail, rows_all)[1], 0.0)
-    known = np.union1d(weights.keys, nr_keys)
-    cand = np.setdiff1d(acc.keys, known, assume_unique=True)
+    known = union_sorted(weights.keys, nr_keys)
+    cand = setdiff_unique(acc.keys, known)
     cand_row = cand // v_size
     cand_ri = np.searchsorted(rows_all, cand_row)
     leftover = np.empty(0, dtype=_I64)

@@ -38,7 +38,7 @@ from emulator.compute.base import hash_tokens, seed_to_u64
 from emulator.compute.errors import invalid
 from emulator.compute.inputs import parse_float, parse_int
 from emulator.compute.spec import DEFAULT_MAX_TOKENS
-from emulator.compute.weights import RowSet, Weights, tail_tokens
+from emulator.compute.weights import RowSet, Weights, tail_tokens, unique_inverse
 
 GREEDY_BELOW = 1e-5
 STOP = "STOP_REASON_STOP"
@@ -258,8 +258,7 @@ def generate(weights: Weights, prompts: list[np.ndarray], num_samples: int, cfg:
     for step in range(cfg.max_tokens):
         if active.size == 0:
             break
-        uprev, ridx = np.unique(last[active], return_inverse=True)
-        ridx = ridx.reshape(-1)
+        uprev, ridx = unique_inverse(last[active])
         rs = weights.rowset(uprev)
         if greedy_mode:
             toks = greedy(rs)[ridx]

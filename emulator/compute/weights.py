@@ -57,10 +57,49 @@ def lookup_sorted(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> tu
     """For each query key: (found mask, value or 0). ``keys`` must be sorted and unique."""
     if keys.size == 0 or query.size == 0:
         return np.zeros(query.shape, dtype=bool), np.zeros(query.shape, dtype=values.dtype)
-    pos = np.searchsorted(keys, query)
+    pos = keys.searchsorted(query)
     pos_c = np.minimum(pos, keys.size - 1)
     found = keys[pos_c] == query
     return found, np.where(found, values[pos_c], 0)
+
+
+# The set operations below replace np.unique / np.union1d / np.setdiff1d on int64 arrays. Their results
+# are exact (sorted unique integers), so they equal numpy's; they exist because a typical batch has a
+# few dozen elements and numpy's wrappers cost several times the work itself.
+SMALL = 32  # up to this many elements, Python's set and sort beat numpy's per-call overhead (measured)
+
+
+def unique_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(a, return_inverse=True)`` of a 1-D int64 array, the inverse as int64."""
+    if a.size > SMALL:
+        u, inv = np.unique(a, return_inverse=True)
+        return u, inv.reshape(-1).astype(_I64)
+    vals = a.tolist()
+    u = sorted(set(vals))
+    index = {x: i for i, x in enumerate(u)}
+    return np.array(u, dtype=_I64), np.array([index[x] for x in vals], dtype=_I64)
+
+
+def union_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.union1d`` of two int64 arrays (sort, drop repeats: faster than numpy's hash-based unique)."""
+    c = np.concatenate((a, b))
+    c.sort()
+    keep = np.empty(c.size, dtype=bool)
+    keep[:1] = True
+    np.not_equal(c[1:], c[:-1], out=keep[1:])
+    return c[keep]
+
+
+def setdiff_unique(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.setdiff1d(a, b, assume_unique=True)`` of int64 arrays: the elements of ``a`` not in ``b``, in order."""
+    if b.size == 0:
+        return a
+    if a.size + b.size <= 4 * SMALL:
+        vals = a.tolist()
+        if len(set(vals)) == len(vals):  # numpy's result differs from the plain one if ``a`` has repeats
+            drop = set(b.tolist())
+            return np.array([x for x in vals if x not in drop], dtype=_I64)
+    return np.setdiff1d(a, b, assume_unique=True)
 
 
 class _Stats:
@@ -159,9 +198,9 @@ class GradAccum:
             return other
         if other.is_empty:
             return self
-        keys = np.union1d(self.keys, other.keys)
+        keys = union_sorted(self.keys, other.keys)
         vals = self.value_at(keys, vocab_size) + other.value_at(keys, vocab_size)
-        rows = np.union1d(self.rows, other.rows)
+        rows = union_sorted(self.rows, other.rows)
         tail = lookup_sorted(self.rows, self.tail, rows)[1] + lookup_sorted(other.rows, other.tail, rows)[1]
         return GradAccum(keys, vals, rows, tail)
 
@@ -267,8 +306,7 @@ class Weights:
         """log p(target | prev) per position, plus the row set and each position's row index."""
         prevs = np.asarray(prevs, dtype=_I64)
         targets = np.asarray(targets, dtype=_I64)
-        uprevs, ridx = np.unique(prevs, return_inverse=True)
-        ridx = ridx.reshape(-1).astype(_I64)
+        uprevs, ridx = unique_inverse(prevs)
         rs = self.rowset(uprevs)
         lp = rs.logit_of(ridx, targets) - rs.logz[ridx]
         return lp, rs, ridx
@@ -356,9 +394,9 @@ def backward(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray)
     e_vals = (-s_row[rs.seg] * rs.explicit_probs())[in_touched]
     p_tail = rs.tail_probs()
     t_keys_all = rs.uprevs[r] * v + y
-    t_keys, inv = np.unique(t_keys_all, return_inverse=True)
-    t_vals = np.bincount(inv.reshape(-1), weights=g, minlength=t_keys.size)
-    keys = np.union1d(e_keys, t_keys)
+    t_keys, inv = unique_inverse(t_keys_all)
+    t_vals = np.bincount(inv, weights=g, minlength=t_keys.size)
+    keys = union_sorted(e_keys, t_keys)
     found_e, ev = lookup_sorted(e_keys, e_vals, keys)
     found_t, tv = lookup_sorted(t_keys, t_vals, keys)
     row_of = np.searchsorted(rs.uprevs, keys // v)
@@ -370,4 +408,5 @@ def backward(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray)
     return GradAccum(keys, vals, rs.uprevs[rows_t], tail)
 
 
-__all__ = ["STATS", "GradAccum", "RowSet", "Weights", "backward", "lookup_sorted", "tail_tokens"]
+__all__ = ["STATS", "GradAccum", "RowSet", "Weights", "backward", "lookup_sorted", "setdiff_unique", "tail_tokens",
+           "union_sorted", "unique_inverse"]
