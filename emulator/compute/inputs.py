@@ -93,7 +93,7 @@ def _float_array(data: list[Any], where: str) -> np.ndarray:
             arr = np.asarray([parse_float(x, where) for x in data], dtype=np.float64)
     except OverflowError:
         raise invalid(f"{where}: value out of range") from None
-    if arr.size and not np.all(np.isfinite(arr)):
+    if arr.size and not np.isfinite(arr).all():
         bad = int(np.nonzero(~np.isfinite(arr))[0][0])
         raise invalid(f"{where}[{bad}]: non-finite value (mask the position with weight 0 instead)")
     return arr
@@ -170,7 +170,7 @@ def parse_tensor(name: str, tensor: Any, n: int, where: str) -> tuple[np.ndarray
     arr = _float_array(data, f"{where}.data")
     with np.errstate(over="ignore"):
         arr32 = arr.astype(np.float32)
-    if not np.all(np.isfinite(arr32)):
+    if not np.isfinite(arr32).all():
         raise invalid(f"{where}.data: value out of float32 range")
     return arr32.astype(np.float64), dtype
 
@@ -273,7 +273,7 @@ def parse_gradients(gradients: Any, batch: Batch) -> np.ndarray:
         arr = _float_array(grad["data"], f"{where}.data")
         with np.errstate(over="ignore"):
             arr32 = arr.astype(np.float32)
-        if not np.all(np.isfinite(arr32)):
+        if not np.isfinite(arr32).all():
             raise invalid(f"{where}.data: value out of float32 range")
         out.append(arr32.astype(np.float64))
     return np.concatenate(out)

@@ -48,7 +48,7 @@ def _segment_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     if total == 0:
         return _empty_i()
     first = np.zeros(lengths.size, dtype=_I64)
-    np.cumsum(lengths[:-1], out=first[1:])
+    lengths[:-1].cumsum(out=first[1:])
     within = np.arange(total, dtype=_I64) - np.repeat(first, lengths)
     return np.repeat(starts, lengths) + within
 
@@ -164,7 +164,7 @@ def tail_tokens(explicit_sorted: np.ndarray, ranks: np.ndarray) -> np.ndarray:
     if explicit_sorted.size == 0:
         return ranks
     adj = explicit_sorted - np.arange(explicit_sorted.size, dtype=_I64)
-    return ranks + np.searchsorted(adj, ranks, side="right")
+    return ranks + adj.searchsorted(ranks, side="right")
 
 
 @dataclass(frozen=True, eq=False)
@@ -205,13 +205,13 @@ class GradAccum:
         return GradAccum(keys, vals, rows, tail)
 
     def row_counts(self, vocab_size: int) -> np.ndarray:
-        lo = np.searchsorted(self.keys, self.rows * vocab_size)
-        hi = np.searchsorted(self.keys, (self.rows + 1) * vocab_size)
+        lo = self.keys.searchsorted(self.rows * vocab_size)
+        hi = self.keys.searchsorted((self.rows + 1) * vocab_size)
         return hi - lo
 
     def dense_norm_sq(self, vocab_size: int) -> float:
         tail_cols = vocab_size - self.row_counts(vocab_size)
-        return float(np.sum(self.vals * self.vals) + np.sum(tail_cols * self.tail * self.tail))
+        return float((self.vals * self.vals).sum() + (tail_cols * self.tail * self.tail).sum())
 
     def nbytes(self) -> int:
         return int(self.keys.nbytes + self.vals.nbytes + self.rows.nbytes + self.tail.nbytes)
@@ -255,7 +255,7 @@ class Weights:
         """(trained mask, index into ``self.rows``) for each row id."""
         if self.rows.size == 0:
             return np.zeros(rows.shape, dtype=bool), np.zeros(rows.shape, dtype=_I64)
-        pos = np.minimum(np.searchsorted(self.rows, rows), self.rows.size - 1)
+        pos = np.minimum(self.rows.searchsorted(rows), self.rows.size - 1)
         return self.rows[pos] == rows, pos
 
     # --- forward --------------------------------------------------------------------------------
@@ -267,11 +267,11 @@ class Weights:
         trained, tidx = self.row_index(uprevs)
         lengths = np.full(n, self.base.k, dtype=_I64)
         t_pos = np.nonzero(trained)[0]
-        starts = np.searchsorted(self.keys, uprevs[t_pos] * v)
-        ends = np.searchsorted(self.keys, (uprevs[t_pos] + 1) * v)
+        starts = self.keys.searchsorted(uprevs[t_pos] * v)
+        ends = self.keys.searchsorted((uprevs[t_pos] + 1) * v)
         lengths[t_pos] = ends - starts
         offsets = np.zeros(n + 1, dtype=_I64)
-        np.cumsum(lengths, out=offsets[1:])
+        lengths.cumsum(out=offsets[1:])
         total = int(offsets[-1])
         cols = np.empty(total, dtype=_I64)
         logits = np.empty(total, dtype=_F64)
@@ -321,8 +321,8 @@ class Weights:
             out[i] = self.base.dense_row(p)
             if trained[i]:
                 out[i] += self.beta[tidx[i]]
-                a = np.searchsorted(self.keys, p * v)
-                b = np.searchsorted(self.keys, (p + 1) * v)
+                a = self.keys.searchsorted(p * v)
+                b = self.keys.searchsorted((p + 1) * v)
                 out[i, self.keys[a:b] - p * v] = self.base_vals[a:b] + self.theta[a:b]
         return out
 
@@ -366,8 +366,8 @@ class Weights:
         if self.rows.size and (np.any(np.diff(self.rows) <= 0) or self.rows[0] < 0
                                or self.rows[-1] >= self.vocab_size):
             raise invalid("malformed weights: rows are not sorted and unique")
-        if not (np.all(np.isfinite(self.theta)) and np.all(np.isfinite(self.beta))
-                and np.all(np.isfinite(self.base_vals))):
+        if not (np.isfinite(self.theta).all() and np.isfinite(self.beta).all()
+                and np.isfinite(self.base_vals).all()):
             raise invalid("malformed weights: non-finite values")
 
 
@@ -399,7 +399,7 @@ def backward(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray)
     keys = union_sorted(e_keys, t_keys)
     found_e, ev = lookup_sorted(e_keys, e_vals, keys)
     found_t, tv = lookup_sorted(t_keys, t_vals, keys)
-    row_of = np.searchsorted(rs.uprevs, keys // v)
+    row_of = rs.uprevs.searchsorted(keys // v)
     tail_for_key = -s_row[row_of] * p_tail[row_of]
     vals = np.where(found_e, ev, tail_for_key) + np.where(found_t, tv, 0.0)
     rows_t = np.nonzero(touched)[0]
