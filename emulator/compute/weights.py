@@ -143,8 +143,12 @@ class RowSet:
         return self.seg * self.vocab_size + self.cols
 
     def logit_of(self, ridx: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        found, vals = lookup_sorted(self.flatkey, self.logits, ridx * self.vocab_size + tokens)
-        return np.where(found, vals, self.tail_logit[ridx])
+        keys = self.flatkey
+        query = ridx * self.vocab_size + tokens
+        if keys.size == 0:
+            return self.tail_logit[ridx]
+        pos = np.minimum(keys.searchsorted(query), keys.size - 1)   # lookup_sorted, inlined
+        return np.where(keys[pos] == query, self.logits[pos], self.tail_logit[ridx])
 
     def explicit_probs(self) -> np.ndarray:
         return np.exp(self.logits - self.logz[self.seg])
@@ -262,34 +266,42 @@ class Weights:
     def rowset(self, uprevs: np.ndarray) -> RowSet:
         """Explicit columns, tails and exact log-partition for the sorted unique rows ``uprevs``."""
         v = self.vocab_size
+        k = self.base.k
         uprevs = np.asarray(uprevs, dtype=_I64)
         n = uprevs.size
-        trained, tidx = self.row_index(uprevs)
-        lengths = np.full(n, self.base.k, dtype=_I64)
-        t_pos = np.nonzero(trained)[0]
-        starts = self.keys.searchsorted(uprevs[t_pos] * v)
-        ends = self.keys.searchsorted((uprevs[t_pos] + 1) * v)
-        lengths[t_pos] = ends - starts
-        offsets = np.zeros(n + 1, dtype=_I64)
-        lengths.cumsum(out=offsets[1:])
-        total = int(offsets[-1])
-        cols = np.empty(total, dtype=_I64)
-        logits = np.empty(total, dtype=_F64)
-        if t_pos.size:
-            src = _segment_ranges(starts, ends - starts)
-            dst = _segment_ranges(offsets[t_pos], ends - starts)
-            cols[dst] = self.keys[src] - np.repeat(uprevs[t_pos], ends - starts) * v
-            logits[dst] = self.base_vals[src] + self.theta[src]
-        u_pos = np.nonzero(~trained)[0]
-        if u_pos.size:
-            pc, pl = self.base.prefs(uprevs[u_pos])
-            dst2 = offsets[u_pos][:, None] + np.arange(self.base.k, dtype=_I64)[None, :]
-            cols[dst2] = pc
-            logits[dst2] = pl
+        if self.rows.size == 0:  # nothing trained yet: each row is its k preferred columns and a zero tail
+            pc, pl = self.base.prefs(uprevs)
+            lengths = np.full(n, k, dtype=_I64)
+            offsets = np.arange(0, (n + 1) * k, k, dtype=_I64)
+            cols, logits = pc.reshape(-1), pl.reshape(-1)
+            tail_logit = np.zeros(n, dtype=_F64)
+        else:
+            trained, tidx = self.row_index(uprevs)
+            lengths = np.full(n, k, dtype=_I64)
+            t_pos = trained.nonzero()[0]
+            starts = self.keys.searchsorted(uprevs[t_pos] * v)
+            ends = self.keys.searchsorted((uprevs[t_pos] + 1) * v)
+            lengths[t_pos] = ends - starts
+            offsets = np.zeros(n + 1, dtype=_I64)
+            lengths.cumsum(out=offsets[1:])
+            total = int(offsets[-1])
+            cols = np.empty(total, dtype=_I64)
+            logits = np.empty(total, dtype=_F64)
+            if t_pos.size:
+                src = _segment_ranges(starts, ends - starts)
+                dst = _segment_ranges(offsets[t_pos], ends - starts)
+                cols[dst] = self.keys[src] - uprevs[t_pos].repeat(ends - starts) * v
+                logits[dst] = self.base_vals[src] + self.theta[src]
+            u_pos = (~trained).nonzero()[0]
+            if u_pos.size:
+                pc, pl = self.base.prefs(uprevs[u_pos])
+                dst2 = offsets[u_pos][:, None] + np.arange(k, dtype=_I64)[None, :]
+                cols[dst2] = pc
+                logits[dst2] = pl
+            tail_logit = np.zeros(n, dtype=_F64)
+            tail_logit[t_pos] = self.beta[tidx[t_pos]]
         tail_n = v - lengths
-        tail_logit = np.zeros(n, dtype=_F64)
-        tail_logit[t_pos] = self.beta[tidx[t_pos]]
-        seg = np.repeat(np.arange(n, dtype=_I64), lengths)
+        seg = np.arange(n, dtype=_I64).repeat(lengths)
         if n:
             seg_max = np.maximum.reduceat(logits, offsets[:-1])
             has_tail = tail_n > 0
@@ -380,7 +392,7 @@ def backward(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray)
     positions targeting ``j``. Every tail column that is not a target gets ``-S_p * P_tail``.
     """
     v = rs.vocab_size
-    nz = np.nonzero(dlp != 0)[0]
+    nz = (dlp != 0).nonzero()[0]
     if nz.size == 0:
         return GradAccum.empty()
     r = ridx[nz]
@@ -397,12 +409,13 @@ def backward(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray)
     t_keys, inv = unique_inverse(t_keys_all)
     t_vals = np.bincount(inv, weights=g, minlength=t_keys.size)
     keys = union_sorted(e_keys, t_keys)
-    found_e, ev = lookup_sorted(e_keys, e_vals, keys)
-    found_t, tv = lookup_sorted(t_keys, t_vals, keys)
     row_of = rs.uprevs.searchsorted(keys // v)
-    tail_for_key = -s_row[row_of] * p_tail[row_of]
-    vals = np.where(found_e, ev, tail_for_key) + np.where(found_t, tv, 0.0)
-    rows_t = np.nonzero(touched)[0]
+    vals = -s_row[row_of] * p_tail[row_of]         # a target column outside the explicit ones: tail
+    vals[keys.searchsorted(e_keys)] = e_vals       # both key sets are part of ``keys``
+    t_part = np.zeros(keys.size, dtype=_F64)
+    t_part[keys.searchsorted(t_keys)] = t_vals
+    vals = vals + t_part                           # (adding the zeros too keeps the sign of -0.0 as before)
+    rows_t = touched.nonzero()[0]
     tail = np.where(rs.tail_n[rows_t] > 0, -s_row[rows_t] * p_tail[rows_t], 0.0)
     STATS.note(keys, vals)
     return GradAccum(keys, vals, rs.uprevs[rows_t], tail)
