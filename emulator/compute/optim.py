@@ -207,7 +207,7 @@ def optim_step(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum,
     cand_ri = rows_all.searchsorted(cand_row)
     leftover = np.empty(0, dtype=_I64)
     cap = spec.lora_row_capacity
-    if cap is not None and cand.size:
+    if cap is not None and cand.size and (weights.keys.size or cand.size > cap):  # else every row has room
         lo = weights.keys.searchsorted(rows_all * v_size)
         hi = weights.keys.searchsorted((rows_all + 1) * v_size)
         existing = np.where(hi > lo, hi - lo - k, 0)
@@ -223,19 +223,22 @@ def optim_step(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum,
             keep[order[keep_sorted]] = True
             leftover = cand[~keep]
             cand, cand_ri = cand[keep], cand_ri[keep]
-    all_keys = np.concatenate([weights.keys, nr_keys, cand])
-    order = np.argsort(all_keys, kind="stable")
-    keys = all_keys[order]
-    zeros_nr = np.zeros(nr_keys.size)
+    if nr_keys.size == 0 and cand.size == 0:  # no new entries: the (immutable) arrays carry over
+        keys, base_vals, theta, m, v, buf = weights.keys, weights.base_vals, weights.theta, opt.m, opt.v, opt.buf
+    else:
+        all_keys = np.concatenate([weights.keys, nr_keys, cand])
+        order = np.argsort(all_keys, kind="stable")
+        keys = all_keys[order]
+        zeros_nr = np.zeros(nr_keys.size)
 
-    def _join(old: np.ndarray, new_rows_vals: np.ndarray, cand_vals: np.ndarray) -> np.ndarray:
-        return np.concatenate([old, new_rows_vals, cand_vals])[order]
+        def _join(old: np.ndarray, new_rows_vals: np.ndarray, cand_vals: np.ndarray) -> np.ndarray:
+            return np.concatenate([old, new_rows_vals, cand_vals])[order]
 
-    base_vals = _join(weights.base_vals, nr_base, np.zeros(cand.size))
-    theta = _join(weights.theta, zeros_nr, beta[cand_ri])
-    m = _join(opt.m, zeros_nr, m_tail[cand_ri])
-    v = _join(opt.v, zeros_nr, v_tail[cand_ri])
-    buf = _join(opt.buf, zeros_nr, np.zeros(cand.size))
+        base_vals = _join(weights.base_vals, nr_base, np.zeros(cand.size))
+        theta = _join(weights.theta, zeros_nr, beta[cand_ri])
+        m = _join(opt.m, zeros_nr, m_tail[cand_ri])
+        v = _join(opt.v, zeros_nr, v_tail[cand_ri])
+        buf = _join(opt.buf, zeros_nr, np.zeros(cand.size))
     STATS.note(keys)
 
     # 3. gradients per entry and per tail (per-column units), clipped
