@@ -82,6 +82,8 @@ def unique_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def union_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``np.union1d`` of two int64 arrays (sort, drop repeats: faster than numpy's hash-based unique)."""
+    if a.size + b.size <= SMALL // 2:
+        return np.array(sorted(set(a.tolist()).union(b.tolist())), dtype=_I64)
     c = np.concatenate((a, b))
     c.sort()
     keep = np.empty(c.size, dtype=bool)
