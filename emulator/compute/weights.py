@@ -49,8 +49,8 @@ def _segment_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         return _empty_i()
     first = np.zeros(lengths.size, dtype=_I64)
     lengths[:-1].cumsum(out=first[1:])
-    within = np.arange(total, dtype=_I64) - np.repeat(first, lengths)
-    return np.repeat(starts, lengths) + within
+    within = np.arange(total, dtype=_I64) - first.repeat(lengths)
+    return starts.repeat(lengths) + within
 
 
 def lookup_sorted(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -290,9 +290,10 @@ class Weights:
             cols = np.empty(total, dtype=_I64)
             logits = np.empty(total, dtype=_F64)
             if t_pos.size:
-                src = _segment_ranges(starts, ends - starts)
-                dst = _segment_ranges(offsets[t_pos], ends - starts)
-                cols[dst] = self.keys[src] - uprevs[t_pos].repeat(ends - starts) * v
+                t_len = ends - starts
+                src = _segment_ranges(starts, t_len)
+                dst = src + (offsets[t_pos] - starts).repeat(t_len)
+                cols[dst] = self.keys[src] - uprevs[t_pos].repeat(t_len) * v
                 logits[dst] = self.base_vals[src] + self.theta[src]
             u_pos = (~trained).nonzero()[0]
             if u_pos.size:
