@@ -75,9 +75,9 @@ def unique_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         u, inv = np.unique(a, return_inverse=True)
         return u, inv.reshape(-1).astype(_I64)
     vals = a.tolist()
-    u = sorted(set(vals))
-    index = {x: i for i, x in enumerate(u)}
-    return np.array(u, dtype=_I64), np.array([index[x] for x in vals], dtype=_I64)
+    uniq = sorted(set(vals))
+    index = {x: i for i, x in enumerate(uniq)}
+    return np.array(uniq, dtype=_I64), np.array([index[x] for x in vals], dtype=_I64)
 
 
 def union_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
