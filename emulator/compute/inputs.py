@@ -12,6 +12,7 @@ otherwise ignored (the wire type is an open map and the SDK forwards unknown key
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,7 @@ PARAMS_KEY: dict[str, str | None] = {
     "LOSS_TYPE_DRO": "dro_params",
 }
 GRADIENT_DTYPES = frozenset({None, "D_TYPE_UNSPECIFIED", "D_TYPE_FLOAT32", "D_TYPE_BFLOAT16", "float32"})
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def parse_int(value: Any, where: str) -> int:
@@ -85,7 +87,8 @@ def parse_float(value: Any, where: str) -> float:
     return out
 
 
-def _float_array(data: list[Any], where: str) -> np.ndarray:
+def _float32_array(data: list[Any], where: str) -> np.ndarray:
+    """Finite numbers as the trainer sees them: float32 on the wire, so float32-rounded (as float64)."""
     try:
         if all(type(x) is float or type(x) is int for x in data):
             arr = np.asarray(data, dtype=np.float64)
@@ -93,10 +96,16 @@ def _float_array(data: list[Any], where: str) -> np.ndarray:
             arr = np.asarray([parse_float(x, where) for x in data], dtype=np.float64)
     except OverflowError:
         raise invalid(f"{where}: value out of range") from None
-    if arr.size and not np.all(np.isfinite(arr)):
-        bad = int(np.nonzero(~np.isfinite(arr))[0][0])
-        raise invalid(f"{where}[{bad}]: non-finite value (mask the position with weight 0 instead)")
-    return arr
+    if arr.size and not np.abs(arr).max() <= _F32_MAX:  # non-finite or beyond float32 (rare): which one?
+        if not np.isfinite(arr).all():
+            bad = int(np.nonzero(~np.isfinite(arr))[0][0])
+            raise invalid(f"{where}[{bad}]: non-finite value (mask the position with weight 0 instead)")
+        with np.errstate(over="ignore"):
+            arr32 = arr.astype(np.float32)
+        if not np.isfinite(arr32).all():
+            raise invalid(f"{where}: value out of float32 range")
+        return arr32.astype(np.float64)
+    return arr.astype(np.float32).astype(np.float64)
 
 
 def _int_array(data: list[Any], where: str) -> np.ndarray:
@@ -128,13 +137,13 @@ def parse_tokens(model_input: Any, where: str, vocab_size: int) -> np.ndarray:
         if not isinstance(tokens, list):
             raise invalid(f"{cw}.encoded_text.tokens must be a list")
         parts.append(_int_array(tokens, f"{cw}.encoded_text.tokens"))
-    arr = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+    arr = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
     check_token_range(arr, where, vocab_size)
     return arr
 
 
 def check_token_range(arr: np.ndarray, where: str, vocab_size: int) -> None:
-    if arr.size:
+    if arr.size and (arr.min() < 0 or arr.max() >= vocab_size):
         bad = np.nonzero((arr < 0) | (arr >= vocab_size))[0]
         if bad.size:
             i = int(bad[0])
@@ -166,13 +175,7 @@ def parse_tensor(name: str, tensor: Any, n: int, where: str) -> tuple[np.ndarray
                       "loss_fn_inputs tensor needs one value per model_input token")
     if dtype == "int64":
         return _int_array(data, f"{where}.data"), dtype
-    # float32 on the wire: the values the trainer sees are float32-rounded.
-    arr = _float_array(data, f"{where}.data")
-    with np.errstate(over="ignore"):
-        arr32 = arr.astype(np.float32)
-    if not np.all(np.isfinite(arr32)):
-        raise invalid(f"{where}.data: value out of float32 range")
-    return arr32.astype(np.float64), dtype
+    return _float32_array(data, f"{where}.data"), dtype
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,19 @@ def parse_samples(samples: Any, *, vocab_size: int, max_batch_size: int, max_seq
         parsed.append(known)
         prevs.append(tokens)
         lengths.append(n)
+    tensors = _batch_tensors(parsed, lengths)
+    if "weights" in tensors and "mask" in tensors:
+        raise invalid("samples mix weights and mask; use one of them for the whole batch")
+    if "target_tokens" in tensors:
+        check_token_range(tensors["target_tokens"], f"{label} target_tokens", vocab_size)
+    offsets = np.array([0, *itertools.accumulate(lengths)], dtype=np.int64)
+    targets = tensors["target_tokens"] if "target_tokens" in tensors else np.zeros(int(offsets[-1]), dtype=np.int64)
+    return Batch(prevs[0] if len(prevs) == 1 else np.concatenate(prevs), targets, offsets, tensors)
+
+
+def _batch_tensors(parsed: list[dict[str, np.ndarray]], lengths: list[int]) -> dict[str, np.ndarray]:
+    if len(parsed) == 1:  # one sample: its tensors are the batch's (nothing to concatenate or fill in)
+        return {key: parsed[0][key] for key in INPUT_DTYPES if key in parsed[0]}
     tensors: dict[str, np.ndarray] = {}
     for key in INPUT_DTYPES:
         have = [key in p for p in parsed]
@@ -244,14 +260,7 @@ def parse_samples(samples: Any, *, vocab_size: int, max_batch_size: int, max_seq
             else:
                 raise invalid(f"loss_fn_inputs[{key!r}] is given for some samples but not all")
         tensors[key] = np.concatenate([p[key] for p in parsed])
-    if "weights" in tensors and "mask" in tensors:
-        raise invalid("samples mix weights and mask; use one of them for the whole batch")
-    if "target_tokens" in tensors:
-        check_token_range(tensors["target_tokens"], f"{label} target_tokens", vocab_size)
-    offsets = np.zeros(len(samples) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    targets = tensors.get("target_tokens", np.zeros(int(offsets[-1]), dtype=np.int64)).astype(np.int64)
-    return Batch(np.concatenate(prevs), targets, offsets, tensors)
+    return tensors
 
 
 def parse_gradients(gradients: Any, batch: Batch) -> np.ndarray:
@@ -270,12 +279,7 @@ def parse_gradients(gradients: Any, batch: Batch) -> np.ndarray:
         if len(grad["data"]) != int(lengths[i]):
             raise invalid(f"{where} has {len(grad['data'])} values but sample {i} has "
                           f"{int(lengths[i])} tokens")
-        arr = _float_array(grad["data"], f"{where}.data")
-        with np.errstate(over="ignore"):
-            arr32 = arr.astype(np.float32)
-        if not np.all(np.isfinite(arr32)):
-            raise invalid(f"{where}.data: value out of float32 range")
-        out.append(arr32.astype(np.float64))
+        out.append(_float32_array(grad["data"], f"{where}.data"))
     return np.concatenate(out)
 
 

@@ -94,7 +94,7 @@ class SessionModel:
                               max_seq_length=s.max_seq_length, required=cfg.required_inputs)
         lp, rs, ridx = self._weights.token_logprobs(batch.prevs, batch.targets)
         res = compute(cfg, batch, lp)
-        if not math.isfinite(res.loss) or not np.all(np.isfinite(res.dlp)):
+        if not math.isfinite(res.loss) or not np.isfinite(res.dlp).all():
             raise ComputeError(NON_FINITE_LOSS, f"the {cfg.type} loss is not finite ({res.loss}); check the "
                                "logprobs/advantages inputs for extreme values")
         bad = [k for k, v in res.metrics.items() if not math.isfinite(v)]
@@ -127,7 +127,7 @@ class SessionModel:
         dlp = parse_gradients(gradients, batch)
         _, rs, ridx = self._weights.token_logprobs(batch.prevs, batch.targets)
         grad = backward(rs, ridx, batch.targets, dlp)
-        if not (np.all(np.isfinite(grad.vals)) and np.all(np.isfinite(grad.tail))):
+        if not (np.isfinite(grad.vals).all() and np.isfinite(grad.tail).all()):
             raise ComputeError(NON_FINITE_LOSS,
                                "the supplied gradients produce non-finite parameter gradients")
         self._acc = self._acc.merge(grad, self.vocab_size)
@@ -137,7 +137,7 @@ class SessionModel:
     def optim_step(self, adam_params: dict | None, muon_params: dict | None) -> int:
         new_w, new_opt, info = optim_step(self.spec, self._weights, self._opt, self._acc, adam_params,
                                           muon_params)
-        if not (np.all(np.isfinite(new_w.theta)) and np.all(np.isfinite(new_w.beta))):
+        if not (np.isfinite(new_w.theta).all() and np.isfinite(new_w.beta).all()):
             raise ComputeError(NON_FINITE_LOSS, "the optimizer step produced non-finite weights")
         self._weights, self._opt, self._acc = new_w, new_opt, GradAccum.empty()
         self.version += 1

@@ -25,6 +25,7 @@ momentum for a new column starts at zero; Adam moments are copied from the tail 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +41,7 @@ from emulator.compute.spec import (
     NS_COEFFS,
     ModelSpec,
 )
-from emulator.compute.weights import STATS, GradAccum, Weights, lookup_sorted
+from emulator.compute.weights import STATS, GradAccum, Weights, lookup_sorted, setdiff_unique, union_sorted
 
 _F64 = np.float64
 _I64 = np.int64
@@ -182,57 +183,62 @@ def optim_step(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum,
     k = base.k
 
     # 1. global-norm clipping factor (dense-table norm of the accumulated gradient)
-    norm = float(np.sqrt(acc.dense_norm_sq(v_size))) if not acc.is_empty else 0.0
+    norm = math.sqrt(acc.dense_norm_sq(v_size)) if not acc.is_empty else 0.0  # IEEE sqrt: same as np.sqrt
     clip = hp["grad_clip_norm"]
     scale = clip / (norm + 1e-6) if clip > 0 and norm > clip else 1.0
 
     # 2. materialise new rows (their preferred columns) and new target columns
-    new_rows = np.setdiff1d(acc.rows, weights.rows, assume_unique=True)
+    new_rows = setdiff_unique(acc.rows, weights.rows)
     if weights.num_entries + new_rows.size * k + acc.keys.size > MAX_ENTRIES:
         raise ComputeError(RESOURCE_EXHAUSTED,
                            f"the session's model would exceed {MAX_ENTRIES} trained entries")
     pc, pl = base.prefs(new_rows)
     nr_keys = (new_rows[:, None] * v_size + pc).reshape(-1)
     nr_base = pl.reshape(-1)
-    rows_all = np.union1d(weights.rows, new_rows)
-    in_old, old_vals = lookup_sorted(weights.rows, weights.beta, rows_all)
-    beta = np.where(in_old, old_vals, 0.0)
-    m_tail = np.where(in_old, lookup_sorted(weights.rows, opt.m_tail, rows_all)[1], 0.0)
-    v_tail = np.where(in_old, lookup_sorted(weights.rows, opt.v_tail, rows_all)[1], 0.0)
-    known = np.union1d(weights.keys, nr_keys)
-    cand = np.setdiff1d(acc.keys, known, assume_unique=True)
+    rows_all = union_sorted(weights.rows, new_rows)
+    if weights.rows.size:
+        in_old, old = weights.row_index(rows_all)
+        beta, m_tail, v_tail = (np.where(in_old, a[old], 0.0) for a in (weights.beta, opt.m_tail, opt.v_tail))
+    else:
+        beta, m_tail, v_tail = np.zeros(rows_all.size), np.zeros(rows_all.size), np.zeros(rows_all.size)
+    known = union_sorted(weights.keys, nr_keys)
+    cand = setdiff_unique(acc.keys, known)
     cand_row = cand // v_size
-    cand_ri = np.searchsorted(rows_all, cand_row)
+    cand_ri = rows_all.searchsorted(cand_row)
     leftover = np.empty(0, dtype=_I64)
     cap = spec.lora_row_capacity
-    if cap is not None and cand.size:
-        lo = np.searchsorted(weights.keys, rows_all * v_size)
-        hi = np.searchsorted(weights.keys, (rows_all + 1) * v_size)
+    if cap is not None and cand.size and (weights.keys.size or cand.size > cap):  # else every row has room
+        lo = weights.keys.searchsorted(rows_all * v_size)
+        hi = weights.keys.searchsorted((rows_all + 1) * v_size)
         existing = np.where(hi > lo, hi - lo - k, 0)
         room = np.maximum(cap - existing, 0)
-        g_abs = np.abs(acc.value_at(cand, v_size))
-        order = np.lexsort((cand, -g_abs, cand_ri))
-        sorted_ri = cand_ri[order]
-        first = np.searchsorted(sorted_ri, sorted_ri)   # first index of each row's group
-        rank = np.arange(order.size) - first
-        keep_sorted = rank < room[sorted_ri]
-        keep = np.zeros(cand.size, dtype=bool)
-        keep[order[keep_sorted]] = True
-        leftover = cand[~keep]
-        cand, cand_ri = cand[keep], cand_ri[keep]
-    all_keys = np.concatenate([weights.keys, nr_keys, cand])
-    order = np.argsort(all_keys, kind="stable")
-    keys = all_keys[order]
-    zeros_nr = np.zeros(nr_keys.size)
+        if cand.size > room[cand_ri].min():  # else no row has more candidates than room: all are kept
+            g_abs = np.abs(acc.value_at(cand, v_size))
+            order = np.lexsort((cand, -g_abs, cand_ri))
+            sorted_ri = cand_ri[order]
+            first = sorted_ri.searchsorted(sorted_ri)   # first index of each row's group
+            rank = np.arange(order.size) - first
+            keep_sorted = rank < room[sorted_ri]
+            keep = np.zeros(cand.size, dtype=bool)
+            keep[order[keep_sorted]] = True
+            leftover = cand[~keep]
+            cand, cand_ri = cand[keep], cand_ri[keep]
+    if nr_keys.size == 0 and cand.size == 0:  # no new entries: the (immutable) arrays carry over
+        keys, base_vals, theta, m, v, buf = weights.keys, weights.base_vals, weights.theta, opt.m, opt.v, opt.buf
+    else:
+        all_keys = np.concatenate([weights.keys, nr_keys, cand])
+        order = np.argsort(all_keys, kind="stable")
+        keys = all_keys[order]
+        zeros_nr = np.zeros(nr_keys.size)
 
-    def _join(old: np.ndarray, new_rows_vals: np.ndarray, cand_vals: np.ndarray) -> np.ndarray:
-        return np.concatenate([old, new_rows_vals, cand_vals])[order]
+        def _join(old: np.ndarray, new_rows_vals: np.ndarray, cand_vals: np.ndarray) -> np.ndarray:
+            return np.concatenate([old, new_rows_vals, cand_vals])[order]
 
-    base_vals = _join(weights.base_vals, nr_base, np.zeros(cand.size))
-    theta = _join(weights.theta, zeros_nr, beta[cand_ri])
-    m = _join(opt.m, zeros_nr, m_tail[cand_ri])
-    v = _join(opt.v, zeros_nr, v_tail[cand_ri])
-    buf = _join(opt.buf, zeros_nr, np.zeros(cand.size))
+        base_vals = _join(weights.base_vals, nr_base, np.zeros(cand.size))
+        theta = _join(weights.theta, zeros_nr, beta[cand_ri])
+        m = _join(opt.m, zeros_nr, m_tail[cand_ri])
+        v = _join(opt.v, zeros_nr, v_tail[cand_ri])
+        buf = _join(opt.buf, zeros_nr, np.zeros(cand.size))
     STATS.note(keys)
 
     # 3. gradients per entry and per tail (per-column units), clipped
@@ -240,11 +246,11 @@ def optim_step(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum,
     in_acc, acc_tail = lookup_sorted(acc.rows, acc.tail, rows_all)
     g_tail = np.where(in_acc, acc_tail, 0.0)
     if leftover.size:
-        lo_ri = np.searchsorted(rows_all, leftover // v_size)
+        lo_ri = rows_all.searchsorted(leftover // v_size)
         extra = np.bincount(lo_ri, weights=acc.value_at(leftover, v_size) - g_tail[lo_ri],
                             minlength=rows_all.size)
-        lo2 = np.searchsorted(keys, rows_all * v_size)
-        hi2 = np.searchsorted(keys, (rows_all + 1) * v_size)
+        lo2 = keys.searchsorted(rows_all * v_size)
+        hi2 = keys.searchsorted((rows_all + 1) * v_size)
         n_tail = v_size - (hi2 - lo2)
         g_tail = g_tail + np.where(n_tail > 0, extra / np.maximum(n_tail, 1), 0.0)
     g_tail = g_tail * scale
@@ -261,7 +267,7 @@ def optim_step(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum,
         mu = hp["momentum"]
         buf = mu * buf + g_entry
         upd = g_entry + mu * buf
-        ri = np.searchsorted(rows_all, keys // v_size)
+        ri = rows_all.searchsorted(keys // v_size)
         nrm = np.sqrt(np.bincount(ri, weights=upd * upd, minlength=rows_all.size))
         sigma0 = nrm / (nrm + 1e-7)
         sigma = newton_schulz_sigma(sigma0, int(hp["newton_schulz_steps"]))

@@ -38,7 +38,7 @@ from emulator.compute.base import hash_tokens, seed_to_u64
 from emulator.compute.errors import invalid
 from emulator.compute.inputs import parse_float, parse_int
 from emulator.compute.spec import DEFAULT_MAX_TOKENS
-from emulator.compute.weights import RowSet, Weights, tail_tokens
+from emulator.compute.weights import RowSet, Weights, tail_tokens, unique_inverse
 
 GREEDY_BELOW = 1e-5
 STOP = "STOP_REASON_STOP"
@@ -196,13 +196,13 @@ def draw(rs: RowSet, tables: Tables, ridx: np.ndarray, u: np.ndarray) -> np.ndar
     x = u * total[ridx]
     in_explicit = x < explicit_mass[ridx]
     out = np.empty(ridx.size, dtype=np.int64)
-    if np.any(in_explicit):
+    if in_explicit.any():
         e = np.nonzero(in_explicit)[0]
         re = ridx[e]
-        pos = np.searchsorted(cum, before[re] + x[e], side="right")
+        pos = cum.searchsorted(before[re] + x[e], side="right")
         pos = np.clip(pos, starts[re], ends[re] - 1)
         out[e] = tables.cols[pos]
-    if not np.all(in_explicit):
+    if not in_explicit.all():
         t = np.nonzero(~in_explicit)[0]
         rt = ridx[t]
         tw = tables.tail_w[rt]
@@ -217,7 +217,7 @@ def tail_token_per_row(rs: RowSet, rows: np.ndarray, ranks: np.ndarray) -> np.nd
     v = rs.vocab_size
     within = np.arange(rs.cols.size, dtype=np.int64) - rs.offsets[rs.seg]
     key = rs.seg * v + (rs.cols - within)
-    counts = np.searchsorted(key, rows * v + ranks, side="right") - rs.offsets[rows]
+    counts = key.searchsorted(rows * v + ranks, side="right") - rs.offsets[rows]
     return ranks + counts
 
 
@@ -228,7 +228,7 @@ def greedy(rs: RowSet) -> np.ndarray:
     first = np.minimum.reduceat(np.where(rs.logits == seg_max[rs.seg], idx, rs.cols.size), rs.offsets[:-1])
     best = rs.cols[first]
     tail_wins = (rs.tail_n > 0) & (rs.tail_logit > seg_max)
-    if np.any(tail_wins):
+    if tail_wins.any():
         rows = np.nonzero(tail_wins)[0]
         best[rows] = tail_token_per_row(rs, rows, np.zeros(rows.size, dtype=np.int64))
     return best
@@ -258,8 +258,7 @@ def generate(weights: Weights, prompts: list[np.ndarray], num_samples: int, cfg:
     for step in range(cfg.max_tokens):
         if active.size == 0:
             break
-        uprev, ridx = np.unique(last[active], return_inverse=True)
-        ridx = ridx.reshape(-1)
+        uprev, ridx = unique_inverse(last[active])
         rs = weights.rowset(uprev)
         if greedy_mode:
             toks = greedy(rs)[ridx]

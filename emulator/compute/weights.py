@@ -48,19 +48,60 @@ def _segment_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     if total == 0:
         return _empty_i()
     first = np.zeros(lengths.size, dtype=_I64)
-    np.cumsum(lengths[:-1], out=first[1:])
-    within = np.arange(total, dtype=_I64) - np.repeat(first, lengths)
-    return np.repeat(starts, lengths) + within
+    lengths[:-1].cumsum(out=first[1:])
+    within = np.arange(total, dtype=_I64) - first.repeat(lengths)
+    return starts.repeat(lengths) + within
 
 
 def lookup_sorted(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each query key: (found mask, value or 0). ``keys`` must be sorted and unique."""
     if keys.size == 0 or query.size == 0:
         return np.zeros(query.shape, dtype=bool), np.zeros(query.shape, dtype=values.dtype)
-    pos = np.searchsorted(keys, query)
+    pos = keys.searchsorted(query)
     pos_c = np.minimum(pos, keys.size - 1)
     found = keys[pos_c] == query
     return found, np.where(found, values[pos_c], 0)
+
+
+# The set operations below replace np.unique / np.union1d / np.setdiff1d on int64 arrays. Their results
+# are exact (sorted unique integers), so they equal numpy's; they exist because a typical batch has a
+# few dozen elements and numpy's wrappers cost several times the work itself.
+SMALL = 32  # up to this many elements, Python's set and sort beat numpy's per-call overhead (measured)
+
+
+def unique_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(a, return_inverse=True)`` of a 1-D int64 array, the inverse as int64."""
+    if a.size > SMALL:
+        u, inv = np.unique(a, return_inverse=True)
+        return u, inv.reshape(-1).astype(_I64)
+    vals = a.tolist()
+    uniq = sorted(set(vals))
+    index = {x: i for i, x in enumerate(uniq)}
+    return np.array(uniq, dtype=_I64), np.array([index[x] for x in vals], dtype=_I64)
+
+
+def union_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.union1d`` of two int64 arrays (sort, drop repeats: faster than numpy's hash-based unique)."""
+    if a.size + b.size <= SMALL // 2:
+        return np.array(sorted(set(a.tolist()).union(b.tolist())), dtype=_I64)
+    c = np.concatenate((a, b))
+    c.sort()
+    keep = np.empty(c.size, dtype=bool)
+    keep[:1] = True
+    np.not_equal(c[1:], c[:-1], out=keep[1:])
+    return c[keep]
+
+
+def setdiff_unique(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.setdiff1d(a, b, assume_unique=True)`` of int64 arrays: the elements of ``a`` not in ``b``, in order."""
+    if b.size == 0:
+        return a
+    if a.size + b.size <= 4 * SMALL:
+        vals = a.tolist()
+        if len(set(vals)) == len(vals):  # numpy's result differs from the plain one if ``a`` has repeats
+            drop = set(b.tolist())
+            return np.array([x for x in vals if x not in drop], dtype=_I64)
+    return np.setdiff1d(a, b, assume_unique=True)
 
 
 class _Stats:
@@ -104,8 +145,12 @@ class RowSet:
         return self.seg * self.vocab_size + self.cols
 
     def logit_of(self, ridx: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        found, vals = lookup_sorted(self.flatkey, self.logits, ridx * self.vocab_size + tokens)
-        return np.where(found, vals, self.tail_logit[ridx])
+        keys = self.flatkey
+        query = ridx * self.vocab_size + tokens
+        if keys.size == 0:
+            return self.tail_logit[ridx]
+        pos = np.minimum(keys.searchsorted(query), keys.size - 1)   # lookup_sorted, inlined
+        return np.where(keys[pos] == query, self.logits[pos], self.tail_logit[ridx])
 
     def explicit_probs(self) -> np.ndarray:
         return np.exp(self.logits - self.logz[self.seg])
@@ -125,7 +170,7 @@ def tail_tokens(explicit_sorted: np.ndarray, ranks: np.ndarray) -> np.ndarray:
     if explicit_sorted.size == 0:
         return ranks
     adj = explicit_sorted - np.arange(explicit_sorted.size, dtype=_I64)
-    return ranks + np.searchsorted(adj, ranks, side="right")
+    return ranks + adj.searchsorted(ranks, side="right")
 
 
 @dataclass(frozen=True, eq=False)
@@ -159,20 +204,20 @@ class GradAccum:
             return other
         if other.is_empty:
             return self
-        keys = np.union1d(self.keys, other.keys)
+        keys = union_sorted(self.keys, other.keys)
         vals = self.value_at(keys, vocab_size) + other.value_at(keys, vocab_size)
-        rows = np.union1d(self.rows, other.rows)
+        rows = union_sorted(self.rows, other.rows)
         tail = lookup_sorted(self.rows, self.tail, rows)[1] + lookup_sorted(other.rows, other.tail, rows)[1]
         return GradAccum(keys, vals, rows, tail)
 
     def row_counts(self, vocab_size: int) -> np.ndarray:
-        lo = np.searchsorted(self.keys, self.rows * vocab_size)
-        hi = np.searchsorted(self.keys, (self.rows + 1) * vocab_size)
+        lo = self.keys.searchsorted(self.rows * vocab_size)
+        hi = self.keys.searchsorted((self.rows + 1) * vocab_size)
         return hi - lo
 
     def dense_norm_sq(self, vocab_size: int) -> float:
         tail_cols = vocab_size - self.row_counts(vocab_size)
-        return float(np.sum(self.vals * self.vals) + np.sum(tail_cols * self.tail * self.tail))
+        return float((self.vals * self.vals).sum() + (tail_cols * self.tail * self.tail).sum())
 
     def nbytes(self) -> int:
         return int(self.keys.nbytes + self.vals.nbytes + self.rows.nbytes + self.tail.nbytes)
@@ -216,41 +261,50 @@ class Weights:
         """(trained mask, index into ``self.rows``) for each row id."""
         if self.rows.size == 0:
             return np.zeros(rows.shape, dtype=bool), np.zeros(rows.shape, dtype=_I64)
-        pos = np.minimum(np.searchsorted(self.rows, rows), self.rows.size - 1)
+        pos = np.minimum(self.rows.searchsorted(rows), self.rows.size - 1)
         return self.rows[pos] == rows, pos
 
     # --- forward --------------------------------------------------------------------------------
     def rowset(self, uprevs: np.ndarray) -> RowSet:
         """Explicit columns, tails and exact log-partition for the sorted unique rows ``uprevs``."""
         v = self.vocab_size
+        k = self.base.k
         uprevs = np.asarray(uprevs, dtype=_I64)
         n = uprevs.size
-        trained, tidx = self.row_index(uprevs)
-        lengths = np.full(n, self.base.k, dtype=_I64)
-        t_pos = np.nonzero(trained)[0]
-        starts = np.searchsorted(self.keys, uprevs[t_pos] * v)
-        ends = np.searchsorted(self.keys, (uprevs[t_pos] + 1) * v)
-        lengths[t_pos] = ends - starts
-        offsets = np.zeros(n + 1, dtype=_I64)
-        np.cumsum(lengths, out=offsets[1:])
-        total = int(offsets[-1])
-        cols = np.empty(total, dtype=_I64)
-        logits = np.empty(total, dtype=_F64)
-        if t_pos.size:
-            src = _segment_ranges(starts, ends - starts)
-            dst = _segment_ranges(offsets[t_pos], ends - starts)
-            cols[dst] = self.keys[src] - np.repeat(uprevs[t_pos], ends - starts) * v
-            logits[dst] = self.base_vals[src] + self.theta[src]
-        u_pos = np.nonzero(~trained)[0]
-        if u_pos.size:
-            pc, pl = self.base.prefs(uprevs[u_pos])
-            dst2 = offsets[u_pos][:, None] + np.arange(self.base.k, dtype=_I64)[None, :]
-            cols[dst2] = pc
-            logits[dst2] = pl
+        if self.rows.size == 0:  # nothing trained yet: each row is its k preferred columns and a zero tail
+            pc, pl = self.base.prefs(uprevs)
+            lengths = np.full(n, k, dtype=_I64)
+            offsets = np.arange(0, (n + 1) * k, k, dtype=_I64)
+            cols, logits = pc.reshape(-1), pl.reshape(-1)
+            tail_logit = np.zeros(n, dtype=_F64)
+        else:
+            trained, tidx = self.row_index(uprevs)
+            lengths = np.full(n, k, dtype=_I64)
+            t_pos = trained.nonzero()[0]
+            starts = self.keys.searchsorted(uprevs[t_pos] * v)
+            ends = self.keys.searchsorted((uprevs[t_pos] + 1) * v)
+            lengths[t_pos] = ends - starts
+            offsets = np.zeros(n + 1, dtype=_I64)
+            lengths.cumsum(out=offsets[1:])
+            total = int(offsets[-1])
+            cols = np.empty(total, dtype=_I64)
+            logits = np.empty(total, dtype=_F64)
+            if t_pos.size:
+                t_len = ends - starts
+                src = _segment_ranges(starts, t_len)
+                dst = src + (offsets[t_pos] - starts).repeat(t_len)
+                cols[dst] = self.keys[src] - uprevs[t_pos].repeat(t_len) * v
+                logits[dst] = self.base_vals[src] + self.theta[src]
+            u_pos = (~trained).nonzero()[0]
+            if u_pos.size:
+                pc, pl = self.base.prefs(uprevs[u_pos])
+                dst2 = offsets[u_pos][:, None] + np.arange(k, dtype=_I64)[None, :]
+                cols[dst2] = pc
+                logits[dst2] = pl
+            tail_logit = np.zeros(n, dtype=_F64)
+            tail_logit[t_pos] = self.beta[tidx[t_pos]]
         tail_n = v - lengths
-        tail_logit = np.zeros(n, dtype=_F64)
-        tail_logit[t_pos] = self.beta[tidx[t_pos]]
-        seg = np.repeat(np.arange(n, dtype=_I64), lengths)
+        seg = np.arange(n, dtype=_I64).repeat(lengths)
         if n:
             seg_max = np.maximum.reduceat(logits, offsets[:-1])
             has_tail = tail_n > 0
@@ -267,8 +321,7 @@ class Weights:
         """log p(target | prev) per position, plus the row set and each position's row index."""
         prevs = np.asarray(prevs, dtype=_I64)
         targets = np.asarray(targets, dtype=_I64)
-        uprevs, ridx = np.unique(prevs, return_inverse=True)
-        ridx = ridx.reshape(-1).astype(_I64)
+        uprevs, ridx = unique_inverse(prevs)
         rs = self.rowset(uprevs)
         lp = rs.logit_of(ridx, targets) - rs.logz[ridx]
         return lp, rs, ridx
@@ -283,8 +336,8 @@ class Weights:
             out[i] = self.base.dense_row(p)
             if trained[i]:
                 out[i] += self.beta[tidx[i]]
-                a = np.searchsorted(self.keys, p * v)
-                b = np.searchsorted(self.keys, (p + 1) * v)
+                a = self.keys.searchsorted(p * v)
+                b = self.keys.searchsorted((p + 1) * v)
                 out[i, self.keys[a:b] - p * v] = self.base_vals[a:b] + self.theta[a:b]
         return out
 
@@ -328,8 +381,8 @@ class Weights:
         if self.rows.size and (np.any(np.diff(self.rows) <= 0) or self.rows[0] < 0
                                or self.rows[-1] >= self.vocab_size):
             raise invalid("malformed weights: rows are not sorted and unique")
-        if not (np.all(np.isfinite(self.theta)) and np.all(np.isfinite(self.beta))
-                and np.all(np.isfinite(self.base_vals))):
+        if not (np.isfinite(self.theta).all() and np.isfinite(self.beta).all()
+                and np.isfinite(self.base_vals).all()):
             raise invalid("malformed weights: non-finite values")
 
 
@@ -342,7 +395,7 @@ def backward(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray)
     positions targeting ``j``. Every tail column that is not a target gets ``-S_p * P_tail``.
     """
     v = rs.vocab_size
-    nz = np.nonzero(dlp != 0)[0]
+    nz = (dlp != 0).nonzero()[0]
     if nz.size == 0:
         return GradAccum.empty()
     r = ridx[nz]
@@ -356,18 +409,20 @@ def backward(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray)
     e_vals = (-s_row[rs.seg] * rs.explicit_probs())[in_touched]
     p_tail = rs.tail_probs()
     t_keys_all = rs.uprevs[r] * v + y
-    t_keys, inv = np.unique(t_keys_all, return_inverse=True)
-    t_vals = np.bincount(inv.reshape(-1), weights=g, minlength=t_keys.size)
-    keys = np.union1d(e_keys, t_keys)
-    found_e, ev = lookup_sorted(e_keys, e_vals, keys)
-    found_t, tv = lookup_sorted(t_keys, t_vals, keys)
-    row_of = np.searchsorted(rs.uprevs, keys // v)
-    tail_for_key = -s_row[row_of] * p_tail[row_of]
-    vals = np.where(found_e, ev, tail_for_key) + np.where(found_t, tv, 0.0)
-    rows_t = np.nonzero(touched)[0]
+    t_keys, inv = unique_inverse(t_keys_all)
+    t_vals = np.bincount(inv, weights=g, minlength=t_keys.size)
+    keys = union_sorted(e_keys, t_keys)
+    row_of = rs.uprevs.searchsorted(keys // v)
+    vals = -s_row[row_of] * p_tail[row_of]         # a target column outside the explicit ones: tail
+    vals[keys.searchsorted(e_keys)] = e_vals       # both key sets are part of ``keys``
+    t_part = np.zeros(keys.size, dtype=_F64)
+    t_part[keys.searchsorted(t_keys)] = t_vals
+    vals = vals + t_part                           # (adding the zeros too keeps the sign of -0.0 as before)
+    rows_t = touched.nonzero()[0]
     tail = np.where(rs.tail_n[rows_t] > 0, -s_row[rows_t] * p_tail[rows_t], 0.0)
     STATS.note(keys, vals)
     return GradAccum(keys, vals, rs.uprevs[rows_t], tail)
 
 
-__all__ = ["STATS", "GradAccum", "RowSet", "Weights", "backward", "lookup_sorted", "tail_tokens"]
+__all__ = ["STATS", "GradAccum", "RowSet", "Weights", "backward", "lookup_sorted", "setdiff_unique", "tail_tokens",
+           "union_sorted", "unique_inverse"]
