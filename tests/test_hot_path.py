@@ -1,6 +1,6 @@
 """The hot-path machinery keeps the answers exactly what they were (issue 12): routing by path table,
 JSON rendered once per session version, remembered base-model rows, directly formatted UUIDs and
-timestamps."""
+timestamps, the simulated model's set operations."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 from emulator.clock import MAX_TIME, rfc3339
 from emulator.compute import base as base_module
 from emulator.compute.base import BaseModel, base_model
+from emulator.compute.weights import setdiff_unique, union_sorted, unique_inverse
 from emulator.ids import IdFactory
 from tests.helpers import RL, assert_error, create_resource, running_session, submit
 
@@ -106,3 +107,23 @@ def test_rfc3339_is_what_datetime_formats() -> None:
                for _ in range(5000)]
     for ts in stamps:
         assert rfc3339(ts) == reference(ts), ts
+
+
+def test_small_set_operations_equal_numpys() -> None:
+    """The model's set helpers answer exactly what numpy does, on both sides of their small-size paths."""
+    rng = np.random.default_rng(5)
+    for _ in range(3000):
+        n, m = int(rng.integers(0, 80)), int(rng.integers(0, 80))
+        hi = int(rng.choice([3, 50, 1 << 40]))
+        a = rng.integers(-hi, hi, n, dtype=np.int64)
+        b = rng.integers(-hi, hi, m, dtype=np.int64)
+        u, inv = unique_inverse(a)
+        nu, ninv = np.unique(a, return_inverse=True)
+        assert u.dtype == inv.dtype == np.int64
+        assert np.array_equal(u, nu) and np.array_equal(inv, ninv.reshape(-1))
+        ua, ub = np.unique(a), np.unique(b)
+        assert np.array_equal(union_sorted(ua, ub), np.union1d(ua, ub))
+        assert np.array_equal(union_sorted(a, b), np.union1d(a, b))  # repeats inside an operand too
+        for left in (ua, a):  # numpy's assume_unique answer differs when ``a`` repeats: the helper follows it
+            got = setdiff_unique(left, ub)
+            assert got.dtype == np.int64 and np.array_equal(got, np.setdiff1d(left, ub, assume_unique=True))
