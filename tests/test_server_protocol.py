@@ -1,0 +1,163 @@
+"""The emulator's uvicorn protocol: a response with a declared length leaves in one transport write.
+
+uvicorn writes the status line and headers, then the body: two ``send()`` system calls per response.
+``emulator.http.server`` holds the head until the first body message. These tests drive the protocol
+with a recording transport (so the number of writes is observable), then check on a real socket that
+HEAD, ``Connection: close``, pipelining and streamed responses still behave as HTTP/1.1 requires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import pytest
+import uvicorn
+from uvicorn.server import ServerState
+
+from emulator.config import Config
+from emulator.http.server import guarded_protocol
+from emulator.tools.testing import serve_in_thread
+
+AUTH = b"Authorization: Bearer test-token\r\n"
+
+
+class RecordingTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(name, default)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        assert not self.closed, "write after close"
+        self.writes.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def _app(*, stream: bool = False, length: bool = True) -> Any:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        headers = [(b"content-type", b"text/plain")]
+        if length and not stream:
+            headers.append((b"content-length", b"5"))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        if stream:
+            await send({"type": "http.response.body", "body": b"one", "more_body": True})
+            await send({"type": "http.response.body", "body": b"two"})
+        else:
+            await send({"type": "http.response.body", "body": b"hello"})
+    return app
+
+
+async def _exchange(app: Any, request: bytes) -> RecordingTransport:
+    protocol_class = guarded_protocol(5.0, 5.0)
+    assert not isinstance(protocol_class, str), "httptools is a dependency of uvicorn[standard]"
+    config = uvicorn.Config(app, http=protocol_class, lifespan="off", log_level="warning")
+    config.load()
+    protocol = protocol_class(config=config, server_state=ServerState(), app_state={})  # type: ignore[call-arg]
+    transport = RecordingTransport()
+    protocol.connection_made(transport)
+    protocol.data_received(request)
+    for _ in range(50):  # let the request tasks run to the end
+        await asyncio.sleep(0)
+    protocol.connection_lost(None)
+    return transport
+
+
+def test_a_response_with_a_length_is_one_write() -> None:
+    transport = asyncio.run(_exchange(_app(), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+    assert len(transport.writes) == 1
+    head, _, body = transport.writes[0].partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"content-length: 5" in head
+    assert body == b"hello"
+
+
+def test_pipelined_responses_are_one_write_each_and_in_order() -> None:
+    request = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n"
+    transport = asyncio.run(_exchange(_app(), request))
+    assert len(transport.writes) == 2
+    assert all(w.startswith(b"HTTP/1.1 200 OK\r\n") and w.endswith(b"\r\n\r\nhello") for w in transport.writes)
+
+
+def test_head_request_sends_the_head_alone() -> None:
+    transport = asyncio.run(_exchange(_app(), b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n"))
+    assert len(transport.writes) == 1
+    assert transport.writes[0].startswith(b"HTTP/1.1 200 OK\r\n") and transport.writes[0].endswith(b"\r\n\r\n")
+
+
+def test_connection_close_writes_the_response_before_closing() -> None:
+    transport = asyncio.run(_exchange(_app(), b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+    assert transport.closed
+    assert len(transport.writes) == 1 and transport.writes[0].endswith(b"\r\n\r\nhello")
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "no-length"])
+def test_a_response_without_a_length_sends_its_head_at_once(stream: bool) -> None:
+    """Server-sent events must show their headers before the first event, so nothing is held."""
+    transport = asyncio.run(_exchange(_app(stream=stream, length=False), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+    assert transport.writes[0].endswith(b"\r\n\r\n") and b"transfer-encoding: chunked" in transport.writes[0]
+    assert b"".join(transport.writes[1:]).startswith(b"3\r\none\r\n" if stream else b"5\r\nhello\r\n")
+
+
+# --- the same on a real socket ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def server() -> Any:
+    with serve_in_thread(Config(clock="manual")) as (url, _runtime):
+        yield url
+
+
+def _roundtrip(url: str, raw: bytes, until: bytes | None = None) -> bytes:
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(raw)
+        data = b""
+        while until is None or until not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+
+def test_served_pipelined_requests_get_complete_responses(server: str) -> None:
+    one = b"GET /v1/rl/model-resources HTTP/1.1\r\nHost: x\r\n" + AUTH + b"\r\n"
+    data = _roundtrip(server, one + one + one.replace(b"HTTP/1.1\r\n", b"HTTP/1.1\r\nConnection: close\r\n", 1))
+    responses = data.split(b"HTTP/1.1 ")[1:]
+    assert len(responses) == 3
+    for response in responses:
+        head, _, body = response.partition(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        assert head.startswith(b"200 OK") and len(body) == length and body.startswith(b"{")
+
+
+def test_served_head_has_a_length_and_no_body(server: str) -> None:
+    data = _roundtrip(server, b"HEAD /_emulator/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 ") and body == b""
+
+
+def test_served_event_stream_shows_its_headers_before_any_event(server: str) -> None:
+    host, port = server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b"GET /_emulator/ui/api/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            assert chunk, "connection closed before the headers"
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 200 OK") and b"text/event-stream" in data
