@@ -88,7 +88,9 @@ class EmulatorApp:
             return
         if length is None or length != "0":  # a body may come (declared or chunked): count it
             receive = limited_receive(receive, limit)
-        if path.startswith("/_files/"):
+        if path.startswith("/v1/"):  # the vendor API: most requests
+            await self.api(scope, receive, send)
+        elif path.startswith("/_files/"):
             await self.files(scope, receive, send)
         elif is_dashboard_path(path):
             await self.ui(scope, receive, send)

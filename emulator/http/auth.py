@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from emulator.domain.context import Principal
 from emulator.errors import Unauthenticated
-from emulator.http.access_log import note
+from emulator.http.access_log import RECORD, note
 from emulator.http.asgi import ASGIApp, Receive, Scope, Send, header, operation_id
 from emulator.tenancy import Tenancy
 
@@ -53,12 +53,15 @@ class AuthMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         op = operation_id(scope)
         if op is not None:
-            note(scope, operation_id=op)
+            logged = RECORD in scope  # only with --access-log
+            if logged:
+                note(scope, operation_id=op)
             if is_admin_operation(op):
                 check_admin(scope, self.tenancy)
             else:
                 caller = scope["extensions"][PRINCIPAL] = self._principal(scope)
-                note(scope, tenant=caller.project)
+                if logged:
+                    note(scope, tenant=caller.project)
         await self.app(scope, receive, send)
 
     def _principal(self, scope: Scope) -> Principal:
@@ -67,7 +70,8 @@ class AuthMiddleware:
             raise Unauthenticated("missing Authorization header; send 'Authorization: Bearer <api key>'")
         scheme, _, token = auth.partition(" ")
         token = token.strip() if scheme.lower() == "bearer" else ""
-        note(scope, token=token)
+        if RECORD in scope:
+            note(scope, token=token)
         if not token:
             raise Unauthenticated("malformed Authorization header; expected 'Bearer <api key>'")
         found = self.tenancy.principal_for(token)

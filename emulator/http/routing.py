@@ -65,11 +65,32 @@ class PathTable:
         segments = path[1:].split("/")
         if segments and segments[-1] == "" and len(segments) > 1:
             return None, {}, set()  # a trailing slash names no operation
+        followed = self._follow(segments)
+        if followed is not None:
+            target = followed[0].methods.get(method)
+            if target is not None:
+                return target, followed[1], set()
         allowed: set[str] = set()
         found = self._walk(self.root, segments, 0, method, {}, allowed)
         if found is None:
             return None, {}, allowed
         return found[0], found[1], allowed
+
+    def _follow(self, segments: list[str]) -> tuple[_Node, dict[str, str]] | None:
+        """The node at the end of the path, following literals first and a parameter otherwise, without
+        backtracking. When it has the method, :meth:`_walk` (which tries literals before parameters)
+        would have found the same route first; this is the common case, answered without recursion."""
+        node = self.root
+        params: dict[str, str] = {}
+        for segment in segments:
+            child = node.literal.get(segment)
+            if child is None:
+                child = node.param
+                if child is None or not segment:
+                    return None
+                params[node.param_name] = segment
+            node = child
+        return node, params
 
     def _walk(self, node: _Node, segments: list[str], i: int, method: str, params: dict[str, str],
               allowed: set[str]) -> tuple[tuple[str, str], dict[str, str]] | None:
