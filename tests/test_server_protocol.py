@@ -17,7 +17,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from emulator.config import Config
-from emulator.http.server import guarded_protocol
+from emulator.http.server import COPY_LIMIT, guarded_protocol
 from emulator.tools.testing import serve_in_thread
 
 AUTH = b"Authorization: Bearer test-token\r\n"
@@ -84,6 +84,18 @@ def test_a_response_with_a_length_is_one_write() -> None:
     head, _, body = transport.writes[0].partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"content-length: 5" in head
     assert body == b"hello"
+
+
+def test_a_large_body_is_not_copied_behind_its_head() -> None:
+    body = b"x" * (COPY_LIMIT + 1)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    transport = asyncio.run(_exchange(app, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+    assert len(transport.writes) == 2 and transport.writes[0].endswith(b"\r\n\r\n") and transport.writes[1] == body
 
 
 def test_pipelined_responses_are_one_write_each_and_in_order() -> None:

@@ -83,6 +83,9 @@ def guarded_protocol(header_timeout: float, body_timeout: float) -> type[asyncio
     return GuardedHttpToolsProtocol
 
 
+COPY_LIMIT = 1 << 16
+
+
 class _Collect:
     """Stands in for the transport while uvicorn renders a response's status line and headers."""
 
@@ -109,7 +112,10 @@ class _HeadThenBody:
         head = self.head
         if head is not None:
             self.head = None
-            data = head + data
+            if len(data) > COPY_LIMIT:  # a large body: two writes cost less than copying it
+                self.transport.write(head)
+            else:
+                data = head + data
         self.transport.write(data)
 
     def flush(self) -> None:
