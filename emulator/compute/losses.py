@@ -97,6 +97,8 @@ def parse_loss(loss: Any) -> LossConfig:
         params = {}
     if not isinstance(params, dict):
         raise invalid(f"loss.{key} must be an object")
+    if not params and ltype in _DEFAULT_CONFIGS:  # no parameters: the defaults (the common case), built once
+        return _DEFAULT_CONFIGS[ltype]
     where = f"loss.{key}"
     if ltype in ("LOSS_TYPE_PPO", "LOSS_TYPE_GRPO", "LOSS_TYPE_CISPO"):
         lo = number_param(params, "clip_low_threshold", DEFAULT_CLIP_LOW, where)
@@ -143,6 +145,10 @@ def parse_loss(loss: Any) -> LossConfig:
             raise invalid(f"{where}.beta must be >= 0, got {beta}")
         return LossConfig(ltype, beta=beta)
     return LossConfig(ltype)
+
+
+# What parse_loss returns for each loss type given no parameters (DRO has a required parameter).
+_DEFAULT_CONFIGS = {t: LossConfig(t) for t in LOSS_REQUIRED if t != "LOSS_TYPE_DRO"}
 
 
 def _masked(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
