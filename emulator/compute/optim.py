@@ -92,7 +92,11 @@ class OptState:
 
 def _num(params: dict[str, Any], key: str, default: float, where: str) -> float:
     val = params.get(key)
-    return default if val is None else parse_float(val, f"{where}.{key}")
+    if val is None:
+        return default
+    if type(val) is float and math.isfinite(val):  # what parse_float returns, without building its label
+        return val
+    return parse_float(val, f"{where}.{key}")
 
 
 def parse_adam(params: Any, where: str = "adam_params") -> dict[str, float]:
@@ -100,17 +104,25 @@ def parse_adam(params: Any, where: str = "adam_params") -> dict[str, float]:
         params = {}
     if not isinstance(params, dict):
         raise invalid(f"{where} must be an object")
-    hp = {k: _num(params, k, d, where) for k, d in ADAM_DEFAULTS.items()}
+    hp = ADAM_DEFAULTS.copy()
+    if params:  # (in ADAM_DEFAULTS order, so the first invalid key is the one reported)
+        for k in ADAM_DEFAULTS:
+            val = params.get(k)
+            if val is not None:
+                hp[k] = val if type(val) is float and math.isfinite(val) else parse_float(val, f"{where}.{k}")
+    # (checks written out, not looped over key tuples: this runs on every optimizer step)
     if hp["learning_rate"] < 0:
         raise invalid(f"{where}.learning_rate must be >= 0, got {hp['learning_rate']}")
-    for k in ("beta1", "beta2"):
-        if not 0 <= hp[k] < 1:
-            raise invalid(f"{where}.{k} must be in [0, 1), got {hp[k]}")
+    if not 0 <= hp["beta1"] < 1:
+        raise invalid(f"{where}.beta1 must be in [0, 1), got {hp['beta1']}")
+    if not 0 <= hp["beta2"] < 1:
+        raise invalid(f"{where}.beta2 must be in [0, 1), got {hp['beta2']}")
     if not hp["eps"] > 0:
         raise invalid(f"{where}.eps must be > 0, got {hp['eps']}")
-    for k in ("weight_decay", "grad_clip_norm"):
-        if hp[k] < 0:
-            raise invalid(f"{where}.{k} must be >= 0, got {hp[k]}")
+    if hp["weight_decay"] < 0:
+        raise invalid(f"{where}.weight_decay must be >= 0, got {hp['weight_decay']}")
+    if hp["grad_clip_norm"] < 0:
+        raise invalid(f"{where}.grad_clip_norm must be >= 0, got {hp['grad_clip_norm']}")
     return hp
 
 
