@@ -270,12 +270,21 @@ def optim_step(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum,
     # 4. update
     mult = spec.lr_multiplier
     t_tail = opt.t_tail + 1
-    beta_new, m_tail, v_tail = _adam(beta, m_tail, v_tail, g_tail, t_tail, adam_hp, mult)
     t_entries = opt.t_entries
-    if algo == "adam":
+    if algo == "adam" and t_entries + 1 == t_tail:
+        # entries and tails take the same Adam update (same hyperparameters and step): one elementwise pass
+        # over both costs half as many numpy calls and gives the same bits
+        t_entries = t_tail
+        n = keys.size
+        joint = _adam(np.concatenate((theta, beta)), np.concatenate((m, m_tail)), np.concatenate((v, v_tail)),
+                      np.concatenate((g_entry, g_tail)), t_tail, adam_hp, mult)
+        (theta, beta_new), (m, m_tail), (v, v_tail) = ((a[:n], a[n:]) for a in joint)
+    elif algo == "adam":
+        beta_new, m_tail, v_tail = _adam(beta, m_tail, v_tail, g_tail, t_tail, adam_hp, mult)
         t_entries += 1
         theta, m, v = _adam(theta, m, v, g_entry, t_entries, hp, mult)
     else:
+        beta_new, m_tail, v_tail = _adam(beta, m_tail, v_tail, g_tail, t_tail, adam_hp, mult)
         mu = hp["momentum"]
         buf = mu * buf + g_entry
         upd = g_entry + mu * buf
