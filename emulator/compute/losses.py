@@ -182,10 +182,10 @@ def compute(cfg: LossConfig, batch: Batch, lp: np.ndarray) -> LossResult:
 
 def _cross_entropy(batch: Batch, lp: np.ndarray) -> LossResult:
     w = batch.tensors["weights"]
-    loss = float(-_masked(w * lp, w).sum())
-    wsum = float(w.sum())
     counted = w != 0
-    metrics = {"loss:sum": loss, "loss/num_tokens": float(counted.sum()), "loss/weight_sum": wsum,
+    loss = -float(np.where(counted, w * lp, 0.0).sum())  # _masked(w * lp, w), reusing the mask
+    wsum = float(w.sum())
+    metrics = {"loss:sum": loss, "loss/num_tokens": float(np.count_nonzero(counted)), "loss/weight_sum": wsum,
                "loss/mean": loss / wsum if wsum else 0.0}
     return LossResult(loss, -w, counted, metrics)
 
