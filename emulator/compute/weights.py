@@ -273,10 +273,13 @@ class Weights:
         n = uprevs.size
         if self.rows.size == 0:  # nothing trained yet: each row is its k preferred columns and a zero tail
             pc, pl = self.base.prefs(uprevs)
-            lengths = np.full(n, k, dtype=_I64)
             offsets = np.arange(0, (n + 1) * k, k, dtype=_I64)
             cols, logits = pc.reshape(-1), pl.reshape(-1)
             tail_logit = np.zeros(n, dtype=_F64)
+            tail_n = np.empty(n, dtype=_I64)  # (empty + fill: np.full costs twice as much)
+            tail_n.fill(v - k)
+            seg = np.arange(n, dtype=_I64).repeat(k)
+            all_tails = k < v
         else:
             trained, tidx = self.row_index(uprevs)
             lengths = np.full(n, k, dtype=_I64)
@@ -303,14 +306,19 @@ class Weights:
                 logits[dst2] = pl
             tail_logit = np.zeros(n, dtype=_F64)
             tail_logit[t_pos] = self.beta[tidx[t_pos]]
-        tail_n = v - lengths
-        seg = np.arange(n, dtype=_I64).repeat(lengths)
+            tail_n = v - lengths
+            seg = np.arange(n, dtype=_I64).repeat(lengths)
+            all_tails = n > 0 and bool(lengths.max() < v)
         if n:
             seg_max = np.maximum.reduceat(logits, offsets[:-1])
-            has_tail = tail_n > 0
-            m = np.where(has_tail, np.maximum(seg_max, tail_logit), seg_max)
+            if all_tails:  # every row has tail columns: the masks below would select everything
+                m = np.maximum(seg_max, tail_logit)
+            else:  # a row without tail columns (tiny vocabularies only) leaves the tail out of its max and sum
+                has_tail = tail_n > 0
+                m = np.where(has_tail, np.maximum(seg_max, tail_logit), seg_max)
             s = np.add.reduceat(np.exp(logits - m[seg]), offsets[:-1])
-            s = s + np.where(has_tail, tail_n * np.exp(tail_logit - m), 0.0)
+            tail_mass = tail_n * np.exp(tail_logit - m)
+            s = s + (tail_mass if all_tails else np.where(has_tail, tail_mass, 0.0))
             logz = m + np.log(s)
         else:
             logz = _empty_f()
