@@ -45,6 +45,7 @@ from emulator.compute.weights import STATS, GradAccum, Weights, lookup_sorted, s
 
 _F64 = np.float64
 _I64 = np.int64
+_NO_VALUES = np.zeros(0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,6 +63,9 @@ class OptState:
     @staticmethod
     def zeros(weights: Weights) -> OptState:
         n, r = weights.num_entries, weights.rows.size
+        if n == 0 and r == 0:  # an untrained model (a zero-size array holds nothing to change: shared)
+            e = _NO_VALUES
+            return OptState(e, e, e, e, e)
         return OptState(np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(r), np.zeros(r))
 
     def nbytes(self) -> int:

@@ -34,12 +34,17 @@ _I64 = np.int64
 _F64 = np.float64
 
 
+# Zero-size arrays hold nothing to change, so every empty state shares these two (no allocation per call).
+_EMPTY_I = np.empty(0, dtype=_I64)
+_EMPTY_F = np.empty(0, dtype=_F64)
+
+
 def _empty_i() -> np.ndarray:
-    return np.empty(0, dtype=_I64)
+    return _EMPTY_I
 
 
 def _empty_f() -> np.ndarray:
-    return np.empty(0, dtype=_F64)
+    return _EMPTY_F
 
 
 def _segment_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
