@@ -58,6 +58,11 @@ def _segment_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return starts.repeat(lengths) + within
 
 
+def all_finite(a: np.ndarray) -> bool:
+    """``np.isfinite(a).all()``, counting instead of reducing (half the cost on the small arrays of a step)."""
+    return np.count_nonzero(np.isfinite(a)) == a.size
+
+
 def lookup_sorted(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each query key: (found mask, value or 0). ``keys`` must be sorted and unique."""
     if keys.size == 0 or query.size == 0:
@@ -437,5 +442,5 @@ def backward(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray)
     return GradAccum(keys, vals, rs.uprevs[rows_t], tail)
 
 
-__all__ = ["STATS", "GradAccum", "RowSet", "Weights", "backward", "lookup_sorted", "setdiff_unique", "tail_tokens",
+__all__ = ["STATS", "GradAccum", "RowSet", "Weights", "all_finite", "backward", "lookup_sorted", "setdiff_unique", "tail_tokens",
            "union_sorted", "unique_inverse"]
