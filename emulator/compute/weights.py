@@ -165,8 +165,14 @@ class RowSet:
     def explicit_probs(self) -> np.ndarray:
         return np.exp(self.logits - self.logz[self.seg])
 
+    @property
+    def all_tails(self) -> bool:
+        """Whether every row has tail columns (always, unless the vocabulary is tiny)."""
+        return np.count_nonzero(self.tail_n) == self.tail_n.size  # (tail_n >= 0)
+
     def tail_probs(self) -> np.ndarray:
-        return np.where(self.tail_n > 0, np.exp(self.tail_logit - self.logz), 0.0)
+        p = np.exp(self.tail_logit - self.logz)
+        return p if self.all_tails else np.where(self.tail_n > 0, p, 0.0)
 
     def row(self, r: int) -> tuple[np.ndarray, np.ndarray, int, float, float]:
         a, b = int(self.offsets[r]), int(self.offsets[r + 1])
@@ -437,7 +443,9 @@ def backward(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray)
     t_part[keys.searchsorted(t_keys)] = t_vals
     vals = vals + t_part                           # (adding the zeros too keeps the sign of -0.0 as before)
     rows_t = touched.nonzero()[0]
-    tail = np.where(rs.tail_n[rows_t] > 0, -s_row[rows_t] * p_tail[rows_t], 0.0)
+    tail = -s_row[rows_t] * p_tail[rows_t]
+    if not rs.all_tails:  # a row without tail columns has no tail gradient (not even -0.0)
+        tail = np.where(rs.tail_n[rows_t] > 0, tail, 0.0)
     STATS.note(keys, vals)
     return GradAccum(keys, vals, rs.uprevs[rows_t], tail)
 
