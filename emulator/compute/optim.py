@@ -258,9 +258,11 @@ def optim_step(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum,
     STATS.note(keys)
 
     # 3. gradients per entry and per tail (per-column units), clipped
-    g_entry = acc.value_at(keys, v_size) * scale if not acc.is_empty else np.zeros(keys.size)
-    in_acc, acc_tail = lookup_sorted(acc.rows, acc.tail, rows_all)
-    g_tail = np.where(in_acc, acc_tail, 0.0)
+    # (x * 1.0 is x bit for bit, so an unclipped gradient skips the multiplication)
+    g_entry = acc.value_at(keys, v_size) if not acc.is_empty else np.zeros(keys.size)
+    if scale != 1.0:
+        g_entry = g_entry * scale
+    g_tail = lookup_sorted(acc.rows, acc.tail, rows_all)[1]  # 0 for a row without gradient
     if leftover.size:
         lo_ri = rows_all.searchsorted(leftover // v_size)
         extra = np.bincount(lo_ri, weights=acc.value_at(leftover, v_size) - g_tail[lo_ri],
@@ -269,7 +271,8 @@ def optim_step(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum,
         hi2 = keys.searchsorted((rows_all + 1) * v_size)
         n_tail = v_size - (hi2 - lo2)
         g_tail = g_tail + np.where(n_tail > 0, extra / np.maximum(n_tail, 1), 0.0)
-    g_tail = g_tail * scale
+    if scale != 1.0:
+        g_tail = g_tail * scale
 
     # 4. update
     mult = spec.lr_multiplier

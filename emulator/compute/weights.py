@@ -211,9 +211,11 @@ class GradAccum:
         return self.rows.size == 0
 
     def value_at(self, keys: np.ndarray, vocab_size: int) -> np.ndarray:
-        found, vals = lookup_sorted(self.keys, self.vals, keys)
-        _, tails = lookup_sorted(self.rows, self.tail, keys // vocab_size)
-        return np.where(found, vals, tails)
+        tails = lookup_sorted(self.rows, self.tail, keys // vocab_size)[1]
+        if self.keys.size == 0 or keys.size == 0:
+            return tails
+        pos = np.minimum(self.keys.searchsorted(keys), self.keys.size - 1)  # lookup_sorted without its zeros
+        return np.where(self.keys[pos] == keys, self.vals[pos], tails)
 
     def merge(self, other: GradAccum, vocab_size: int) -> GradAccum:
         if self.is_empty:
