@@ -22,6 +22,7 @@ handed to the generator (``SessionModel.weights()``) never changes afterwards.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,6 +230,10 @@ class GradAccum:
         return GradAccum(keys, vals, rows, tail)
 
     def row_counts(self, vocab_size: int) -> np.ndarray:
+        if self.keys.size <= 4 * SMALL:  # bisecting the key list beats six numpy calls
+            keys = self.keys.tolist()
+            return np.array([bisect_left(keys, (r + 1) * vocab_size) - bisect_left(keys, r * vocab_size)
+                             for r in self.rows.tolist()], dtype=_I64)
         lo = self.keys.searchsorted(self.rows * vocab_size)
         hi = self.keys.searchsorted((self.rows + 1) * vocab_size)
         return hi - lo
