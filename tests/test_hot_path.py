@@ -1,6 +1,6 @@
 """The hot-path machinery keeps the answers exactly what they were (issue 12): routing by path table,
 JSON rendered once per session version, remembered base-model rows, directly formatted UUIDs and
-timestamps, the simulated model's set operations."""
+timestamps, the simulated model's set operations and small-array paths."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from starlette.testclient import TestClient
 
 from emulator import spec
 from emulator.clock import MAX_TIME, rfc3339
+from emulator.compute import ComputeError
 from emulator.compute import base as base_module
 from emulator.compute.base import BaseModel, base_model
-from emulator.compute.weights import setdiff_unique, union_sorted, unique_inverse
+from emulator.compute.inputs import check_token_range
+from emulator.compute.weights import GradAccum, setdiff_unique, union_sorted, unique_inverse
 from emulator.http.routing import PathTable
 from emulator.ids import IdFactory
 from tests.helpers import RL, assert_error, create_resource, running_session, submit
@@ -156,3 +158,25 @@ def test_small_set_operations_equal_numpys() -> None:
         for left in (ua, a):  # numpy's assume_unique answer differs when ``a`` repeats: the helper follows it
             got = setdiff_unique(left, ub)
             assert got.dtype == np.int64 and np.array_equal(got, np.setdiff1d(left, ub, assume_unique=True))
+
+
+def test_small_array_paths_equal_numpys() -> None:
+    """Row counts of a gradient and the token range check answer as numpy does on both sides of their
+    small-size paths."""
+    rng = np.random.default_rng(7)
+    v = 50
+    for _ in range(500):
+        rows = np.unique(rng.integers(0, v, int(rng.integers(0, 12)), dtype=np.int64))
+        keys = np.unique(rng.integers(0, v * v, int(rng.integers(0, 300)), dtype=np.int64))
+        acc = GradAccum(keys, np.zeros(keys.size), rows, np.zeros(rows.size))
+        expect = keys.searchsorted((rows + 1) * v) - keys.searchsorted(rows * v)
+        got = acc.row_counts(v)
+        assert got.dtype == np.int64 and np.array_equal(got, expect)
+        toks = rng.integers(-2, v + 2, int(rng.integers(0, 70)), dtype=np.int64)
+        bad = np.nonzero((toks < 0) | (toks >= v))[0]
+        try:
+            check_token_range(toks, "t", v)
+            assert bad.size == 0
+        except ComputeError as exc:
+            assert bad.size and exc.message == (f"t: token {int(toks[bad[0]])} at position {int(bad[0])} "
+                                                f"is outside the vocabulary [0, {v})")

@@ -32,7 +32,7 @@ from emulator.compute.losses import compute, parse_loss
 from emulator.compute.optim import OptState, optim_step
 from emulator.compute.sampling import generate, parse_sampling_params, topk_row
 from emulator.compute.spec import MAX_SAMPLE_TOKENS, MAX_TOPK_PROMPT_LOGPROBS, ModelSpec
-from emulator.compute.weights import GradAccum, Weights, backward
+from emulator.compute.weights import GradAccum, Weights, all_finite, backward
 
 STATE_FORMAT = "together-rl-emulator/session-model"
 STATE_VERSION = 1
@@ -94,7 +94,7 @@ class SessionModel:
                               max_seq_length=s.max_seq_length, required=cfg.required_inputs)
         lp, rs, ridx = self._weights.token_logprobs(batch.prevs, batch.targets)
         res = compute(cfg, batch, lp)
-        if not math.isfinite(res.loss) or not np.isfinite(res.dlp).all():
+        if not math.isfinite(res.loss) or not all_finite(res.dlp):
             raise ComputeError(NON_FINITE_LOSS, f"the {cfg.type} loss is not finite ({res.loss}); check the "
                                "logprobs/advantages inputs for extreme values")
         bad = [k for k, v in res.metrics.items() if not math.isfinite(v)]
@@ -127,7 +127,7 @@ class SessionModel:
         dlp = parse_gradients(gradients, batch)
         _, rs, ridx = self._weights.token_logprobs(batch.prevs, batch.targets)
         grad = backward(rs, ridx, batch.targets, dlp)
-        if not (np.isfinite(grad.vals).all() and np.isfinite(grad.tail).all()):
+        if not (all_finite(grad.vals) and all_finite(grad.tail)):
             raise ComputeError(NON_FINITE_LOSS,
                                "the supplied gradients produce non-finite parameter gradients")
         self._acc = self._acc.merge(grad, self.vocab_size)
@@ -137,7 +137,7 @@ class SessionModel:
     def optim_step(self, adam_params: dict | None, muon_params: dict | None) -> int:
         new_w, new_opt, info = optim_step(self.spec, self._weights, self._opt, self._acc, adam_params,
                                           muon_params)
-        if not (np.isfinite(new_w.theta).all() and np.isfinite(new_w.beta).all()):
+        if not (all_finite(new_w.theta) and all_finite(new_w.beta)):
             raise ComputeError(NON_FINITE_LOSS, "the optimizer step produced non-finite weights")
         self._weights, self._opt, self._acc = new_w, new_opt, GradAccum.empty()
         self.version += 1

@@ -22,6 +22,7 @@ handed to the generator (``SessionModel.weights()``) never changes afterwards.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,12 +35,17 @@ _I64 = np.int64
 _F64 = np.float64
 
 
+# Zero-size arrays hold nothing to change, so every empty state shares these two (no allocation per call).
+_EMPTY_I = np.empty(0, dtype=_I64)
+_EMPTY_F = np.empty(0, dtype=_F64)
+
+
 def _empty_i() -> np.ndarray:
-    return np.empty(0, dtype=_I64)
+    return _EMPTY_I
 
 
 def _empty_f() -> np.ndarray:
-    return np.empty(0, dtype=_F64)
+    return _EMPTY_F
 
 
 def _segment_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -51,6 +57,11 @@ def _segment_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     lengths[:-1].cumsum(out=first[1:])
     within = np.arange(total, dtype=_I64) - first.repeat(lengths)
     return starts.repeat(lengths) + within
+
+
+def all_finite(a: np.ndarray) -> bool:
+    """``np.isfinite(a).all()``, counting instead of reducing (half the cost on the small arrays of a step)."""
+    return np.count_nonzero(np.isfinite(a)) == a.size
 
 
 def lookup_sorted(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -155,8 +166,14 @@ class RowSet:
     def explicit_probs(self) -> np.ndarray:
         return np.exp(self.logits - self.logz[self.seg])
 
+    @property
+    def all_tails(self) -> bool:
+        """Whether every row has tail columns (always, unless the vocabulary is tiny)."""
+        return np.count_nonzero(self.tail_n) == self.tail_n.size  # (tail_n >= 0)
+
     def tail_probs(self) -> np.ndarray:
-        return np.where(self.tail_n > 0, np.exp(self.tail_logit - self.logz), 0.0)
+        p = np.exp(self.tail_logit - self.logz)
+        return p if self.all_tails else np.where(self.tail_n > 0, p, 0.0)
 
     def row(self, r: int) -> tuple[np.ndarray, np.ndarray, int, float, float]:
         a, b = int(self.offsets[r]), int(self.offsets[r + 1])
@@ -195,9 +212,11 @@ class GradAccum:
         return self.rows.size == 0
 
     def value_at(self, keys: np.ndarray, vocab_size: int) -> np.ndarray:
-        found, vals = lookup_sorted(self.keys, self.vals, keys)
-        _, tails = lookup_sorted(self.rows, self.tail, keys // vocab_size)
-        return np.where(found, vals, tails)
+        tails = lookup_sorted(self.rows, self.tail, keys // vocab_size)[1]
+        if self.keys.size == 0 or keys.size == 0:
+            return tails
+        pos = np.minimum(self.keys.searchsorted(keys), self.keys.size - 1)  # lookup_sorted without its zeros
+        return np.where(self.keys[pos] == keys, self.vals[pos], tails)
 
     def merge(self, other: GradAccum, vocab_size: int) -> GradAccum:
         if self.is_empty:
@@ -211,6 +230,10 @@ class GradAccum:
         return GradAccum(keys, vals, rows, tail)
 
     def row_counts(self, vocab_size: int) -> np.ndarray:
+        if self.keys.size <= 4 * SMALL:  # bisecting the key list beats six numpy calls
+            keys = self.keys.tolist()
+            return np.array([bisect_left(keys, (r + 1) * vocab_size) - bisect_left(keys, r * vocab_size)
+                             for r in self.rows.tolist()], dtype=_I64)
         lo = self.keys.searchsorted(self.rows * vocab_size)
         hi = self.keys.searchsorted((self.rows + 1) * vocab_size)
         return hi - lo
@@ -273,10 +296,13 @@ class Weights:
         n = uprevs.size
         if self.rows.size == 0:  # nothing trained yet: each row is its k preferred columns and a zero tail
             pc, pl = self.base.prefs(uprevs)
-            lengths = np.full(n, k, dtype=_I64)
             offsets = np.arange(0, (n + 1) * k, k, dtype=_I64)
             cols, logits = pc.reshape(-1), pl.reshape(-1)
             tail_logit = np.zeros(n, dtype=_F64)
+            tail_n = np.empty(n, dtype=_I64)  # (empty + fill: np.full costs twice as much)
+            tail_n.fill(v - k)
+            seg = np.arange(n, dtype=_I64).repeat(k)
+            all_tails = k < v
         else:
             trained, tidx = self.row_index(uprevs)
             lengths = np.full(n, k, dtype=_I64)
@@ -303,14 +329,19 @@ class Weights:
                 logits[dst2] = pl
             tail_logit = np.zeros(n, dtype=_F64)
             tail_logit[t_pos] = self.beta[tidx[t_pos]]
-        tail_n = v - lengths
-        seg = np.arange(n, dtype=_I64).repeat(lengths)
+            tail_n = v - lengths
+            seg = np.arange(n, dtype=_I64).repeat(lengths)
+            all_tails = n > 0 and bool(lengths.max() < v)
         if n:
             seg_max = np.maximum.reduceat(logits, offsets[:-1])
-            has_tail = tail_n > 0
-            m = np.where(has_tail, np.maximum(seg_max, tail_logit), seg_max)
+            if all_tails:  # every row has tail columns: the masks below would select everything
+                m = np.maximum(seg_max, tail_logit)
+            else:  # a row without tail columns (tiny vocabularies only) leaves the tail out of its max and sum
+                has_tail = tail_n > 0
+                m = np.where(has_tail, np.maximum(seg_max, tail_logit), seg_max)
             s = np.add.reduceat(np.exp(logits - m[seg]), offsets[:-1])
-            s = s + np.where(has_tail, tail_n * np.exp(tail_logit - m), 0.0)
+            tail_mass = tail_n * np.exp(tail_logit - m)
+            s = s + (tail_mass if all_tails else np.where(has_tail, tail_mass, 0.0))
             logz = m + np.log(s)
         else:
             logz = _empty_f()
@@ -419,10 +450,12 @@ def backward(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray)
     t_part[keys.searchsorted(t_keys)] = t_vals
     vals = vals + t_part                           # (adding the zeros too keeps the sign of -0.0 as before)
     rows_t = touched.nonzero()[0]
-    tail = np.where(rs.tail_n[rows_t] > 0, -s_row[rows_t] * p_tail[rows_t], 0.0)
+    tail = -s_row[rows_t] * p_tail[rows_t]
+    if not rs.all_tails:  # a row without tail columns has no tail gradient (not even -0.0)
+        tail = np.where(rs.tail_n[rows_t] > 0, tail, 0.0)
     STATS.note(keys, vals)
     return GradAccum(keys, vals, rs.uprevs[rows_t], tail)
 
 
-__all__ = ["STATS", "GradAccum", "RowSet", "Weights", "backward", "lookup_sorted", "setdiff_unique", "tail_tokens",
+__all__ = ["STATS", "GradAccum", "RowSet", "Weights", "all_finite", "backward", "lookup_sorted", "setdiff_unique", "tail_tokens",
            "union_sorted", "unique_inverse"]
