@@ -41,11 +41,18 @@ from emulator.compute.spec import (
     NS_COEFFS,
     ModelSpec,
 )
-from emulator.compute.weights import STATS, GradAccum, Weights, lookup_sorted, setdiff_unique, union_sorted
+from emulator.compute.weights import (
+    EMPTY_F64,
+    STATS,
+    GradAccum,
+    Weights,
+    lookup_sorted,
+    setdiff_unique,
+    union_sorted,
+)
 
 _F64 = np.float64
 _I64 = np.int64
-_NO_VALUES = np.zeros(0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,7 +71,7 @@ class OptState:
     def zeros(weights: Weights) -> OptState:
         n, r = weights.num_entries, weights.rows.size
         if n == 0 and r == 0:  # an untrained model (a zero-size array holds nothing to change: shared)
-            e = _NO_VALUES
+            e = EMPTY_F64
             return OptState(e, e, e, e, e)
         return OptState(np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(r), np.zeros(r))
 
@@ -108,12 +115,8 @@ def parse_adam(params: Any, where: str = "adam_params") -> dict[str, float]:
         params = {}
     if not isinstance(params, dict):
         raise invalid(f"{where} must be an object")
-    hp = ADAM_DEFAULTS.copy()
-    if params:  # (in ADAM_DEFAULTS order, so the first invalid key is the one reported)
-        for k in ADAM_DEFAULTS:
-            val = params.get(k)
-            if val is not None:
-                hp[k] = val if type(val) is float and math.isfinite(val) else parse_float(val, f"{where}.{k}")
+    # (in ADAM_DEFAULTS order, so the first invalid key is the one reported)
+    hp = {k: _num(params, k, d, where) for k, d in ADAM_DEFAULTS.items()} if params else ADAM_DEFAULTS.copy()
     # (checks written out, not looped over key tuples: this runs on every optimizer step)
     if hp["learning_rate"] < 0:
         raise invalid(f"{where}.learning_rate must be >= 0, got {hp['learning_rate']}")

@@ -36,23 +36,15 @@ _F64 = np.float64
 
 
 # Zero-size arrays hold nothing to change, so every empty state shares these two (no allocation per call).
-_EMPTY_I = np.empty(0, dtype=_I64)
-_EMPTY_F = np.empty(0, dtype=_F64)
-
-
-def _empty_i() -> np.ndarray:
-    return _EMPTY_I
-
-
-def _empty_f() -> np.ndarray:
-    return _EMPTY_F
+EMPTY_I64 = np.empty(0, dtype=_I64)
+EMPTY_F64 = np.empty(0, dtype=_F64)
 
 
 def _segment_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(s, s + n)`` for each (s, n), without a Python loop."""
     total = int(lengths.sum())
     if total == 0:
-        return _empty_i()
+        return EMPTY_I64
     first = np.zeros(lengths.size, dtype=_I64)
     lengths[:-1].cumsum(out=first[1:])
     within = np.arange(total, dtype=_I64) - first.repeat(lengths)
@@ -72,6 +64,15 @@ def lookup_sorted(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> tu
     pos_c = np.minimum(pos, keys.size - 1)
     found = keys[pos_c] == query
     return found, np.where(found, values[pos_c], 0)
+
+
+def lookup_or(keys: np.ndarray, values: np.ndarray, query: np.ndarray, default: np.ndarray) -> np.ndarray:
+    """For each query key: its value, or ``default`` (an array like ``query``) where ``keys`` lacks it.
+    :func:`lookup_sorted` and a ``np.where`` in one pass, without the found mask and zeros."""
+    if keys.size == 0 or query.size == 0:
+        return default
+    pos = np.minimum(keys.searchsorted(query), keys.size - 1)
+    return np.where(keys[pos] == query, values[pos], default)
 
 
 # The set operations below replace np.unique / np.union1d / np.setdiff1d on int64 arrays. Their results
@@ -156,12 +157,7 @@ class RowSet:
         return self.seg * self.vocab_size + self.cols
 
     def logit_of(self, ridx: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        keys = self.flatkey
-        query = ridx * self.vocab_size + tokens
-        if keys.size == 0:
-            return self.tail_logit[ridx]
-        pos = np.minimum(keys.searchsorted(query), keys.size - 1)   # lookup_sorted, inlined
-        return np.where(keys[pos] == query, self.logits[pos], self.tail_logit[ridx])
+        return lookup_or(self.flatkey, self.logits, ridx * self.vocab_size + tokens, self.tail_logit[ridx])
 
     def explicit_probs(self) -> np.ndarray:
         return np.exp(self.logits - self.logz[self.seg])
@@ -205,18 +201,14 @@ class GradAccum:
 
     @staticmethod
     def empty() -> GradAccum:
-        return GradAccum(_empty_i(), _empty_f(), _empty_i(), _empty_f())
+        return GradAccum(EMPTY_I64, EMPTY_F64, EMPTY_I64, EMPTY_F64)
 
     @property
     def is_empty(self) -> bool:
         return self.rows.size == 0
 
     def value_at(self, keys: np.ndarray, vocab_size: int) -> np.ndarray:
-        tails = lookup_sorted(self.rows, self.tail, keys // vocab_size)[1]
-        if self.keys.size == 0 or keys.size == 0:
-            return tails
-        pos = np.minimum(self.keys.searchsorted(keys), self.keys.size - 1)  # lookup_sorted without its zeros
-        return np.where(self.keys[pos] == keys, self.vals[pos], tails)
+        return lookup_or(self.keys, self.vals, keys, lookup_sorted(self.rows, self.tail, keys // vocab_size)[1])
 
     def merge(self, other: GradAccum, vocab_size: int) -> GradAccum:
         if self.is_empty:
@@ -267,7 +259,7 @@ class Weights:
 
     @staticmethod
     def initial(base: BaseModel) -> Weights:
-        return Weights(base, _empty_i(), _empty_f(), _empty_f(), _empty_i(), _empty_f())
+        return Weights(base, EMPTY_I64, EMPTY_F64, EMPTY_F64, EMPTY_I64, EMPTY_F64)
 
     @property
     def vocab_size(self) -> int:
@@ -344,7 +336,7 @@ class Weights:
             s = s + (tail_mass if all_tails else np.where(has_tail, tail_mass, 0.0))
             logz = m + np.log(s)
         else:
-            logz = _empty_f()
+            logz = EMPTY_F64
         STATS.note(cols, logits, seg)
         return RowSet(uprevs, offsets, seg, cols, logits, tail_n, tail_logit, logz, v)
 
@@ -412,8 +404,7 @@ class Weights:
         if self.rows.size and (np.any(np.diff(self.rows) <= 0) or self.rows[0] < 0
                                or self.rows[-1] >= self.vocab_size):
             raise invalid("malformed weights: rows are not sorted and unique")
-        if not (np.isfinite(self.theta).all() and np.isfinite(self.beta).all()
-                and np.isfinite(self.base_vals).all()):
+        if not (all_finite(self.theta) and all_finite(self.beta) and all_finite(self.base_vals)):
             raise invalid("malformed weights: non-finite values")
 
 
@@ -457,5 +448,5 @@ def backward(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray)
     return GradAccum(keys, vals, rs.uprevs[rows_t], tail)
 
 
-__all__ = ["STATS", "GradAccum", "RowSet", "Weights", "all_finite", "backward", "lookup_sorted", "setdiff_unique", "tail_tokens",
-           "union_sorted", "unique_inverse"]
+__all__ = ["EMPTY_F64", "EMPTY_I64", "STATS", "GradAccum", "RowSet", "Weights", "all_finite", "backward",
+           "lookup_or", "lookup_sorted", "setdiff_unique", "tail_tokens", "union_sorted", "unique_inverse"]
