@@ -30,7 +30,17 @@ from connexion.resolver import Resolver
 from emulator import spec
 from emulator.api import handler_for
 from emulator.http.access_log import AccessLog
-from emulator.http.asgi import ASGIApp, Receive, Scope, Send, header, lifespan, limited_receive, send_error
+from emulator.http.asgi import (
+    ASGIApp,
+    Receive,
+    Scope,
+    Send,
+    declares_body,
+    header,
+    lifespan,
+    limited_receive,
+    send_error,
+)
 from emulator.http.auth import AuthMiddleware
 from emulator.http.dispatch import Dispatcher
 from emulator.http.docs import DocsApp, is_docs_path
@@ -86,7 +96,7 @@ class EmulatorApp:
         if length is not None and length.isdigit() and int(length) > limit:
             await send_error(send, 413, f"request body is larger than {limit} bytes", code="payload_too_large")
             return
-        if length is None or length != "0":  # a body may come (declared or chunked): count it
+        if declares_body(scope):  # a body follows (declared or chunked): count it
             receive = limited_receive(receive, limit)
         if path.startswith("/v1/"):  # the vendor API: most requests
             await self.api(scope, receive, send)

@@ -1,14 +1,18 @@
 """The hot-path machinery keeps the answers exactly what they were (issue 12): routing by path table,
 JSON rendered once per session version, remembered base-model rows, directly formatted UUIDs and
-timestamps, the simulated model's set operations and small-array paths."""
+timestamps, the simulated model's set operations and small-array paths, no body read for a request that
+declares none."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
+import orjson
 from starlette.testclient import TestClient
 
 from emulator import spec
@@ -18,8 +22,11 @@ from emulator.compute import base as base_module
 from emulator.compute.base import BaseModel, base_model
 from emulator.compute.inputs import check_token_range
 from emulator.compute.weights import GradAccum, setdiff_unique, union_sorted, unique_inverse
+from emulator.config import Config
 from emulator.http.routing import PathTable
 from emulator.ids import IdFactory
+from emulator.runtime import Runtime
+from emulator.tools.server import build_server_app
 from tests.helpers import RL, assert_error, create_resource, running_session, submit
 
 
@@ -180,3 +187,54 @@ def test_small_array_paths_equal_numpys() -> None:
         except ComputeError as exc:
             assert bad.size and exc.message == (f"t: token {int(toks[bad[0]])} at position {int(bad[0])} "
                                                 f"is outside the vocabulary [0, {v})")
+
+
+def _drive(app: Any, method: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes | None
+           ) -> tuple[int, bytes, int]:
+    """One request straight into the ASGI app: (status, body, how many times it called ``receive``)."""
+    calls = 0
+    out: dict[str, Any] = {"body": b""}
+
+    async def receive() -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        if body is None:
+            raise AssertionError("receive() called for a request that declared no body")
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            out["status"] = message["status"]
+        else:
+            out["body"] += message.get("body", b"")
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "path": path,
+             "raw_path": path.encode(), "query_string": b"", "scheme": "http", "root_path": "",
+             "server": ("127.0.0.1", 8765), "client": ("127.0.0.1", 5000), "state": {},
+             "headers": [(b"host", b"127.0.0.1:8765"), (b"authorization", b"Bearer t"), *headers]}
+    asyncio.run(app(scope, receive, send))
+    return out["status"], out["body"], calls
+
+
+def test_requests_that_declare_no_body_are_answered_without_receiving_one() -> None:
+    app = build_server_app(Runtime(Config(clock="manual")))
+    json_hdr = (b"content-type", b"application/json")
+    raw = b'{"base_model": "Qwen/Qwen3.8-27B", "lora_enabled": true}'
+    status, body, calls = _drive(app, "POST", f"{RL}/model-resources",
+                                 [json_hdr, (b"content-length", str(len(raw)).encode())], raw)
+    assert (status, calls) == (200, 1), body
+    rid = orjson.loads(body)["id"]
+    # No Content-Length and no Transfer-Encoding (RFC 9112 6.3), or a declared length of 0: no body to wait for.
+    for extra in ([], [(b"content-length", b"0")]):
+        status, body, calls = _drive(app, "GET", f"{RL}/model-resources/{rid}", extra, None)
+        assert (status, calls) == (200, 0), body
+        status, body, calls = _drive(app, "GET", f"{RL}/training-sessions", extra, None)  # validated query
+        assert (status, calls) == (200, 0), body
+    s = orjson.loads(_drive(app, "POST", f"{RL}/training-sessions",
+                            [json_hdr, (b"transfer-encoding", b"chunked")],
+                            orjson.dumps({"model_resources_id": rid}))[1])
+    status, body, calls = _drive(app, "POST", f"{RL}/training-sessions/{s['id']}/operations/optim-step",
+                                 [(b"idempotency-key", b"k1")], None)
+    assert (status, calls) == (200, 0), body  # an optional body, absent
+    status, body, calls = _drive(app, "POST", f"{RL}/training-sessions", [json_hdr], None)
+    assert status == 400 and calls == 0 and orjson.loads(body)["error"]["code"] == "missing_body", body

@@ -8,8 +8,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from emulator.errors import PayloadTooLarge, render_error
 
-__all__ = ["ASGIApp", "Message", "Receive", "Scope", "Send", "base_url", "header", "lifespan", "limited_receive",
-           "read_body", "send_error", "send_json"]
+__all__ = ["ASGIApp", "Message", "Receive", "Scope", "Send", "base_url", "declares_body", "header", "lifespan",
+           "limited_receive", "read_body", "send_error", "send_json"]
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
@@ -77,6 +77,14 @@ def header(scope: Scope, name: bytes) -> str | None:
         headers = scope[HEADERS] = dict(scope["headers"])
     value = headers.get(name)
     return None if value is None else value.decode("latin-1")
+
+
+def declares_body(scope: Scope) -> bool:
+    """Whether the request says a body follows. An HTTP/1.x request with neither ``Content-Length`` nor
+    ``Transfer-Encoding`` has none (RFC 9112 section 6.3), nor has one declaring length 0; nothing needs
+    to be received or counted for it (most GETs)."""
+    length = header(scope, b"content-length")
+    return (length is not None and length != "0") or header(scope, b"transfer-encoding") is not None
 
 
 def base_url(scope: Scope) -> str:

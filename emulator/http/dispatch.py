@@ -15,7 +15,16 @@ import orjson
 from emulator.api import handler_for
 from emulator.api.request import READ_METHODS, Request
 from emulator.errors import InvalidRequest, NotFound
-from emulator.http.asgi import Receive, Scope, Send, base_url, operation_id, read_body, send_json
+from emulator.http.asgi import (
+    Receive,
+    Scope,
+    Send,
+    base_url,
+    declares_body,
+    operation_id,
+    read_body,
+    send_json,
+)
 from emulator.http.auth import principal
 from emulator.http.faults import state_effect
 from emulator.http.validation import PARSED_BODY, PARSED_QUERY
@@ -60,6 +69,8 @@ class Dispatcher:
         extensions = scope.get("extensions", {})
         if PARSED_BODY in extensions:  # request validation already parsed it
             body = extensions[PARSED_BODY]
+        elif not declares_body(scope):  # most GETs: nothing to wait for
+            body = None
         else:
             raw = await read_body(receive)
             body = None

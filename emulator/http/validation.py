@@ -35,7 +35,7 @@ from connexion.utils import is_null, is_nullable
 from jsonschema import Draft4Validator, ValidationError
 
 from emulator.errors import InvalidRequest, shorten
-from emulator.http.asgi import Message, Receive, Scope, Send, header, read_body
+from emulator.http.asgi import Message, Receive, Scope, Send, declares_body, header, read_body
 
 PARSED_BODY = "emulator_body"
 PARSED_QUERY = "emulator_query"
@@ -248,7 +248,7 @@ class FastRequestValidationOperation(RequestValidationOperation):
             for check in self._params:
                 check.check(scope, query)
         if self._has_body:
-            raw = await read_body(receive)
+            raw = await read_body(receive) if declares_body(scope) else b""
             body = None
             if raw.strip():
                 mime_type = self._mime_type(scope)
