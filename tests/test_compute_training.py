@@ -328,6 +328,64 @@ def test_state_without_optimizer_keeps_weights_and_resets_step() -> None:
         assert restored.to_state()["optimizer"]["adam_steps"] == 0
 
 
+def _pending_state() -> dict[str, Any]:
+    model = random_trained_model(seed=2, steps=2)
+    model.forward_backward([sft_datum([7, 8, 9, 7, 3])], CE)
+    state = json.loads(json.dumps(model.to_state()))
+    assert len(state["pending_gradients"]["rows"]) >= 2 and len(state["pending_gradients"]["entry_rows"]) >= 2
+    return state
+
+
+def _reverse_entries(p: dict[str, Any]) -> None:
+    for k in ("entry_rows", "entry_cols", "entry_grad"):
+        p[k] = p[k][::-1]
+
+
+def _repeat_entry(p: dict[str, Any]) -> None:
+    for k in ("entry_rows", "entry_cols", "entry_grad"):
+        p[k] = [p[k][0], *p[k]]
+
+
+def _drop_row(p: dict[str, Any]) -> None:
+    p["rows"], p["row_tail_grad"] = p["rows"][1:], p["row_tail_grad"][1:]
+
+
+def _nested(p: dict[str, Any]) -> None:
+    p["rows"] = [p["rows"]]
+
+
+# Each breaks an invariant the accumulator's lookups rely on; imported as is, the next optimizer step
+# would have used wrong gradients (or crashed) instead of the import being refused.
+PENDING_BREAKAGES: dict[str, Any] = {
+    "unsorted": _reverse_entries,
+    "repeated": _repeat_entry,
+    "column_past_the_vocabulary": lambda p: p["entry_cols"].__setitem__(0, V + 1),
+    "negative_row": lambda p: p["rows"].__setitem__(0, -1),
+    "misaligned": lambda p: p["entry_grad"].pop(),
+    "row_of_an_entry_missing": _drop_row,
+    "non_finite": lambda p: p["row_tail_grad"].__setitem__(0, float("nan")),
+    "nested": _nested,
+}
+
+
+@pytest.mark.parametrize("breakage", sorted(PENDING_BREAKAGES))
+def test_from_state_refuses_malformed_pending_gradients(breakage: str) -> None:
+    state = _pending_state()
+    SessionModel.from_state(make_spec(), state)  # the unbroken state is accepted
+    PENDING_BREAKAGES[breakage](state["pending_gradients"])
+    with pytest.raises(ComputeError, match="malformed pending gradients") as exc:
+        SessionModel.from_state(make_spec(), state)
+    assert exc.value.code == INVALID_INPUT
+
+
+def test_from_state_refuses_a_weight_column_past_the_vocabulary() -> None:
+    state = json.loads(json.dumps(random_trained_model(seed=2, steps=2).to_state()))
+    state["weights"]["entry_cols"][0] = V  # row r, column V would have been read as row r + 1, column 0
+    with pytest.raises(ComputeError, match="outside the vocabulary") as exc:
+        SessionModel.from_state(make_spec(), state)
+    assert exc.value.code == INVALID_INPUT
+
+
 def test_from_state_rejects_a_different_vocabulary() -> None:
     model = random_trained_model(seed=2)
     with pytest.raises(ComputeError) as exc:

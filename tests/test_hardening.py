@@ -19,7 +19,7 @@ from emulator.runtime import Runtime
 from emulator.store.presigned import TTL_SECONDS
 from emulator.tools.testing import serve_in_thread
 from tests.conftest import make_client
-from tests.helpers import RL, advance, assert_error, ce_sample, create_resource, running_session, submit
+from tests.helpers import RL, advance, assert_error, ce_sample, create_resource, run_op, running_session, submit
 
 # --- 1. the clock ------------------------------------------------------------------------------------
 
@@ -207,6 +207,22 @@ def test_admin_import_state_refuses_a_malformed_document(client: TestClient, bre
     before = client.get("/_emulator/state").json()
     error = assert_error(client.put("/_emulator/state", json=doc), 400)
     assert error["code"] == "invalid_state"
+    assert client.get("/_emulator/state").json() == before  # nothing was touched
+
+
+def test_admin_import_state_refuses_unsorted_pending_gradients(client: TestClient) -> None:
+    s = running_session(client)
+    op = run_op(client, s["id"], "forward-backward",
+                {"samples": [ce_sample([1, 2], [3, 4, 5, 6])], "loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}})
+    assert op["status"] == "TRAINING_OPERATION_STATUS_COMPLETED", op
+    doc = client.get("/_emulator/state").json()
+    pending = _first_tenant(doc)["models"][s["id"]]["state"]["pending_gradients"]
+    assert len(pending["entry_rows"]) > 1, pending
+    for k in ("entry_rows", "entry_cols", "entry_grad"):
+        pending[k] = pending[k][::-1]
+    before = client.get("/_emulator/state").json()
+    error = assert_error(client.put("/_emulator/state", json=doc), 400)
+    assert error["code"] == "invalid_state" and "pending gradients" in error["message"], error
     assert client.get("/_emulator/state").json() == before  # nothing was touched
 
 

@@ -32,7 +32,7 @@ from emulator.compute.losses import compute, parse_loss
 from emulator.compute.optim import OptState, optim_step
 from emulator.compute.sampling import generate, parse_sampling_params, topk_row
 from emulator.compute.spec import MAX_SAMPLE_TOKENS, MAX_TOPK_PROMPT_LOGPROBS, ModelSpec
-from emulator.compute.weights import GradAccum, Weights, all_finite, backward
+from emulator.compute.weights import GradAccum, Weights, all_finite, backward, flat_keys
 
 STATE_FORMAT = "together-rl-emulator/session-model"
 STATE_VERSION = 1
@@ -246,13 +246,15 @@ class SessionModel:
             pend = state.get("pending_gradients")
             if pend:
                 try:
-                    keys = np.asarray(pend["entry_rows"], dtype=np.int64) * weights.vocab_size + np.asarray(
-                        pend["entry_cols"], dtype=np.int64)
-                    model._acc = GradAccum(keys, np.asarray(pend["entry_grad"], dtype=np.float64),
-                                           np.asarray(pend["rows"], dtype=np.int64),
-                                           np.asarray(pend["row_tail_grad"], dtype=np.float64))
+                    keys = flat_keys(pend["entry_rows"], pend["entry_cols"], weights.vocab_size,
+                                     "pending gradients")
+                    acc = GradAccum(keys, np.asarray(pend["entry_grad"], dtype=np.float64),
+                                    np.asarray(pend["rows"], dtype=np.int64),
+                                    np.asarray(pend["row_tail_grad"], dtype=np.float64))
                 except (KeyError, TypeError, ValueError) as exc:
                     raise invalid(f"malformed pending gradients: {exc}") from exc
+                acc.check(weights.vocab_size)
+                model._acc = acc
         else:
             model._opt = OptState.zeros(weights)
             model.step = 0

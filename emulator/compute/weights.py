@@ -40,6 +40,27 @@ EMPTY_I64 = np.empty(0, dtype=_I64)
 EMPTY_F64 = np.empty(0, dtype=_F64)
 
 
+def _flat(*arrays: np.ndarray) -> bool:
+    return all(a.ndim == 1 for a in arrays)
+
+
+def _sorted_unique(a: np.ndarray, bound: int) -> bool:
+    """Whether ``a`` is strictly increasing within ``[0, bound)``."""
+    return a.size == 0 or bool(a[0] >= 0 and a[-1] < bound and np.all(a[1:] > a[:-1]))
+
+
+def flat_keys(rows: Any, cols: Any, vocab_size: int, what: str) -> np.ndarray:
+    """``row * V + col`` of imported (row, column) pairs, each in ``[0, V)``: a column past the end would
+    otherwise name a column of the next row."""
+    r = np.asarray(rows, dtype=_I64)
+    c = np.asarray(cols, dtype=_I64)
+    if r.shape != c.shape or r.ndim != 1:
+        raise invalid(f"malformed {what}: entry rows and columns are not two lists of the same length")
+    if r.size and (min(r.min(), c.min()) < 0 or max(r.max(), c.max()) >= vocab_size):
+        raise invalid(f"malformed {what}: an entry's row or column is outside the vocabulary of {vocab_size}")
+    return r * vocab_size + c
+
+
 def _segment_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(s, s + n)`` for each (s, n), without a Python loop."""
     total = int(lengths.sum())
@@ -237,6 +258,23 @@ class GradAccum:
     def nbytes(self) -> int:
         return int(self.keys.nbytes + self.vals.nbytes + self.rows.nbytes + self.tail.nbytes)
 
+    def check(self, vocab_size: int) -> None:
+        """Structural invariants of an imported accumulator; raises INVALID_INPUT. :meth:`value_at` and
+        :meth:`row_counts` bisect ``keys`` and ``rows``, and a column's row must be listed for its tail to
+        be known, so a state that breaks these would give wrong numbers, not an error."""
+        n = self.keys.size
+        if not (_flat(self.keys, self.vals, self.rows, self.tail) and self.vals.size == n
+                and self.tail.size == self.rows.size):
+            raise invalid("malformed pending gradients: misaligned arrays")
+        if not _sorted_unique(self.rows, vocab_size):
+            raise invalid("malformed pending gradients: rows are not sorted and unique")
+        if not _sorted_unique(self.keys, vocab_size * vocab_size):
+            raise invalid("malformed pending gradients: entries are not sorted and unique")
+        if n and not lookup_sorted(self.rows, self.rows, self.keys // vocab_size)[0].all():
+            raise invalid("malformed pending gradients: an entry's row is not among the rows")
+        if not (all_finite(self.vals) and all_finite(self.tail)):
+            raise invalid("malformed pending gradients: non-finite values")
+
     def dense(self, rows: list[int] | np.ndarray, vocab_size: int) -> np.ndarray:
         """Full gradient rows, O(V) each: for tests only."""
         rows = np.asarray(rows, dtype=_I64)
@@ -383,8 +421,7 @@ class Weights:
             b = state["base"]
             base = base_model(int(b["seed"]), int(b["vocab_size"]), int(b["eos_token_id"]))
             v = base.vocab_size
-            keys = (np.asarray(state["entry_rows"], dtype=_I64) * v
-                    + np.asarray(state["entry_cols"], dtype=_I64))
+            keys = flat_keys(state["entry_rows"], state["entry_cols"], v, "weights")
             w = Weights(base, keys, np.asarray(state["entry_base"], dtype=_F64),
                         np.asarray(state["entry_delta"], dtype=_F64), np.asarray(state["rows"], dtype=_I64),
                         np.asarray(state["row_tail_delta"], dtype=_F64))
@@ -396,13 +433,12 @@ class Weights:
     def check(self) -> None:
         """Structural invariants (sorted unique keys, aligned arrays); raises INVALID_INPUT."""
         n = self.keys.size
-        if not (self.base_vals.size == n and self.theta.size == n and self.beta.size == self.rows.size):
+        if not (_flat(self.keys, self.base_vals, self.theta, self.rows, self.beta) and self.base_vals.size == n
+                and self.theta.size == n and self.beta.size == self.rows.size):
             raise invalid("malformed weights: misaligned arrays")
-        if n and (np.any(np.diff(self.keys) <= 0) or self.keys[0] < 0
-                  or self.keys[-1] >= self.vocab_size ** 2):
+        if not _sorted_unique(self.keys, self.vocab_size ** 2):
             raise invalid("malformed weights: entries are not sorted and unique")
-        if self.rows.size and (np.any(np.diff(self.rows) <= 0) or self.rows[0] < 0
-                               or self.rows[-1] >= self.vocab_size):
+        if not _sorted_unique(self.rows, self.vocab_size):
             raise invalid("malformed weights: rows are not sorted and unique")
         if not (all_finite(self.theta) and all_finite(self.beta) and all_finite(self.base_vals)):
             raise invalid("malformed weights: non-finite values")
@@ -449,4 +485,4 @@ def backward(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray)
 
 
 __all__ = ["EMPTY_F64", "EMPTY_I64", "STATS", "GradAccum", "RowSet", "Weights", "all_finite", "backward",
-           "lookup_or", "lookup_sorted", "setdiff_unique", "tail_tokens", "union_sorted", "unique_inverse"]
+           "flat_keys", "lookup_or", "lookup_sorted", "setdiff_unique", "tail_tokens", "union_sorted", "unique_inverse"]
