@@ -104,6 +104,20 @@ def test_unknown_fault_header_and_bad_rules_are_400(client: TestClient) -> None:
     assert client.delete("/_emulator/faults").json() == {"data": []}
 
 
+def test_a_rule_whose_name_has_a_slash_is_removed_by_its_encoded_name(client: TestClient) -> None:
+    add(client, {"name": "sessions/429", "effect": {"status": 429}, "trigger": {"first_n": 0}},
+        {"name": "plain", "effect": {"status": 500}, "trigger": {"first_n": 0}})
+    resp = client.delete("/_emulator/faults/sessions%2F429")
+    assert resp.status_code == 200, resp.text
+    assert [r["name"] for r in resp.json()["data"]] == ["plain"]
+    err = assert_error(client.delete("/_emulator/faults/sessions%2F429"), 404)
+    assert "'sessions/429'" in err["message"]
+    assert_error(client.delete("/_emulator/faults/sessions/429"), 404)  # two segments: no such endpoint
+    err = assert_error(client.get("/v1%2Frl/supported-models"), 404)  # one segment "v1/rl": no such endpoint
+    assert err["code"] == "unknown_endpoint" and "/v1%2Frl/supported-models" in err["message"], err
+    assert [r["name"] for r in client.delete("/_emulator/faults/plain").json()["data"]] == []
+
+
 # --- through the SDK ----------------------------------------------------------------------------
 
 @pytest.fixture

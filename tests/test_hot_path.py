@@ -49,7 +49,7 @@ def test_route_head_answers_like_get(client: TestClient) -> None:
     assert resp.status_code == 200 and resp.content == b""
 
 
-def test_route_lookup_without_backtracking_finds_what_the_full_walk_finds() -> None:
+def _spec_table() -> tuple[PathTable, list[str]]:
     table = PathTable()
     templates = []
     for name, base in ((spec.VENDOR, ""), (spec.ADMIN, spec.ADMIN_BASE_PATH)):  # as the app adds them
@@ -58,6 +58,22 @@ def test_route_lookup_without_backtracking_finds_what_the_full_walk_finds() -> N
             for method, op in item.items():
                 if isinstance(op, dict) and "operationId" in op:
                     table.add(base + template, method, op["operationId"], base)
+    return table, templates
+
+
+def test_route_an_encoded_slash_stays_inside_its_segment() -> None:
+    table, _ = _spec_table()
+    target, params, _ = table.match("DELETE", "/_emulator/faults/a/b", b"/_emulator/faults/a%2Fb")
+    assert (target, params) == (("adminRemoveFault", "/_emulator"), {"name": "a/b"})
+    assert table.match("DELETE", "/_emulator/faults/a/b", b"/_emulator/faults/a/b")[0] is None
+    assert table.match("GET", "/v1/rl/model-resources", b"/v1%2frl/model-resources")[0] is None
+    rid = "%2F".join(["x", "y"])
+    target, params, _ = table.match("GET", "/v1/rl/model-resources/x/y", f"/v1/rl/model-resources/{rid}".encode())
+    assert (target, params) == (("getModelResources", ""), {"model_resources_id": "x/y"})
+
+
+def test_route_lookup_without_backtracking_finds_what_the_full_walk_finds() -> None:
+    table, templates = _spec_table()
     literals = sorted({seg for t in templates for seg in t.split("/") if seg and "{" not in seg})
     rnd = random.Random(7)
     checked = found = 0

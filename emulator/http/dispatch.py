@@ -62,7 +62,10 @@ class Dispatcher:
             return
         op = operation_id(scope)
         if op is None:
-            raise NotFound(f"no endpoint {scope['method']} {scope['path']}", code="unknown_endpoint")
+            raw = scope.get("raw_path") or b""
+            # (as sent when an encoded slash kept a segment whole: the decoded path may name a real endpoint)
+            shown = raw.decode("latin-1") if b"%2F" in raw or b"%2f" in raw else scope["path"]
+            raise NotFound(f"no endpoint {scope['method']} {shown}", code="unknown_endpoint")
         handler = handler_for(op)
         if handler is None:
             raise NotFound(f"operation {op} is not implemented", code="not_implemented")

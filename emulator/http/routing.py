@@ -12,6 +12,7 @@ method the specs answer there; an unknown path goes on without an operation (the
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import unquote
 
 from connexion.middleware.routing import RoutingMiddleware
 
@@ -53,16 +54,26 @@ class PathTable:
                 node = node.literal.setdefault(segment, _Node())
         node.methods[method.upper()] = (operation_id, base_path)
 
-    def match(self, method: str, path: str) -> tuple[tuple[str, str] | None, dict[str, str], set[str]]:
-        """((operationId, base path) or None, path params, methods answered at the path)."""
-        methods = self.literal.get(path)
-        if methods is not None:
-            target = methods.get(method) or (methods.get("GET") if method == "HEAD" else None)
-            if target is not None:  # else a {param} route may still take the method: walk the trie
-                return target, {}, set()
-        if not path.startswith("/") or "//" in path:
-            return None, {}, set()
-        segments = path[1:].split("/")
+    def match(self, method: str, path: str, raw_path: bytes | None = None
+              ) -> tuple[tuple[str, str] | None, dict[str, str], set[str]]:
+        """((operationId, base path) or None, path params, methods answered at the path). ``raw_path``
+        (still percent-encoded) is read only when it has an encoded slash: that slash is part of a
+        segment, e.g. a fault rule named ``a/b`` in ``/_emulator/faults/a%2Fb`` (RFC 3986 section 2.2),
+        which the decoded ``path`` no longer tells apart from a separator."""
+        if raw_path is not None and (b"%2F" in raw_path or b"%2f" in raw_path):
+            raw = raw_path.decode("latin-1")
+            if not raw.startswith("/") or "//" in raw:
+                return None, {}, set()
+            segments = [unquote(segment) for segment in raw[1:].split("/")]
+        else:
+            methods = self.literal.get(path)
+            if methods is not None:
+                target = methods.get(method) or (methods.get("GET") if method == "HEAD" else None)
+                if target is not None:  # else a {param} route may still take the method: walk the trie
+                    return target, {}, set()
+            if not path.startswith("/") or "//" in path:
+                return None, {}, set()
+            segments = path[1:].split("/")
         if segments and segments[-1] == "" and len(segments) > 1:
             return None, {}, set()  # a trailing slash names no operation
         followed = self._follow(segments)
@@ -134,7 +145,7 @@ class TableRoutingMiddleware(RoutingMiddleware):
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        target, params, allowed = self.table.match(scope["method"], scope["path"])
+        target, params, allowed = self.table.match(scope["method"], scope["path"], scope.get("raw_path"))
         if target is None and allowed:
             raise MethodNotAllowed(scope["method"], scope["path"], sorted(allowed))
         operation_id, base = target if target is not None else (None, "")
