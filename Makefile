@@ -43,7 +43,7 @@ screenshot: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	$(BIN)/ruff check emulator contract_tests bench --select E,F,W,I,B --ignore E501,B905
+	$(BIN)/ruff check emulator contract_tests bench tests --select E,F,W,I,B --ignore E501,B905
 	$(BIN)/mypy emulator contract_tests
 
 # The server and the contract suite ship copies of the root openapi.yaml (a test keeps them identical).

@@ -6,8 +6,16 @@ from starlette.testclient import TestClient
 
 from emulator.runtime import Runtime
 from tests.conftest import make_client
-from tests.helpers import RL, assert_error, create_resource, create_session, get_resource, get_session, \
-    ready_resource, running_session
+from tests.helpers import (
+    RL,
+    assert_error,
+    create_resource,
+    create_session,
+    get_resource,
+    get_session,
+    ready_resource,
+    running_session,
+)
 
 
 def test_create_model_resources_answers_pending_then_ready(client: TestClient) -> None:

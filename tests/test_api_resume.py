@@ -9,8 +9,16 @@ from starlette.testclient import TestClient
 from emulator.config import Config
 from emulator.runtime import Runtime
 from tests.conftest import make_client
-from tests.helpers import RL, assert_error, ce_sample, create_session, get_session, ready_resource, run_op, \
-    running_session
+from tests.helpers import (
+    RL,
+    assert_error,
+    ce_sample,
+    create_session,
+    get_session,
+    ready_resource,
+    run_op,
+    running_session,
+)
 
 FB = {"loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}, "samples": [ce_sample([1, 2, 3], [40, 41, 42])],
       "forward_only": True}

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from starlette.testclient import TestClient
 
-from tests.helpers import RL, assert_error, ce_sample, create_session, get_session, ready_resource, run_op, \
-    running_session, submit
+from tests.helpers import (
+    RL,
+    assert_error,
+    ce_sample,
+    create_session,
+    get_session,
+    ready_resource,
+    run_op,
+    running_session,
+    submit,
+)
 
 FB = {"loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}, "samples": [ce_sample([1, 2, 3, 4], [5, 6, 7])]}
 

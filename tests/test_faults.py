@@ -13,8 +13,18 @@ from emulator.config import Config
 from emulator.runtime import Runtime
 from emulator.tools.testing import serve_in_thread
 from tests.conftest import make_client
-from tests.helpers import RL, assert_error, ce_sample, create_resource, create_session, get_resource, get_session, \
-    ready_resource, run_op, running_session
+from tests.helpers import (
+    RL,
+    assert_error,
+    ce_sample,
+    create_resource,
+    create_session,
+    get_resource,
+    get_session,
+    ready_resource,
+    run_op,
+    running_session,
+)
 
 
 def add(client: TestClient, *rules: dict) -> None:

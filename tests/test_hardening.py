@@ -19,7 +19,16 @@ from emulator.runtime import Runtime
 from emulator.store.presigned import TTL_SECONDS
 from emulator.tools.testing import serve_in_thread
 from tests.conftest import make_client
-from tests.helpers import RL, advance, assert_error, ce_sample, create_resource, run_op, running_session, submit
+from tests.helpers import (
+    RL,
+    advance,
+    assert_error,
+    ce_sample,
+    create_resource,
+    run_op,
+    running_session,
+    submit,
+)
 
 # --- 1. the clock ------------------------------------------------------------------------------------
 
@@ -340,7 +349,7 @@ def test_state_file_write_follows_the_change_within_one_tenant(tmp_path: Path) -
     with make_client(runtime) as client:
         sessions = [running_session(client)["id"] for _ in range(4)]
         for sid in sessions:  # trained models are most of a tenant's state
-            for step in range(2):
+            for _step in range(2):
                 assert submit(client, sid, "forward-backward", body).status_code == 200
                 assert submit(client, sid, "optim-step", {}).status_code == 200
             client.get(f"{RL}/training-sessions/{sid}")

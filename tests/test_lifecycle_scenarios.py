@@ -5,8 +5,17 @@ from __future__ import annotations
 from starlette.testclient import TestClient
 
 from emulator.domain.timing import PROFILES
-from tests.helpers import RL, advance, assert_error, ce_sample, create_resource, create_session, get_resource, \
-    get_session, submit
+from tests.helpers import (
+    RL,
+    advance,
+    assert_error,
+    ce_sample,
+    create_resource,
+    create_session,
+    get_resource,
+    get_session,
+    submit,
+)
 
 T = PROFILES["realistic"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from starlette.testclient import TestClient
 
-from emulator.tools import scenarios
 from emulator.config import Config
 from emulator.runtime import Runtime
+from emulator.tools import scenarios
 from tests.conftest import make_client
 from tests.helpers import RL, advance, assert_error
 

@@ -43,8 +43,14 @@ def _sample(prompt: list[int], response: list[int]) -> object:
 
 def test_sdk_high_level_loop(sdk_env: str, tmp_path: Path) -> None:
     from together import Together
-    from together.post_training import AdamParams, LossConfig, ModelInput, ModelResourcesClient, SamplingParams, \
-        download_checkpoint
+    from together.post_training import (
+        AdamParams,
+        LossConfig,
+        ModelInput,
+        ModelResourcesClient,
+        SamplingParams,
+        download_checkpoint,
+    )
 
     resources = ModelResourcesClient.create(base_model="Qwen/Qwen3.8-27B", lora_enabled=True,
                                             compute_config={"num_generator_replicas": 1}, interval=0.1,

@@ -31,10 +31,9 @@ from typing import Any, Literal, Union
 
 import pydantic
 import pytest
+import together.types.post_training as sdk_types
 import typing_extensions
 import yaml
-
-import together.types.post_training as sdk_types
 from together._utils import PropertyInfo
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -3,11 +3,9 @@ the native clients and the tinker-compatible ones, and MoE routed-experts keys (
 
 from __future__ import annotations
 
-
 import pytest
 
 from tests.helpers import sdk_sample, sdk_train_and_checkpoint
-
 
 pytestmark = pytest.mark.sdk
 

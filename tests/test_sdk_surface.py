@@ -9,7 +9,6 @@ import pytest
 
 from tests.helpers import sdk_sample, sdk_train_and_checkpoint
 
-
 pytestmark = pytest.mark.sdk
 
 SDK_KEY = "surface-key"

@@ -16,8 +16,16 @@ from emulator.config import Config
 from emulator.runtime import Runtime
 from emulator.ui import Dashboard
 from tests.conftest import make_client
-from tests.helpers import RL, advance, assert_error, ce_sample, create_resource, create_session, run_op, \
-    running_session
+from tests.helpers import (
+    RL,
+    advance,
+    assert_error,
+    ce_sample,
+    create_resource,
+    create_session,
+    run_op,
+    running_session,
+)
 
 UI = "/_emulator/ui"
 FB = {"loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}, "samples": [ce_sample([1, 2, 3, 4], [5, 6, 7])]}
