@@ -219,7 +219,8 @@ def test_admin_import_state_refuses_a_malformed_document(client: TestClient, bre
     assert client.get("/_emulator/state").json() == before  # nothing was touched
 
 
-def test_admin_import_state_refuses_unsorted_pending_gradients(client: TestClient) -> None:
+@pytest.mark.parametrize("breakage", ["unsorted", "beyond_int64"])
+def test_admin_import_state_refuses_malformed_pending_gradients(client: TestClient, breakage: str) -> None:
     s = running_session(client)
     op = run_op(client, s["id"], "forward-backward",
                 {"samples": [ce_sample([1, 2], [3, 4, 5, 6])], "loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}})
@@ -227,8 +228,11 @@ def test_admin_import_state_refuses_unsorted_pending_gradients(client: TestClien
     doc = client.get("/_emulator/state").json()
     pending = _first_tenant(doc)["models"][s["id"]]["state"]["pending_gradients"]
     assert len(pending["entry_rows"]) > 1, pending
-    for k in ("entry_rows", "entry_cols", "entry_grad"):
-        pending[k] = pending[k][::-1]
+    if breakage == "unsorted":
+        for k in ("entry_rows", "entry_cols", "entry_grad"):
+            pending[k] = pending[k][::-1]
+    else:  # JSON allows it, int64 does not (it was a 500)
+        pending["entry_cols"][0] = 2**63 + 5
     before = client.get("/_emulator/state").json()
     error = assert_error(client.put("/_emulator/state", json=doc), 400)
     assert error["code"] == "invalid_state" and "pending gradients" in error["message"], error

@@ -251,7 +251,7 @@ class SessionModel:
                     acc = GradAccum(keys, np.asarray(pend["entry_grad"], dtype=np.float64),
                                     np.asarray(pend["rows"], dtype=np.int64),
                                     np.asarray(pend["row_tail_grad"], dtype=np.float64))
-                except (KeyError, TypeError, ValueError) as exc:
+                except (KeyError, TypeError, ValueError, OverflowError) as exc:
                     raise invalid(f"malformed pending gradients: {exc}") from exc
                 acc.check(weights.vocab_size)
                 model._acc = acc

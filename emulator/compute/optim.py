@@ -91,7 +91,7 @@ class OptState:
                            np.asarray(state["tail_adam_m"], dtype=_F64),
                            np.asarray(state["tail_adam_v"], dtype=_F64),
                            int(state["adam_steps"]), int(state["tail_adam_steps"]))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise invalid(f"malformed optimizer state: {exc}") from exc
         n, r = weights.num_entries, weights.rows.size
         if not (out.m.size == out.v.size == out.buf.size == n and out.m_tail.size == out.v_tail.size == r):

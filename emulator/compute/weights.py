@@ -425,7 +425,7 @@ class Weights:
             w = Weights(base, keys, np.asarray(state["entry_base"], dtype=_F64),
                         np.asarray(state["entry_delta"], dtype=_F64), np.asarray(state["rows"], dtype=_I64),
                         np.asarray(state["row_tail_delta"], dtype=_F64))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise invalid(f"malformed weights state: {exc}") from exc
         w.check()
         return w
@@ -485,4 +485,5 @@ def backward(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray)
 
 
 __all__ = ["EMPTY_F64", "EMPTY_I64", "STATS", "GradAccum", "RowSet", "Weights", "all_finite", "backward",
-           "flat_keys", "lookup_or", "lookup_sorted", "setdiff_unique", "tail_tokens", "union_sorted", "unique_inverse"]
+           "flat_keys", "lookup_or", "lookup_sorted", "setdiff_unique", "tail_tokens", "union_sorted",
+           "unique_inverse"]

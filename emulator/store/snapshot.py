@@ -313,7 +313,7 @@ def build_tenant(store: Store, project: str, data: dict[str, Any]) -> TenantStat
             state.models[sid] = compute.SessionModel.from_state(compute.ModelSpec(**entry["spec"]), entry["state"])
         for key, entry in (data.get("published") or {}).items():
             state.published[key] = (int(entry["version"]), compute.Weights.from_state(entry["weights"]))
-    except (compute.ComputeError, TypeError, KeyError, ValueError) as exc:
+    except (compute.ComputeError, TypeError, KeyError, ValueError, OverflowError) as exc:
         raise StateError(f"tenants.{project}: a session model cannot be restored: {exc}") from exc
     return state
 
