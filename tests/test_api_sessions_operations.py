@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from starlette.testclient import TestClient
 
+from emulator.compute import SessionModel
 from tests.helpers import (
     RL,
     assert_error,
@@ -166,6 +170,36 @@ def test_invalid_tensors_fail_the_operation(client: TestClient) -> None:
     op = run_op(client, s["id"], "forward-backward", bad)
     assert op["status"] == "TRAINING_OPERATION_STATUS_FAILED"
     assert op["error"]["code"] == "TRAINING_OPERATION_ERROR_CODE_INVALID_INPUT"
+
+
+def test_a_top_k_past_int64_samples_like_any_top_k_past_the_vocabulary(client: TestClient) -> None:
+    s = running_session(client)
+    ops = [run_op(client, s["id"], "sample", {"model_inputs": [{"chunks": [{"encoded_text": {"tokens": [1, 2]}}]}],
+                                              "num_samples": 2, "sampling_params": {"max_tokens": 8, "top_k": k,
+                                                                                    "seed": 3}})
+           for k in (2**63 + 5, 10**9)]  # the first was a 500 on the GET that ran it
+    assert all(op["status"] == "TRAINING_OPERATION_STATUS_COMPLETED" for op in ops), ops
+    assert ops[0]["output"] == ops[1]["output"]
+
+
+def test_a_bug_in_the_model_fails_that_operation_and_the_session_goes_on(
+        client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = running_session(client)
+    original = SessionModel.forward_backward
+
+    def broken(self: SessionModel, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(SessionModel, "forward_backward", broken)
+    op = run_op(client, s["id"], "forward-backward", FB)  # the GET that runs it is a 200
+    assert op["status"] == "TRAINING_OPERATION_STATUS_FAILED", op
+    assert op["error"]["code"] == "TRAINING_OPERATION_ERROR_CODE_INTERNAL_ERROR"
+    assert "RuntimeError: simulated bug" in op["error"]["message"]
+    monkeypatch.setattr(SessionModel, "forward_backward", original)
+    # The queue moved on: the next operations run (before the fix they stayed PENDING behind a RUNNING one).
+    assert run_op(client, s["id"], "forward-backward", FB)["status"] == "TRAINING_OPERATION_STATUS_COMPLETED"
+    assert run_op(client, s["id"], "optim-step", {})["status"] == "TRAINING_OPERATION_STATUS_COMPLETED"
+    assert int(get_session(client, s["id"])["step"]) == 1
 
 
 def test_checkpoints_list_get_download_and_files(client: TestClient) -> None:

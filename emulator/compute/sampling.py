@@ -64,6 +64,9 @@ class SamplingConfig:
         return self.top_k > 0 or self.top_p < 1.0
 
 
+TOP_K_BOUND = 1 << 62
+
+
 def parse_sampling_params(params: Any, seed: int) -> SamplingConfig:
     if params is None:
         params = {}
@@ -81,6 +84,7 @@ def parse_sampling_params(params: Any, seed: int) -> SamplingConfig:
     top_k = -1 if params.get("top_k") is None else parse_int(params["top_k"], f"{w}.top_k")
     if top_k < -1:
         raise invalid(f"{w}.top_k must be -1 (off), 0 (off) or positive, got {top_k}")
+    top_k = min(top_k, TOP_K_BOUND)  # past the vocabulary every top_k keeps all tokens; numpy takes int64 only
     top_p = 1.0 if params.get("top_p") is None else parse_float(params["top_p"], f"{w}.top_p")
     if not 0 < top_p <= 1:
         raise invalid(f"{w}.top_p must be in (0, 1], got {top_p}")

@@ -36,7 +36,7 @@ from emulator.domain.common import transition
 from emulator.domain.context import Ctx
 from emulator.domain.lifecycle import OperationStatus, SessionStatus
 from emulator.domain.session_models import model_spec, session_model
-from emulator.errors import FailedPrecondition, IdempotencyKeyReused, InvalidRequest, NotFound
+from emulator.errors import FailedPrecondition, IdempotencyKeyReused, InvalidRequest, NotFound, shorten
 from emulator.ids import derive_int
 from emulator.store import TenantState
 from emulator.store.records import Checkpoint, Operation, Session
@@ -183,6 +183,15 @@ def on_complete(state: TenantState, ctx: Ctx, op: Operation, at: float) -> None:
             op.output = _execute(state, ctx, s, op, at)
         except ComputeError as exc:
             op.error = {"code": exc.code, "message": exc.message}
+            transition(state, op, Op.FAILED, at)
+        except Exception as exc:  # noqa: BLE001 - a bug in the model must fail this operation, not wedge the queue
+            # Raised out of here, it would leave the operation RUNNING at the head of its session's queue, its
+            # completion event already consumed: every later operation of the session would wait forever.
+            # The model swaps in its new state only at the end of a call, so a failed call leaves it as it was.
+            op.output = None
+            op.error = {"code": INTERNAL_ERROR, "message": shorten(
+                f"internal error in the emulator while running this operation ({type(exc).__name__}: {exc}); "
+                "this is a bug, please report it")}
             transition(state, op, Op.FAILED, at)
         else:
             transition(state, op, Op.COMPLETED, at)
