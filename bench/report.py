@@ -163,6 +163,21 @@ def _ms(v: float | None) -> str:
 RATE_TARGETS = {"get": 0.5, "list": 0.5, "create": 0.5, "loop": 0.35}
 
 
+def counted_errors(r: dict[str, Any], key: str, conns: int = 32) -> int:
+    """Failed requests in the rounds that a scenario's figures come from (emulator and ceiling): a figure
+    measured with errors is no measure (a 429 or a reset is answered faster than the real work)."""
+    total = 0
+    for prefix in ("", "ceiling_"):
+        # (results from before the per-round count: the errors over all rounds)
+        n = r.get(f"{prefix}{key}_c{conns}_best_round_errors", r.get(f"{prefix}{key}_c{conns}_errors"))
+        total += int(n or 0)
+    return total
+
+
+def _checked(text: str, errors: int) -> str:
+    return f"INVALID ({errors} failed requests)" if errors else text
+
+
 def target_rows(r: dict[str, Any], labels: list[str]) -> list[tuple[str, str, str]]:
     small, large = labels
     rows = []
@@ -176,14 +191,15 @@ def target_rows(r: dict[str, Any], labels: list[str]) -> list[tuple[str, str, st
                 f"{fmt(ratio, 2)}x ({fmt(r.get(f'{key}_c32_rps'), 0)} vs "
                 f"{fmt(r.get(f'ceiling_{key}_c32_rps'), 0)} req/s; "
                 f"server CPU per request gives {fmt(r.get(f'{key}_c32_cpu_ratio'), 2)}x)",
-                verdict(ratio, RATE_TARGETS[key], True),
+                _checked(verdict(ratio, RATE_TARGETS[key], True), counted_errors(r, key)),
             )
         )
     for key, name in SCENARIOS:
         p99 = r.get(f"{key}_c32_p99_ms")
         if p99 is None and f"{key}_c32_rps" not in r:
             continue
-        rows.append((f"{name}: p99 < 10 ms at 32 connections", _ms(p99), verdict(p99, 10.0, False)))
+        rows.append((f"{name}: p99 < 10 ms at 32 connections", _ms(p99),
+                     _checked(verdict(p99, 10.0, False), counted_errors(r, key))))
     scaling = r.get("list_scaling_ratio")
     rows.append(
         (

@@ -26,7 +26,7 @@ from typing import Any
 from bench import machine, procs, report
 from bench.client import Client
 from bench.loadgen import LoadGen
-from bench.stats import median, parse_marked_json, pool_size, ratio
+from bench.stats import better_round, median, parse_marked_json, pool_size, ratio
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "bench-token"
@@ -168,12 +168,13 @@ class Bench:
                     ids = Path(ids_file).read_text().split()
                     used = -(-(m["requests"] + conns) // 5)  # answered + still in flight at the end
                     Path(ids_file).write_text("\n".join(ids[used:] or ids[-1:]) + "\n")
-                if prefix not in best or m["rps"] > best[prefix]["rps"]:
+                if prefix not in best or better_round(m, best[prefix]):
                     best[prefix] = m
         measured = best
         for prefix, _ in sides:
-            m = {**best[prefix], "errors": errors[prefix]}
-            keys = ["rps", "p50_ms", "p90_ms", "p99_ms", "errors", "cpu_us_per_req"] + (
+            # errors: over all rounds (the table); best_round_errors: in the round that counts (the verdicts)
+            m = {**best[prefix], "best_round_errors": best[prefix]["errors"], "errors": errors[prefix]}
+            keys = ["rps", "p50_ms", "p90_ms", "p99_ms", "errors", "best_round_errors", "cpu_us_per_req"] + (
                 ["loops_per_s"] if "loops_per_s" in m else []
             )
             for k in keys:
@@ -249,13 +250,12 @@ class Bench:
                 log("create session (pre-created READY resources, 5 sessions each)")
                 for n in CONNS:
                     reset(c)
-                    # Creates are slower than GETs: the GET rate bounds the create rate from above; at 32
-                    # connections twice the 1-connection create rate is a tighter bound (fewer resources to
-                    # make: each POST /model-resources costs more as the store grows).
+                    # Creates are slower than GETs: the GET rate bounds the create rate from above. (Twice the
+                    # 1-connection create rate was used as a tighter bound, but on a busy minute it came out
+                    # low, the pool ran dry and the last round answered mostly 429s.) The margin covers a
+                    # machine that is quicker during the creates than it was during the GETs.
                     expected = self.results.get(f"get_c{n}_rps") or 3000.0
-                    if n > 1 and self.results.get("create_c1_rps"):
-                        expected = min(expected, 2 * self.results["create_c1_rps"])
-                    pool = pool_size(expected, a.duration * a.rounds, margin=1.2)
+                    pool = pool_size(expected, a.duration * a.rounds, margin=1.5)
                     t0 = time.perf_counter()
                     ids = make_resources(c, pool)
                     ids_file = self.work / f"resources-{n}.txt"

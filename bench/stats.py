@@ -92,6 +92,14 @@ def pool_size(
     return max(minimum, math.ceil(expected_rps * seconds * margin / per_resource))
 
 
+def better_round(new: dict[str, Any], old: dict[str, Any]) -> bool:
+    """Whether round ``new`` should count instead of ``old``: the faster one, but a round without errors
+    before any round with them (errors are quick answers: a round of 429s would look fastest)."""
+    if (new["errors"] == 0) != (old["errors"] == 0):
+        return new["errors"] == 0
+    return bool(new["rps"] > old["rps"])
+
+
 def verdict(value: float | None, limit: float, higher_is_better: bool) -> str:
     if value is None:
         return "n/a"

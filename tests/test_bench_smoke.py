@@ -33,6 +33,25 @@ def test_ratio_median_and_verdicts() -> None:
     assert stats.verdict(None, 1, True) == "n/a"
 
 
+def test_a_round_with_errors_never_counts_before_a_clean_one() -> None:
+    clean, faster_clean, failing = {"rps": 100.0, "errors": 0}, {"rps": 120.0, "errors": 0}, {"rps": 900.0, "errors": 5}
+    assert stats.better_round(faster_clean, clean) and not stats.better_round(clean, faster_clean)
+    assert not stats.better_round(failing, clean)  # fast because its requests failed
+    assert stats.better_round(clean, failing)
+    assert stats.better_round({"rps": 950.0, "errors": 1}, failing)  # among failing rounds, the faster
+
+
+def test_a_target_measured_with_errors_is_invalid_not_a_pass() -> None:
+    r = {"create_c32_rps": 8471.0, "ceiling_create_c32_rps": 12704.0, "create_c32_rps_ratio": 0.67,
+         "create_c32_p99_ms": 4.0, "create_c32_errors": 18854, "create_c32_best_round_errors": 18854,
+         "ceiling_create_c32_errors": 0, "ceiling_create_c32_best_round_errors": 0}
+    verdicts = {name: v for name, _, v in report.target_rows(r, ["100", "100k"]) if name.startswith("create")}
+    assert set(verdicts.values()) == {"INVALID (18854 failed requests)"}, verdicts
+    r["create_c32_best_round_errors"] = 0  # the errors were in a round that does not count
+    verdicts = {name: v for name, _, v in report.target_rows(r, ["100", "100k"]) if name.startswith("create")}
+    assert set(verdicts.values()) == {"PASS"}, verdicts
+
+
 def test_parse_and_summarize_a_load_generator_report() -> None:
     raw = {
         "requests": 5000,
