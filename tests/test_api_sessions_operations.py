@@ -12,6 +12,7 @@ from tests.helpers import (
     RL,
     assert_error,
     ce_sample,
+    create_resource,
     create_session,
     get_session,
     ready_resource,
@@ -200,6 +201,51 @@ def test_a_bug_in_the_model_fails_that_operation_and_the_session_goes_on(
     assert run_op(client, s["id"], "forward-backward", FB)["status"] == "TRAINING_OPERATION_STATUS_COMPLETED"
     assert run_op(client, s["id"], "optim-step", {})["status"] == "TRAINING_OPERATION_STATUS_COMPLETED"
     assert int(get_session(client, s["id"])["step"]) == 1
+
+
+def _exported_operation(client: TestClient, op_id: str) -> dict[str, Any]:
+    tenant = next(iter(client.get("/_emulator/state").json()["tenants"].values()))
+    return next(o for o in tenant["operations"] if o["id"] == op_id)
+
+
+def test_an_unfinished_training_operation_keeps_its_samples_through_export_and_import(
+        realistic_client: TestClient) -> None:
+    client = realistic_client
+    r = create_resource(client)
+    client.post("/_emulator/clock/advance", json={"seconds": 3600})
+    s = create_session(client, r["id"])
+    client.post("/_emulator/clock/advance", json={"seconds": 600})
+    assert get_session(client, s["id"])["status"] == "TRAINING_SESSION_STATUS_RUNNING"
+    op = submit(client, s["id"], "forward-backward", FB).json()
+    assert op["status"] in ("TRAINING_OPERATION_STATUS_PENDING", "TRAINING_OPERATION_STATUS_RUNNING"), op
+    doc = client.get("/_emulator/state").json()
+    assert _exported_operation(client, op["id"])["body"] == FB  # still to run: the samples are needed
+    assert client.put("/_emulator/state", json=doc).status_code == 200
+    client.post("/_emulator/clock/advance", json={"seconds": 600})
+    got = client.get(f"{RL}/training-sessions/{s['id']}/operations/forward-backward/{op['id']}").json()
+    assert got["status"] == "TRAINING_OPERATION_STATUS_COMPLETED", got
+    assert _exported_operation(client, op["id"])["body"] == {}
+
+
+def test_a_finished_training_operation_keeps_no_copy_of_its_samples(client: TestClient) -> None:
+    s = running_session(client)
+    resp = submit(client, s["id"], "forward-backward", FB, key="fb-1")
+    assert resp.status_code == 200, resp.text
+    op_id = resp.json()["id"]
+    done = client.get(f"{RL}/training-sessions/{s['id']}/operations/forward-backward/{op_id}").json()
+    assert done["status"] == "TRAINING_OPERATION_STATUS_COMPLETED", done
+    assert _exported_operation(client, op_id)["body"] == {}  # a long loop would otherwise keep every batch
+    # What the body was still counts: the same key replays the operation, a changed body is refused.
+    replay = submit(client, s["id"], "forward-backward", FB, key="fb-1")
+    assert replay.status_code == 200 and replay.json() == done
+    changed = {**FB, "samples": FB["samples"] * 2}
+    assert assert_error(submit(client, s["id"], "forward-backward", changed, key="fb-1"), 400)["code"] == \
+        "idempotency_key_reused"
+    # A sample keeps its prompts (the dashboard shows them).
+    sample = {"model_inputs": [{"chunks": [{"encoded_text": {"tokens": [1, 2]}}]}], "num_samples": 1,
+              "sampling_params": {"max_tokens": 2}}
+    op = run_op(client, s["id"], "sample", sample)
+    assert _exported_operation(client, op["id"])["body"]["model_inputs"] == sample["model_inputs"]
 
 
 def test_checkpoints_list_get_download_and_files(client: TestClient) -> None:

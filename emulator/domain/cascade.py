@@ -8,7 +8,7 @@ fails its unfinished operations with ``SESSION_NOT_ACTIVE``.
 from __future__ import annotations
 
 from emulator.domain import gpu_queue
-from emulator.domain.common import error_detail, transition
+from emulator.domain.common import error_detail, release_inputs, transition
 from emulator.domain.context import Ctx
 from emulator.domain.lifecycle import ACTIVE_SESSION, OperationStatus, ResourceStatus, SessionStatus
 from emulator.store import TenantState
@@ -35,6 +35,7 @@ def fail_operations(state: TenantState, s: Session, at: float) -> None:
         op.error = {"code": SESSION_NOT_ACTIVE, "message": f"training session {s.id} stopped before the "
                     "operation finished"}
         transition(state, op, OperationStatus.FAILED, at)
+        release_inputs(op)
         r.inflight_ops -= 1
     s.queue = None
     s.busy_until = None

@@ -24,6 +24,19 @@ def transition(state: TenantState, record: Any, new: StrEnum, at: float, **extra
     state.log(at, KIND_NAMES[type(record).__name__], record.id, old_value, value, **extra)
 
 
+# Kinds whose request body is read only to run the operation (its samples: 100-200 bytes per token). Once
+# the operation has finished the body goes, or a long training loop would keep every batch it ever sent
+# for the life of the state (and write it to --state-file). Idempotency compares the body's hash, which
+# stays; a sample's prompts stay, the dashboard shows them.
+INPUT_ONLY_KINDS = frozenset({"forward-backward", "custom-forward-backward"})
+
+
+def release_inputs(op: Any) -> None:
+    """Drop a finished operation's body if nothing reads it any more (see ``INPUT_ONLY_KINDS``)."""
+    if op.kind in INPUT_ONLY_KINDS:
+        op.body = {}
+
+
 def lookup(table: dict[str, Any], obj_id: str, what: str, param: str) -> Any:
     record = table.get(obj_id)
     if record is None:

@@ -32,7 +32,7 @@ from emulator.compute import INTERNAL_ERROR, ComputeError
 from emulator.domain import checkpoints, model_resources, routed_experts
 from emulator.domain.cascade import SESSION_NOT_ACTIVE
 from emulator.domain.catalog import BY_NAME
-from emulator.domain.common import transition
+from emulator.domain.common import release_inputs, transition
 from emulator.domain.context import Ctx
 from emulator.domain.lifecycle import OperationStatus, SessionStatus
 from emulator.domain.session_models import model_spec, session_model
@@ -85,6 +85,7 @@ def submit(state: TenantState, ctx: Ctx, session_id: str, kind: str, body: dict[
     if s.status != SessionStatus.RUNNING:
         op.error = {"code": SESSION_NOT_ACTIVE, "message": f"training session {s.id} is {s.status}, not RUNNING"}
         transition(state, op, Op.FAILED, now)
+        release_inputs(op)
         return op, False
     if s.queue is None:
         s.queue = []
@@ -195,6 +196,7 @@ def on_complete(state: TenantState, ctx: Ctx, op: Operation, at: float) -> None:
             transition(state, op, Op.FAILED, at)
         else:
             transition(state, op, Op.COMPLETED, at)
+    release_inputs(op)
     if s.queue and s.queue[0] == op.id:
         s.queue.pop(0)
     r.inflight_ops -= 1
