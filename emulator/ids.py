@@ -10,6 +10,7 @@ are part of exported state, so a restored store never reuses an id.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 _ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
@@ -25,16 +26,24 @@ def derive_int(seed: int, *parts: object, bits: int = 32) -> int:
 
 
 class IdFactory:
-    __slots__ = ("seed", "scope", "counter")
+    __slots__ = ("seed", "scope", "counter", "_prefixes")
 
     def __init__(self, seed: int, scope: str, counter: int = 0) -> None:
         self.seed = seed
         self.scope = scope
         self.counter = counter
+        self._prefixes: dict[str, Any] = {}
 
     def _digest(self, kind: str) -> bytes:
+        """``derive(seed, scope, kind, counter)``: the hash of the constant ``seed:scope:kind:`` prefix is
+        kept per kind and copied, since building a new SHA-256 object costs more than hashing an id."""
         self.counter += 1
-        return derive(self.seed, self.scope, kind, self.counter)
+        prefix = self._prefixes.get(kind)
+        if prefix is None:
+            prefix = self._prefixes[kind] = hashlib.sha256(f"{self.seed}:{self.scope}:{kind}:".encode())
+        h = prefix.copy()
+        h.update(str(self.counter).encode())
+        return h.digest()
 
     def uuid(self, kind: str = "") -> str:
         """What ``str(uuid.UUID(bytes=digest[:16], version=4))`` gives, formatted directly (it runs for

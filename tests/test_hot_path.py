@@ -24,7 +24,7 @@ from emulator.compute.inputs import check_token_range
 from emulator.compute.weights import GradAccum, setdiff_unique, union_sorted, unique_inverse
 from emulator.config import Config
 from emulator.http.routing import PathTable
-from emulator.ids import IdFactory
+from emulator.ids import IdFactory, derive
 from emulator.runtime import Runtime
 from emulator.tools.server import build_server_app
 from tests.helpers import RL, assert_error, create_resource, running_session, submit
@@ -143,11 +143,13 @@ def test_base_models_are_shared_per_seed_vocabulary_and_end_token() -> None:
 
 def test_ids_uuid_is_what_the_uuid_module_formats() -> None:
     ids = IdFactory(7, "proj")
-    for _ in range(2000):
+    for i in range(2000):
+        kind = ("x", "session", "")[i % 3]
         counter = ids.counter
-        digest = ids._digest("x")
+        digest = ids._digest(kind)
+        assert digest == derive(7, "proj", kind, counter + 1)  # the documented derivation
         ids.counter = counter
-        assert ids.uuid("x") == str(uuid.UUID(bytes=digest[:16], version=4))
+        assert ids.uuid(kind) == str(uuid.UUID(bytes=digest[:16], version=4))
 
 
 def test_rfc3339_is_what_datetime_formats() -> None:
