@@ -378,6 +378,22 @@ def test_from_state_refuses_malformed_pending_gradients(breakage: str) -> None:
     assert exc.value.code == INVALID_INPUT
 
 
+@pytest.mark.parametrize("value", [1e308, -1, 2.5, True, "3", 2**63 + 5])
+@pytest.mark.parametrize("where", ["step", "optimizer.adam_steps", "optimizer.tail_adam_steps",
+                                   "weights.base.vocab_size", "weights.base.eos_token_id"])
+def test_from_state_refuses_a_counter_that_is_not_a_plain_integer_in_range(where: str, value: Any) -> None:
+    # 1e308 was taken as a step (int(1e308)), and the next state export failed: no JSON encoder takes it.
+    state = json.loads(json.dumps(random_trained_model(seed=2, steps=2).to_state()))
+    *parents, key = where.split(".")
+    target = state
+    for name in parents:
+        target = target[name]
+    target[key] = value
+    with pytest.raises(ComputeError, match="malformed") as exc:
+        SessionModel.from_state(make_spec(), state)
+    assert exc.value.code == INVALID_INPUT
+
+
 def test_from_state_refuses_a_weight_column_past_the_vocabulary() -> None:
     state = json.loads(json.dumps(random_trained_model(seed=2, steps=2).to_state()))
     state["weights"]["entry_cols"][0] = V  # row r, column V would have been read as row r + 1, column 0

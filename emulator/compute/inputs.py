@@ -53,6 +53,18 @@ GRADIENT_DTYPES = frozenset({None, "D_TYPE_UNSPECIFIED", "D_TYPE_FLOAT32", "D_TY
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
+MAX_STATE_COUNT = 2**53  # steps and counters of an imported state: far past any run, still exact as a float
+
+
+def state_int(value: Any, what: str, lo: int = 0, hi: int = MAX_STATE_COUNT) -> int:
+    """An integer of an imported state document, which ``to_state`` wrote as a JSON integer: anything else
+    (a float, a string, a boolean, a value out of range) is a malformed state, refused before it is used
+    (a step of 1e308 became an integer that no JSON encoder takes, so the next export failed)."""
+    if type(value) is not int or not lo <= value <= hi:
+        raise invalid(f"malformed {what}: expected an integer from {lo} to {hi}, got {str(value)[:40]}")
+    return value
+
+
 def parse_int(value: Any, where: str) -> int:
     if isinstance(value, bool):
         raise invalid(f"{where}: expected an integer, got a boolean")

@@ -27,7 +27,7 @@ import numpy as np
 from emulator.compute import export as _export
 from emulator.compute.base import base_model
 from emulator.compute.errors import NON_FINITE_LOSS, RESOURCE_EXHAUSTED, ComputeError, invalid
-from emulator.compute.inputs import parse_gradients, parse_int, parse_samples, parse_tokens
+from emulator.compute.inputs import parse_gradients, parse_int, parse_samples, parse_tokens, state_int
 from emulator.compute.losses import compute, parse_loss
 from emulator.compute.optim import OptState, optim_step
 from emulator.compute.sampling import generate, parse_sampling_params, topk_row
@@ -242,7 +242,7 @@ class SessionModel:
         opt_state = state.get("optimizer")
         if load_optimizer and opt_state is not None:
             model._opt = OptState.from_state(opt_state, weights)
-            model.step = int(state.get("step", 0))
+            model.step = state_int(state.get("step", 0), "model state: step")
             pend = state.get("pending_gradients")
             if pend:
                 try:
@@ -258,7 +258,7 @@ class SessionModel:
         else:
             model._opt = OptState.zeros(weights)
             model.step = 0
-        model._export_step = int(state.get("step", 0))
+        model._export_step = state_int(state.get("step", 0), "model state: step")
         return model
 
     def export_files(self, variant: str) -> list[tuple[str, bytes]]:

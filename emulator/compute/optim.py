@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from emulator.compute.errors import RESOURCE_EXHAUSTED, ComputeError, invalid
-from emulator.compute.inputs import parse_float, parse_int
+from emulator.compute.inputs import parse_float, parse_int, state_int
 from emulator.compute.spec import (
     ADAM_DEFAULTS,
     MAX_ENTRIES,
@@ -90,7 +90,8 @@ class OptState:
                            np.asarray(state["muon_momentum"], dtype=_F64),
                            np.asarray(state["tail_adam_m"], dtype=_F64),
                            np.asarray(state["tail_adam_v"], dtype=_F64),
-                           int(state["adam_steps"]), int(state["tail_adam_steps"]))
+                           state_int(state["adam_steps"], "optimizer state: adam_steps"),
+                           state_int(state["tail_adam_steps"], "optimizer state: tail_adam_steps"))
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise invalid(f"malformed optimizer state: {exc}") from exc
         n, r = weights.num_entries, weights.rows.size

@@ -30,6 +30,7 @@ import numpy as np
 
 from emulator.compute.base import BaseModel, base_model
 from emulator.compute.errors import invalid
+from emulator.compute.inputs import state_int
 
 _I64 = np.int64
 _F64 = np.float64
@@ -419,7 +420,9 @@ class Weights:
     def from_state(state: dict[str, Any]) -> Weights:
         try:
             b = state["base"]
-            base = base_model(int(b["seed"]), int(b["vocab_size"]), int(b["eos_token_id"]))
+            vocab = state_int(b["vocab_size"], "weights state: base.vocab_size", 1, 2**31)
+            base = base_model(state_int(b["seed"], "weights state: base.seed", 0, 2**64),
+                              vocab, state_int(b["eos_token_id"], "weights state: base.eos_token_id", 0, vocab - 1))
             v = base.vocab_size
             keys = flat_keys(state["entry_rows"], state["entry_cols"], v, "weights")
             w = Weights(base, keys, np.asarray(state["entry_base"], dtype=_F64),
