@@ -24,6 +24,9 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 PROFILES = ("instant", "realistic")
 
 
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
+
+
 class ConfigError(ValueError):
     pass
 
@@ -62,6 +65,8 @@ class Config:
             raise ConfigError(f"--speed must be > 0 and at most {MAX_SPEED:g}")
         if not 0 <= self.port <= 65535:
             raise ConfigError("--port must be 0-65535")
+        if not SEED_MIN <= self.seed <= SEED_MAX:  # exported state carries it: JSON encoders take 64 bits
+            raise ConfigError(f"--seed must be a 64-bit signed integer ({SEED_MIN} to {SEED_MAX})")
         if self.profile not in PROFILES:
             raise ConfigError(f"--profile must be one of {', '.join(PROFILES)}")
         if self.log_level not in LOG_LEVELS:

@@ -75,6 +75,24 @@ def test_admin_set_seed_without_body_uses_the_start_seed() -> None:
         assert client.post("/_emulator/seed").json() == {"seed": 7}
 
 
+def test_a_seed_past_64_bits_is_refused_everywhere_it_can_be_given() -> None:
+    # Exported state carries the seed and JSON encoders take 64-bit integers: such a seed made every export
+    # (and, with --state-file, start-up) fail with a traceback.
+    for bad in (2**63, -(2**63) - 1):
+        with pytest.raises(ConfigError, match="--seed"):
+            Config(clock="manual", seed=bad)
+    runtime = Runtime(Config(clock="manual", seed=2**63 - 1))
+    with make_client(runtime) as client:
+        for path in ("/_emulator/seed", "/_emulator/reset"):
+            assert_error(client.post(path, json={"seed": 2**63 + 5}), 400)
+        doc = client.get("/_emulator/state").json()
+        assert doc["seed"] == 2**63 - 1
+        for bad_seed in (2**63 + 5, 1e308):
+            error = assert_error(client.put("/_emulator/state", json={**doc, "seed": bad_seed}), 400)
+            assert error["code"] == "invalid_state", error
+        assert client.get("/_emulator/state").json() == doc
+
+
 def test_clock_advance_still_needs_seconds(client: TestClient) -> None:
     error = assert_error(client.post("/_emulator/clock/advance"), 400)
     assert "required" in error["message"]

@@ -229,7 +229,7 @@ def _state_schema(events: Collection[str]) -> dict[str, Any]:
         "properties": {
             "format": {"const": STATE_FORMAT},
             "version": {"const": STATE_VERSION},
-            "seed": {"type": "integer"},
+            "seed": {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1},
             "clock": {"type": "object", "properties": {"now": {"type": "string", "format": "date-time"}}},
             "presigned": {"type": "object", "additionalProperties": grant},
             "tenants": {"type": "object", "additionalProperties": {
