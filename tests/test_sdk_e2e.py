@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from emulator.config import Config
@@ -133,8 +134,12 @@ def test_sdk_large_payload_goes_through_upload(sdk_env: str, server: tuple[str, 
         uploaded = [p for p in state.payloads.values() if p.session_id == session.session_id and p.data]
         ops = [o for o in state.operations.values() if o.session_id == session.session_id]
         assert len(uploaded) == 1
-        # The operation ran on the uploaded body (40 full samples), not the truncated inline stand-in.
-        assert len(ops[-1].body["samples"]) == 40
-        assert len(ops[-1].body["samples"][0]["loss_fn_inputs"]["target_tokens"]["data"]) == 1198
+        sent = orjson.loads(uploaded[0].data)
+        assert len(sent["samples"]) == 40
+        assert len(sent["samples"][0]["loss_fn_inputs"]["target_tokens"]["data"]) == 1198
+        # The operation ran on the uploaded body (40 samples of 1,000 weighted tokens each), not the truncated
+        # inline stand-in. (A finished forward-backward keeps no copy of its body: its output tells.)
+        assert ops[-1].status == "TRAINING_OPERATION_STATUS_COMPLETED" and ops[-1].body == {}
+        assert ops[-1].output["metrics"]["loss/num_tokens"] == 40 * 1000
     session.stop()
     resources.stop()
