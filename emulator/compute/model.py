@@ -239,10 +239,11 @@ class SessionModel:
             raise invalid(f"checkpoint vocabulary {weights.vocab_size} does not match the model's "
                           f"{model.vocab_size}")
         model._weights = weights
+        step = state_int(state.get("step", 0), "model state: step")
         opt_state = state.get("optimizer")
         if load_optimizer and opt_state is not None:
             model._opt = OptState.from_state(opt_state, weights)
-            model.step = state_int(state.get("step", 0), "model state: step")
+            model.step = step
             pend = state.get("pending_gradients")
             if pend:
                 try:
@@ -258,7 +259,7 @@ class SessionModel:
         else:
             model._opt = OptState.zeros(weights)
             model.step = 0
-        model._export_step = state_int(state.get("step", 0), "model state: step")
+        model._export_step = step
         return model
 
     def export_files(self, variant: str) -> list[tuple[str, bytes]]:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from emulator.errors import PayloadTooLarge, render_error
 
-__all__ = ["ASGIApp", "Message", "Receive", "Scope", "Send", "base_url", "declares_body", "header", "lifespan",
-           "limited_receive", "read_body", "send_error", "send_json"]
+__all__ = ["ASGIApp", "Message", "Receive", "Scope", "Send", "base_url", "declares_body", "encoded_slash", "header",
+           "lifespan", "limited_receive", "read_body", "send_error", "send_json"]
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
@@ -85,6 +85,12 @@ def declares_body(scope: Scope) -> bool:
     to be received or counted for it (most GETs)."""
     length = header(scope, b"content-length")
     return (length is not None and length != "0") or header(scope, b"transfer-encoding") is not None
+
+
+def encoded_slash(raw_path: bytes | None) -> TypeGuard[bytes]:
+    """Whether the path as sent has a percent-encoded ``/``: data inside a segment (RFC 3986 section 2.2),
+    which the decoded ``scope["path"]`` no longer tells apart from a separator."""
+    return raw_path is not None and (b"%2F" in raw_path or b"%2f" in raw_path)
 
 
 def base_url(scope: Scope) -> str:

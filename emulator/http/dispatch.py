@@ -21,6 +21,7 @@ from emulator.http.asgi import (
     Send,
     base_url,
     declares_body,
+    encoded_slash,
     operation_id,
     read_body,
     send_json,
@@ -62,9 +63,9 @@ class Dispatcher:
             return
         op = operation_id(scope)
         if op is None:
-            raw = scope.get("raw_path") or b""
+            raw = scope.get("raw_path")
             # (as sent when an encoded slash kept a segment whole: the decoded path may name a real endpoint)
-            shown = raw.decode("latin-1") if b"%2F" in raw or b"%2f" in raw else scope["path"]
+            shown = raw.decode("latin-1") if encoded_slash(raw) else scope["path"]
             raise NotFound(f"no endpoint {scope['method']} {shown}", code="unknown_endpoint")
         handler = handler_for(op)
         if handler is None:

@@ -17,7 +17,7 @@ from urllib.parse import unquote
 from connexion.middleware.routing import RoutingMiddleware
 
 from emulator.errors import MethodNotAllowed
-from emulator.http.asgi import ASGIApp, Receive, Scope, Send
+from emulator.http.asgi import ASGIApp, Receive, Scope, Send, encoded_slash
 
 ROUTING = "connexion_routing"
 
@@ -58,22 +58,21 @@ class PathTable:
               ) -> tuple[tuple[str, str] | None, dict[str, str], set[str]]:
         """((operationId, base path) or None, path params, methods answered at the path). ``raw_path``
         (still percent-encoded) is read only when it has an encoded slash: that slash is part of a
-        segment, e.g. a fault rule named ``a/b`` in ``/_emulator/faults/a%2Fb`` (RFC 3986 section 2.2),
-        which the decoded ``path`` no longer tells apart from a separator."""
-        if raw_path is not None and (b"%2F" in raw_path or b"%2f" in raw_path):
-            raw = raw_path.decode("latin-1")
-            if not raw.startswith("/") or "//" in raw:
-                return None, {}, set()
-            segments = [unquote(segment) for segment in raw[1:].split("/")]
+        segment, e.g. a fault rule named ``a/b`` in ``/_emulator/faults/a%2Fb``."""
+        encoded = encoded_slash(raw_path)
+        if encoded:
+            path = raw_path.decode("latin-1")  # type: ignore[union-attr]  # (encoded: not None)
         else:
             methods = self.literal.get(path)
             if methods is not None:
                 target = methods.get(method) or (methods.get("GET") if method == "HEAD" else None)
                 if target is not None:  # else a {param} route may still take the method: walk the trie
                     return target, {}, set()
-            if not path.startswith("/") or "//" in path:
-                return None, {}, set()
-            segments = path[1:].split("/")
+        if not path.startswith("/") or "//" in path:
+            return None, {}, set()
+        segments = path[1:].split("/")
+        if encoded:
+            segments = [unquote(segment) for segment in segments]
         if segments and segments[-1] == "" and len(segments) > 1:
             return None, {}, set()  # a trailing slash names no operation
         followed = self._follow(segments)
