@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from starlette.testclient import TestClient
 from emulator.compute import SessionModel
 from tests.helpers import (
     RL,
+    advance,
     assert_error,
     ce_sample,
     create_resource,
@@ -268,19 +270,76 @@ def test_checkpoints_list_get_download_and_files(client: TestClient) -> None:
             assert blob.status_code == 200 and len(blob.content) == int(f["size"])
 
 
+def _uploaded_payload(client: TestClient, sid: str, body: dict[str, Any]) -> str:
+    up = client.post(f"{RL}/training-sessions/{sid}/payloads/upload-url").json()
+    assert client.put(up["upload_url"], content=json.dumps(body), headers={"Authorization": ""}).status_code == 200
+    return str(up["payload_id"])
+
+
 def test_payload_upload_is_used_by_the_operation(client: TestClient) -> None:
     s = running_session(client)
-    up = client.post(f"{RL}/training-sessions/{s['id']}/payloads/upload-url").json()
-    import json
-
-    assert client.put(up["upload_url"], content=json.dumps(FB), headers={"Authorization": ""}).status_code == 200
-    truncated = {"loss": FB["loss"], "samples": [ce_sample([1], [2])], "payload_id": up["payload_id"]}
+    pid = _uploaded_payload(client, s["id"], FB)
+    truncated = {"loss": FB["loss"], "samples": [ce_sample([1], [2])], "payload_id": pid}
     direct = run_op(client, s["id"], "forward-backward", {**FB, "forward_only": True})["output"]["loss"]
     via_payload = run_op(client, s["id"], "forward-backward", truncated)["output"]["loss"]
     assert via_payload == direct
-    down = client.post(f"{RL}/training-sessions/{s['id']}/payloads/{up['payload_id']}/download-url").json()
-    assert json.loads(client.get(down["download_url"]).content) == FB
     assert_error(client.post(f"{RL}/training-sessions/{s['id']}/payloads/nope/download-url"), 404)
+
+
+def _realistic_running_session(client: TestClient) -> dict[str, Any]:
+    r = create_resource(client)
+    advance(client, 3600)
+    s = create_session(client, r["id"])
+    advance(client, 600)
+    assert get_session(client, s["id"])["status"] == "TRAINING_SESSION_STATUS_RUNNING"
+    return s
+
+
+def _payload_ref(pid: str) -> dict[str, Any]:
+    return {"loss": FB["loss"], "samples": [ce_sample([1], [2])], "payload_id": pid}
+
+
+def test_payload_is_kept_until_the_operation_that_read_it_finishes(realistic_client: TestClient) -> None:
+    client = realistic_client
+    s = _realistic_running_session(client)
+    pid = _uploaded_payload(client, s["id"], FB)
+    down = client.post(f"{RL}/training-sessions/{s['id']}/payloads/{pid}/download-url").json()["download_url"]
+    reader = submit(client, s["id"], "forward-backward", _payload_ref(pid), key="reader")
+    assert reader.status_code == 200, reader.text
+    op_id = reader.json()["id"]
+    assert json.loads(client.get(down).content) == FB        # its reader has not finished: still there
+    second = submit(client, s["id"], "forward-backward", _payload_ref(pid))
+    assert second.status_code == 200, second.text             # ... and another call may still name it
+    doc = client.get("/_emulator/state").json()               # ... and an export carries it
+    assert client.put("/_emulator/state", json=doc).status_code == 200
+    advance(client, 600)
+    done = client.get(f"{RL}/training-sessions/{s['id']}/operations/forward-backward/{op_id}").json()
+    assert done["status"] == "TRAINING_OPERATION_STATUS_COMPLETED", done
+    # The reader finished: the bytes are gone, and each way to them names the operation that read them.
+    gone = assert_error(client.get(down), 404)
+    assert op_id in gone["message"] and gone["code"] == "no_such_object"
+    refused = assert_error(client.post(f"{RL}/training-sessions/{s['id']}/payloads/{pid}/download-url"), 400)
+    assert op_id in refused["message"] and refused["param"] == "payload_id"
+    err = assert_error(submit(client, s["id"], "forward-backward", _payload_ref(pid)), 400)
+    assert op_id in err["message"] and "upload the body again" in err["message"], err
+    [payload] = next(iter(client.get("/_emulator/state").json()["tenants"].values()))["payloads"]
+    assert payload["data"] is None and payload["released_by"] == op_id
+    # A retry of the reader with its Idempotency-Key needs no payload: it answers the operation it made.
+    retry = submit(client, s["id"], "forward-backward", _payload_ref(pid), key="reader")
+    assert retry.status_code == 200 and retry.json()["id"] == op_id
+
+
+def test_payload_of_an_operation_failed_by_a_stop_is_released(realistic_client: TestClient) -> None:
+    client = realistic_client
+    s = _realistic_running_session(client)
+    pid = _uploaded_payload(client, s["id"], FB)
+    reader = submit(client, s["id"], "forward-backward", _payload_ref(pid))
+    assert reader.status_code == 200, reader.text
+    assert client.post(f"{RL}/training-sessions/{s['id']}/stop").status_code == 200
+    op = client.get(f"{RL}/training-sessions/{s['id']}/operations/forward-backward/{reader.json()['id']}").json()
+    assert op["status"] == "TRAINING_OPERATION_STATUS_FAILED", op
+    refused = assert_error(client.post(f"{RL}/training-sessions/{s['id']}/payloads/{pid}/download-url"), 400)
+    assert reader.json()["id"] in refused["message"]
 
 
 def test_supported_models_lists_the_catalog(client: TestClient) -> None:

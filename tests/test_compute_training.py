@@ -271,6 +271,20 @@ def test_non_finite_loss_is_reported_and_changes_nothing() -> None:
     assert np.isfinite(model.forward_backward([s], {"type": "LOSS_TYPE_IMPORTANCE_SAMPLING"})["loss"])
 
 
+@pytest.mark.parametrize("adam,muon", [({"learning_rate": 1e300, "weight_decay": 1e300}, None),
+                                       ({"learning_rate": 1e308}, None),
+                                       (None, {"learning_rate": 1e300, "weight_decay": 1e300})])
+def test_an_overflowing_optimizer_step_is_reported_quietly_and_changes_nothing(adam: Any, muon: Any) -> None:
+    # pytest turns warnings into errors here: numpy's RuntimeWarning (0 * inf on a new entry) would fail it.
+    model = SessionModel(make_spec(optimizer="muon" if muon else "adam"))
+    model.forward_backward([sft_datum([1, 2, 3])], CE)
+    before = model.to_state()
+    with pytest.raises(ComputeError) as exc:
+        model.optim_step(adam, muon)
+    assert exc.value.code == NON_FINITE_LOSS, exc.value.message
+    assert model.to_state() == before
+
+
 @pytest.mark.parametrize("adam,muon", [({"learning_rate": -1}, None), ({"beta1": 1.0}, None),
                                        ({"eps": 0}, None), ({"grad_clip_norm": -1}, None),
                                        (None, {"momentum": 1.5}),

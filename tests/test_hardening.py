@@ -400,6 +400,28 @@ def test_state_file_replays_resets_and_dropped_weights(tmp_path: Path) -> None:
     assert len(restored.export_state()["tenants"]) == 1
 
 
+def test_state_file_drops_a_released_payload(tmp_path: Path) -> None:
+    """An uploaded payload is journaled with its bytes, and again without them once the operation that
+    read them has finished: a restart must not bring the bytes back (nor a long loop grow the file)."""
+    state_file = tmp_path / "state.json"
+    runtime = Runtime(Config(clock="manual", state_file=str(state_file)))
+    body = {"loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}, "samples": [ce_sample([1, 2], [3, 4, 5])]}
+    with make_client(runtime) as client:
+        sid = running_session(client)["id"]
+        upload = _upload_url(client, sid)
+        assert client.put(_local(upload["upload_url"]), content=orjson.dumps(body)).status_code == 200
+        ref = {**body, "payload_id": upload["payload_id"]}
+        op = submit(client, sid, "forward-backward", ref).json()
+        done = client.get(f"{RL}/training-sessions/{sid}/operations/forward-backward/{op['id']}").json()
+        assert done["status"] == "TRAINING_OPERATION_STATUS_COMPLETED", done
+        assert create_resource(client)  # the next write carries what the read settled
+    restored = Runtime(Config(clock="manual", state_file=str(state_file)))
+    assert restored.export_state()["tenants"] == runtime.export_state()["tenants"]
+    [tenant] = restored.export_state()["tenants"].values()
+    assert [(p["data"], p["released_by"]) for p in tenant["payloads"]] == [(None, op["id"])]
+    assert b"__bytes__" not in state_file.read_bytes().splitlines()[-1]
+
+
 def test_state_file_is_compacted_into_one_document(tmp_path: Path) -> None:
     state_file = tmp_path / "state.json"
     runtime = Runtime(Config(clock="manual", state_file=str(state_file)))

@@ -35,7 +35,7 @@ def fail_operations(state: TenantState, s: Session, at: float) -> None:
         op.error = {"code": SESSION_NOT_ACTIVE, "message": f"training session {s.id} stopped before the "
                     "operation finished"}
         transition(state, op, OperationStatus.FAILED, at)
-        release_inputs(op)
+        release_inputs(state, op)
         r.inflight_ops -= 1
     s.queue = None
     s.busy_until = None

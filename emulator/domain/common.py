@@ -31,10 +31,18 @@ def transition(state: TenantState, record: Any, new: StrEnum, at: float, **extra
 INPUT_ONLY_KINDS = frozenset({"forward-backward", "custom-forward-backward"})
 
 
-def release_inputs(op: Any) -> None:
-    """Drop a finished operation's body if nothing reads it any more (see ``INPUT_ONLY_KINDS``)."""
+def release_inputs(state: TenantState, op: Any) -> None:
+    """Drop what a finished operation no longer needs: its body if nothing reads it any more (see
+    ``INPUT_ONLY_KINDS``), and the bytes of the uploaded payload it was read from. The SDK uploads every
+    body over 0.5 MiB, once per call; kept, those bytes grew a long loop by a batch per step. The
+    operation's body already holds what was read from them."""
     if op.kind in INPUT_ONLY_KINDS:
         op.body = {}
+    if op.payload_id is not None:
+        payload = state.payloads.get(op.payload_id)
+        if payload is not None and payload.data is not None:
+            payload.data = None
+            payload.released_by = op.id
 
 
 def lookup(table: dict[str, Any], obj_id: str, what: str, param: str) -> Any:

@@ -35,6 +35,7 @@ from emulator.domain.catalog import BY_NAME
 from emulator.domain.common import release_inputs, transition
 from emulator.domain.context import Ctx
 from emulator.domain.lifecycle import OperationStatus, SessionStatus
+from emulator.domain.payloads import released_message
 from emulator.domain.session_models import model_spec, session_model
 from emulator.errors import FailedPrecondition, IdempotencyKeyReused, InvalidRequest, NotFound, shorten
 from emulator.ids import derive_int
@@ -73,19 +74,19 @@ def submit(state: TenantState, ctx: Ctx, session_id: str, kind: str, body: dict[
     if kind == "sample" and r.num_generator_replicas == 0 and s.status == SessionStatus.RUNNING:
         raise FailedPrecondition(f"model resource {r.id} has no generator replicas (num_generator_replicas=0); "
                                  "it cannot sample", param="session_id")
-    effective = _resolve_payload(state, s, body)
+    effective, payload_id = _resolve_payload(state, s, body)
     _check_request(kind, effective)
     now = ctx.now
     op = Operation(id=state.ids.uuid("operation"), session_id=s.id, kind=kind, status=Op.PENDING.value,
                    created_at=now, updated_at=now, body=effective, body_hash=digest,
-                   idempotency_key=idempotency_key)
+                   idempotency_key=idempotency_key, payload_id=payload_id)
     state.operations[op.id] = op
     state.idempotency[key] = op.id
     state.log(now, "operation", op.id, None, op.status, op_kind=kind)
     if s.status != SessionStatus.RUNNING:
         op.error = {"code": SESSION_NOT_ACTIVE, "message": f"training session {s.id} is {s.status}, not RUNNING"}
         transition(state, op, Op.FAILED, now)
-        release_inputs(op)
+        release_inputs(state, op)
         return op, False
     if s.queue is None:
         s.queue = []
@@ -97,13 +98,17 @@ def submit(state: TenantState, ctx: Ctx, session_id: str, kind: str, body: dict[
     return op, False
 
 
-def _resolve_payload(state: TenantState, s: Session, body: dict[str, Any]) -> dict[str, Any]:
+def _resolve_payload(state: TenantState, s: Session, body: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The body to run: the uploaded payload's when the request names one, with the payload's id."""
     payload_id = body.get("payload_id")
     if not payload_id:
-        return body
+        return body, None
     payload = state.payloads.get(payload_id)
     if payload is None or payload.session_id != s.id:
         raise InvalidRequest(f"payload {payload_id!r} was not created for this session", param="payload_id")
+    if payload.released_by is not None:
+        raise InvalidRequest(released_message(payload) + "; upload the body again (a new upload URL)",
+                             param="payload_id")
     if payload.data is None:
         raise InvalidRequest(f"payload {payload_id!r} has not been uploaded", param="payload_id")
     try:
@@ -113,7 +118,7 @@ def _resolve_payload(state: TenantState, s: Session, body: dict[str, Any]) -> di
     if not isinstance(uploaded, dict):
         raise InvalidRequest(f"payload {payload_id!r} must hold a JSON object", param="payload_id")
     uploaded.pop("payload_id", None)
-    return uploaded
+    return uploaded, payload.id
 
 
 def _check_request(kind: str, body: dict[str, Any]) -> None:
@@ -196,7 +201,7 @@ def on_complete(state: TenantState, ctx: Ctx, op: Operation, at: float) -> None:
             transition(state, op, Op.FAILED, at)
         else:
             transition(state, op, Op.COMPLETED, at)
-    release_inputs(op)
+    release_inputs(state, op)
     if s.queue and s.queue[0] == op.id:
         s.queue.pop(0)
     r.inflight_ops -= 1

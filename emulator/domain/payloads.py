@@ -4,6 +4,11 @@ The SDK uploads operation bodies over 0.5 MiB to a presigned URL and submits ``p
 truncated inline body; the operation then runs on the uploaded bytes. The presigned URLs point at
 the emulator itself (``/_files/payloads/<token>``, issued by the handlers) and need no auth, like the
 real ones.
+
+Where it differs: the emulator releases a payload's bytes when the first operation that read them
+finishes (:func:`emulator.domain.common.release_inputs`); afterwards a download or another operation
+naming it is refused with a message saying so. How long the real service keeps an uploaded payload
+is undocumented; the SDK uploads a new one for every call and never downloads its own uploads.
 """
 
 from __future__ import annotations
@@ -27,9 +32,16 @@ def download(state: TenantState, session_id: str, payload_id: str) -> Payload:
     payload = state.payloads.get(payload_id)
     if payload is None or payload.session_id != session_id:
         raise NotFound(f"payload {payload_id!r} not found on session {session_id}", param="payload_id")
+    if payload.released_by is not None:
+        raise FailedPrecondition(released_message(payload), param="payload_id")
     if payload.data is None:
         raise FailedPrecondition(f"payload {payload_id!r} has not been uploaded yet", param="payload_id")
     return payload
+
+
+def released_message(payload: Payload) -> str:
+    return (f"payload {payload.id!r} is no longer kept: operation {payload.released_by} read it and has finished, "
+            "which releases an uploaded payload's data")
 
 
 def put(state: TenantState, payload_id: str, data: bytes) -> None:

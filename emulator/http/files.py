@@ -64,8 +64,9 @@ class FileServer:
         with self.runtime.store.transaction(grant.project, write=False) as state:
             payload = state.payloads.get(grant.object_id)
             data = payload.data if payload is not None else None
+            released = payloads.released_message(payload) if payload is not None and payload.released_by else None
         if data is None:
-            raise NotFound("no such object", code="no_such_object")
+            raise NotFound(released or "no such object", code="no_such_object")
         await _send_bytes(send, data, b"application/json", method)
 
     async def _checkpoint_file(self, token: str, name: str, method: str, send: Send) -> None:

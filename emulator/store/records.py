@@ -117,6 +117,7 @@ class Operation:
     output: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     fault_code: str | None = None           # fault effect: end FAILED with this code
+    payload_id: str | None = None           # the uploaded payload its body came from
 
 
 @dataclass(slots=True)
@@ -140,6 +141,7 @@ class Payload:
     session_id: str
     data: bytes | None = None
     created_at: float = 0.0
+    released_by: str | None = None  # the operation whose end released ``data``
 
 
 @dataclass(slots=True)

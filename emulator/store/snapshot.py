@@ -59,7 +59,7 @@ class TenantMemo:
     """What a journal already holds of one tenant, so the next line carries only what changed.
 
     Records are remembered by the hash of their JSON (or as final: an operation that finished, a
-    checkpoint, an uploaded payload never change again), models by identity and version, published
+    checkpoint, a payload whose data was released never change again), models by identity and version, published
     weights by identity (they are replaced, never edited), idempotency keys by count (only added).
     """
 
@@ -76,7 +76,7 @@ FINISHED_OPERATIONS = frozenset({records.OperationStatus.COMPLETED.value, record
 _FINAL: dict[str, Any] = {
     "operations": lambda r: r.status in FINISHED_OPERATIONS,
     "checkpoints": lambda r: True,
-    "payloads": lambda r: r.data is not None,
+    "payloads": lambda r: r.released_by is not None,  # uploaded bytes stay until an operation has read them
 }
 
 
