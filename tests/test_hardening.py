@@ -195,10 +195,23 @@ def _first_tenant(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("breakage", ["tenants_not_object", "unknown_status", "dangling_session", "bad_time",
-                                      "unknown_event", "extra_field", "model_garbage"])
+                                      "unknown_event", "extra_field", "model_garbage", "dangling_payload",
+                                      "released_by_nothing", "released_with_data"])
 def test_admin_import_state_refuses_a_malformed_document(client: TestClient, breakage: str) -> None:
     doc = _exported(client)
     tenant = _first_tenant(doc)
+    if breakage in ("dangling_payload", "released_by_nothing", "released_with_data"):
+        sid = tenant["sessions"][0]["id"]
+        upload = _upload_url(client, sid)
+        assert client.put(_local(upload["upload_url"]), content=b'{"samples": []}').status_code == 200
+        op = submit(client, sid, "optim-step", {}).json()
+        doc = client.get("/_emulator/state").json()
+        tenant = _first_tenant(doc)
+        [payload] = tenant["payloads"]  # uploaded, read by no operation: it keeps its data
+        if breakage == "dangling_payload":
+            next(o for o in tenant["operations"] if o["id"] == op["id"])["payload_id"] = "nope"
+        else:
+            payload["released_by"] = "nope" if breakage == "released_by_nothing" else op["id"]
     if breakage == "tenants_not_object":
         doc["tenants"] = [1, 2]
     elif breakage == "unknown_status":
@@ -216,6 +229,9 @@ def test_admin_import_state_refuses_a_malformed_document(client: TestClient, bre
     before = client.get("/_emulator/state").json()
     error = assert_error(client.put("/_emulator/state", json=doc), 400)
     assert error["code"] == "invalid_state"
+    said = {"dangling_payload": "payload_id names 'nope'", "released_by_nothing": "released_by names 'nope'",
+            "released_with_data": "has data and released_by"}
+    assert said.get(breakage, "") in error["message"], error
     assert client.get("/_emulator/state").json() == before  # nothing was touched
 
 

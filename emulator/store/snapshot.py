@@ -336,8 +336,14 @@ def _check_references(state: TenantState, project: str, data: dict[str, Any]) ->
             need(state.checkpoints, cid, f"session {s.id}'s checkpoints")
     for op in state.operations.values():
         need(state.sessions, op.session_id, f"operation {op.id}'s session_id")
+        if op.payload_id is not None:
+            need(state.payloads, op.payload_id, f"operation {op.id}'s payload_id")
     for p in state.payloads.values():
         need(state.sessions, p.session_id, f"payload {p.id}'s session_id")
+        if p.released_by is not None:
+            need(state.operations, p.released_by, f"payload {p.id}'s released_by")
+            if p.data is not None:
+                raise StateError(f"{where}: payload {p.id} has data and released_by; a released payload has none")
     for sid in data.get("models") or {}:
         need(state.sessions, sid, "models")
     for key in data.get("published") or {}:
