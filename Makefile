@@ -44,7 +44,7 @@ screenshot: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/ruff check emulator contract_tests bench tests --select E,F,W,I,B --ignore E501,B905
-	$(BIN)/mypy emulator contract_tests
+	$(BIN)/mypy emulator contract_tests bench
 
 # The server and the contract suite ship copies of the root openapi.yaml (a test keeps them identical).
 sync-spec:

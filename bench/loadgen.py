@@ -31,8 +31,8 @@ def _apt_install(log: Any) -> str | None:
                 log(f"  $ {' '.join(cmd)}")
                 done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
                 if done.returncode != 0:
-                    last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["failed"]
-                    last = f"{' '.join(cmd)}: {last[0]}"
+                    said = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["failed"]
+                    last = f"{' '.join(cmd)}: {said[0]}"
                     break
             else:
                 if shutil.which("wrk"):

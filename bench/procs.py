@@ -63,7 +63,7 @@ class Server:
         parts = urlsplit(self.url)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=2)
+            conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=2)
             try:
                 conn.request("GET", path)
                 conn.getresponse().read()

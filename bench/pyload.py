@@ -13,7 +13,8 @@ import json
 import re
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from bench.stats import MARK, percentile
@@ -48,6 +49,14 @@ def build(
     for name, value in (extra or {}).items():
         lines.append(f"{name}: {value}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")
+
+
+class Machine(Protocol):
+    """One connection's request generator: what to send next, and what the answer changes."""
+
+    def request(self) -> bytes: ...
+
+    def response(self, status: int, body: bytes) -> None: ...
 
 
 class Static:
@@ -149,31 +158,33 @@ class Loop:
         oid = m_id.group(1).decode() if m_id else None
         status = m_st.group(1).decode() if m_st else None
         st = self.state
-        if st in (0, 2, 4, 6) and oid is None:
-            self._restart()
-        elif st == 0:
-            self.rid, self.state = oid, 1
+        if st in (0, 2, 4, 6):  # an answer that created something: its id is the next step's
+            if oid is None:
+                self._restart()
+            elif st == 0:
+                self.rid, self.state = oid, 1
+            elif st == 2:
+                self.sid, self.state = oid, 3
+            elif st == 4:
+                self.oid, self.state = oid, 5
+            else:
+                self.oid, self.state = oid, 7
         elif st == 1:
             if self._poll(status, "READY"):
                 self.state = 2
-        elif st == 2:
-            self.sid, self.state = oid, 3
         elif st == 3:
             if self._poll(status, "RUNNING"):
                 self.state = 4
-        elif st == 4:
-            self.oid, self.state = oid, 5
         elif st == 5:
             if self._poll(status, "COMPLETED"):
                 self.state = 6
-        elif st == 6:
-            self.oid, self.state = oid, 7
         elif self._poll(status, "COMPLETED"):
             self.loops += 1
             self.state = 0
 
 
-SCENARIOS = {"static": Static, "create_session": CreateSession, "loop": Loop}
+SCENARIOS: dict[str, Callable[[dict[str, Any], str, int], Machine]] = {
+    "static": Static, "create_session": CreateSession, "loop": Loop}
 
 
 async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
