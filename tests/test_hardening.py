@@ -196,11 +196,11 @@ def _first_tenant(doc: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("breakage", ["tenants_not_object", "unknown_status", "dangling_session", "bad_time",
                                       "unknown_event", "extra_field", "model_garbage", "dangling_payload",
-                                      "released_by_nothing", "released_with_data"])
+                                      "released_by_nothing", "released_with_data", "released_output_kept"])
 def test_admin_import_state_refuses_a_malformed_document(client: TestClient, breakage: str) -> None:
     doc = _exported(client)
     tenant = _first_tenant(doc)
-    if breakage in ("dangling_payload", "released_by_nothing", "released_with_data"):
+    if breakage in ("dangling_payload", "released_by_nothing", "released_with_data", "released_output_kept"):
         sid = tenant["sessions"][0]["id"]
         upload = _upload_url(client, sid)
         assert client.put(_local(upload["upload_url"]), content=b'{"samples": []}').status_code == 200
@@ -208,8 +208,12 @@ def test_admin_import_state_refuses_a_malformed_document(client: TestClient, bre
         doc = client.get("/_emulator/state").json()
         tenant = _first_tenant(doc)
         [payload] = tenant["payloads"]  # uploaded, read by no operation: it keeps its data
+        exported_op = next(o for o in tenant["operations"] if o["id"] == op["id"])
         if breakage == "dangling_payload":
-            next(o for o in tenant["operations"] if o["id"] == op["id"])["payload_id"] = "nope"
+            exported_op["payload_id"] = "nope"
+        elif breakage == "released_output_kept":
+            assert exported_op["output"], exported_op
+            exported_op["output_released"] = True
         else:
             payload["released_by"] = "nope" if breakage == "released_by_nothing" else op["id"]
     if breakage == "tenants_not_object":
@@ -230,7 +234,7 @@ def test_admin_import_state_refuses_a_malformed_document(client: TestClient, bre
     error = assert_error(client.put("/_emulator/state", json=doc), 400)
     assert error["code"] == "invalid_state"
     said = {"dangling_payload": "payload_id names 'nope'", "released_by_nothing": "released_by names 'nope'",
-            "released_with_data": "has data and released_by"}
+            "released_with_data": "has data and released_by", "released_output_kept": "has an output and output_released"}
     assert said.get(breakage, "") in error["message"], error
     assert client.get("/_emulator/state").json() == before  # nothing was touched
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -13,7 +14,7 @@ from starlette.testclient import TestClient
 from emulator.config import Config, ConfigError
 from emulator.runtime import Runtime
 from tests.conftest import make_client
-from tests.helpers import RL, assert_error, create_session, ready_resource
+from tests.helpers import RL, assert_error, create_session, ready_resource, run_op, running_session, submit
 
 MINIMAX = "MiniMaxAI/MiniMax-M3"
 
@@ -50,6 +51,7 @@ def test_create_session_caps_follow_the_limits_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("text", "problem"), [
     ("max_lora_sessions: 0\n", "max_lora_sessions must be a whole number >= 1"),
+    ("operation_outputs_mib_per_tenant: 0.5\n", "operation_outputs_mib_per_tenant must be a whole number >= 1"),
     ("max_lora_sessions: true\n", "max_lora_sessions must be a whole number >= 1"),
     ("max_sessions: 3\n", "unknown limits keys: max_sessions"),
     ("models: {Qwen/Qwen3.8-27B: {max_rank: 3}}\n", "unknown limits keys: models.Qwen/Qwen3.8-27B.max_rank"),
@@ -76,3 +78,65 @@ def test_serve_reads_the_limits_file_from_the_environment(tmp_path: Path) -> Non
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"emulator: --limits-file {path}: max_full_weight_sessions must be a whole number >= 1, not 'two'"]
+
+
+# --- large operation outputs (emulator/domain/operations.py, "Output retention") ------------------------
+
+def _logprobs_batch(n_tokens: int) -> dict[str, Any]:
+    """A forward pass returning per-token logprobs: about 20 bytes of JSON per token."""
+    tokens = [(7 * i) % 900 + 1 for i in range(n_tokens + 1)]
+    sample = {"model_input": {"chunks": [{"encoded_text": {"tokens": tokens[:-1]}}]},
+              "loss_fn_inputs": {"target_tokens": {"data": tokens[1:], "dtype": "int64"},
+                                 "weights": {"data": [1.0] * n_tokens, "dtype": "float32"}}}
+    return {"loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}, "forward_only": True, "return_loss_fn_outputs": True,
+            "samples": [sample]}
+
+
+def _op_path(sid: str, op_id: str) -> str:
+    return f"{RL}/training-sessions/{sid}/operations/forward-backward/{op_id}"
+
+
+def test_large_operation_outputs_are_kept_up_to_the_tenants_budget(tmp_path: Path) -> None:
+    limits = tmp_path / "limits.yaml"
+    limits.write_text("operation_outputs_mib_per_tenant: 1\n")
+    runtime = Runtime(Config(clock="manual", validate_responses=True, limits_file=str(limits)))
+    with make_client(runtime) as client:
+        sid = running_session(client)["id"]
+        small = run_op(client, sid, "forward-backward", {**_logprobs_batch(8), "return_loss_fn_outputs": False})
+        big = [submit(client, sid, "forward-backward", _logprobs_batch(15_000), key=f"big-{i}").json()["id"]
+               for i in range(4)]  # ~0.28 MiB of JSON each: three fit in 1 MiB, a fourth pushes the first out
+        outputs = [client.get(_op_path(sid, op_id)) for op_id in big]
+        assert [r.status_code for r in outputs[1:]] == [200, 200, 200]
+        assert len(outputs[-1].json()["output"]["loss_fn_outputs"][0]["tensors"]["logprobs"]["data"]) == 15_000
+        err = assert_error(outputs[0], 404)
+        assert err["code"] == "output_released" and big[0] in err["message"], err
+        # A small output is never released; the released operation's own Idempotency-Key says the same 404.
+        assert client.get(_op_path(sid, small["id"])).json()["output"]["loss"] == small["output"]["loss"]
+        replay = submit(client, sid, "forward-backward", _logprobs_batch(15_000), key="big-0")
+        assert assert_error(replay, 404)["code"] == "output_released"
+        # An export shows it, and an import keeps counting from there: the next large output releases the
+        # oldest one still kept.
+        doc = client.get("/_emulator/state").json()
+        [released] = [o for t in doc["tenants"].values() for o in t["operations"] if o["output_released"]]
+        assert released["id"] == big[0] and released["output"] is None
+        assert client.put("/_emulator/state", json=doc).status_code == 200
+        assert client.get(_op_path(sid, big[1])).status_code == 200
+        run_op(client, sid, "forward-backward", _logprobs_batch(15_000))
+        assert assert_error(client.get(_op_path(sid, big[1])), 404)["code"] == "output_released"
+        assert client.get(_op_path(sid, big[2])).status_code == 200
+
+
+def test_released_outputs_are_journaled(tmp_path: Path) -> None:
+    limits = tmp_path / "limits.yaml"
+    limits.write_text("operation_outputs_mib_per_tenant: 1\n")
+    state_file = tmp_path / "state.json"
+    runtime = Runtime(Config(clock="manual", limits_file=str(limits), state_file=str(state_file)))
+    with make_client(runtime) as client:
+        sid = running_session(client)["id"]
+        for _ in range(4):
+            run_op(client, sid, "forward-backward", _logprobs_batch(15_000))
+        assert create_session(client, ready_resource(client)["id"])  # a write: the journal catches up
+    restored = Runtime(Config(clock="manual", limits_file=str(limits), state_file=str(state_file)))
+    assert restored.export_state()["tenants"] == runtime.export_state()["tenants"]
+    [tenant] = restored.export_state()["tenants"].values()
+    assert [o["output_released"] for o in tenant["operations"]] == [True, False, False, False]

@@ -3,14 +3,17 @@
 Documented (docs/api-surface.md C.2, from the multi-LoRA docs page): a LoRA-enabled model resource
 holds **up to 5** concurrent sessions "by default, fewer for some models"; a full-weight resource
 holds **1**; more answers 429. Not documented, so [inferred]: which models hold fewer and how many
-(the catalog says MiniMax-M3 holds 2, :mod:`emulator.domain.catalog`), and how many routed-experts
-keys a session keeps before the oldest expire (1024; see :mod:`emulator.domain.routed_experts`).
+(the catalog says MiniMax-M3 holds 2, :mod:`emulator.domain.catalog`), how many routed-experts
+keys a session keeps before the oldest expire (1024; see :mod:`emulator.domain.routed_experts`), and how
+much large operation output a tenant keeps before the oldest is released (256 MiB of JSON; see
+:mod:`emulator.domain.operations`).
 
 Every number can be overridden with ``--limits-file`` (YAML or JSON; unknown keys are refused)::
 
     max_full_weight_sessions: 1          # sessions on one full-weight resource
     max_lora_sessions: 5                 # sessions on one LoRA resource, for every model not under models
     routed_experts_keys_per_session: 1024
+    operation_outputs_mib_per_tenant: 256  # large outputs (samples, per-token logprobs) kept, newest first
     models:                              # per catalog base model
       MiniMaxAI/MiniMax-M3: {max_lora_sessions: 3}
 """
@@ -24,7 +27,8 @@ from typing import Any
 
 from emulator.domain.catalog import BY_NAME
 
-_TOP_KEYS = ("max_full_weight_sessions", "max_lora_sessions", "routed_experts_keys_per_session", "models")
+_TOP_KEYS = ("max_full_weight_sessions", "max_lora_sessions", "routed_experts_keys_per_session",
+             "operation_outputs_mib_per_tenant", "models")
 _MODEL_KEYS = ("max_lora_sessions",)
 
 
@@ -33,6 +37,7 @@ class Limits:
     max_full_weight_sessions: int = 1
     max_lora_sessions: int | None = None            # None: each model's catalog number
     routed_experts_keys_per_session: int = 1024
+    operation_outputs_mib_per_tenant: int = 256
     lora_sessions_by_model: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def session_cap(self, base_model: str, lora_enabled: bool) -> int:
@@ -52,7 +57,7 @@ class Limits:
         if not isinstance(data, dict):
             raise ValueError("a limits file is a mapping of " + ", ".join(_TOP_KEYS))
         _known(data, _TOP_KEYS, "")
-        values: dict[str, Any] = {k: _count(data[k], k) for k in _TOP_KEYS[:3] if k in data}
+        values: dict[str, Any] = {k: _count(data[k], k) for k in _TOP_KEYS[:4] if k in data}
         models = data.get("models", {})
         if not isinstance(models, dict):
             raise ValueError("models must map base model names to {max_lora_sessions: N}")

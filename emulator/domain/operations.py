@@ -17,11 +17,18 @@ generator replicas is refused with 400; PIPELINE behaves like BACKGROUND_PUBLISH
 switches versions mid-sequence, so there is always one policy segment); a forward-backward whose
 ``loss`` carries the ``*_params`` object of another loss type is refused with 400 (the SDK documents
 each as "only valid when type is" its loss and refuses it client-side; the real server may drop it).
+
+Output retention [emulator choice; the real retention is undocumented]: an operation's output is kept
+for a GET however late, except large ones (4 KiB of JSON or more: samples, per-token logprobs), of
+which a tenant keeps the newest ``operation_outputs_mib_per_tenant`` MiB (:mod:`emulator.domain.limits`,
+default 256); beyond that the oldest is released, and its operation answers 404 ``output_released``.
+A sampling loop would otherwise grow the process by its samples for ever.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 from dataclasses import asdict
 from typing import Any
 
@@ -69,6 +76,7 @@ def submit(state: TenantState, ctx: Ctx, session_id: str, kind: str, body: dict[
             raise IdempotencyKeyReused(
                 f"Idempotency-Key {idempotency_key!r} was already used for a different {kind} request on this "
                 "session; use a new key for a changed body", param="Idempotency-Key")
+        _check_output_kept(existing)
         return existing, True
     r = state.resources[s.model_resources_id]
     if kind == "sample" and r.num_generator_replicas == 0 and s.status == SessionStatus.RUNNING:
@@ -141,6 +149,7 @@ def get(state: TenantState, session_id: str, kind: str, operation_id: str) -> Op
     op = state.operations.get(operation_id)
     if op is None or op.session_id != session_id or op.kind != kind:
         raise NotFound(f"{kind} operation {operation_id!r} not found on session {session_id}", param="operation_id")
+    _check_output_kept(op)
     return op
 
 
@@ -201,6 +210,7 @@ def on_complete(state: TenantState, ctx: Ctx, op: Operation, at: float) -> None:
             transition(state, op, Op.FAILED, at)
         else:
             transition(state, op, Op.COMPLETED, at)
+            _keep_output(state, ctx, op)
     release_inputs(state, op)
     if s.queue and s.queue[0] == op.id:
         s.queue.pop(0)
@@ -209,6 +219,58 @@ def on_complete(state: TenantState, ctx: Ctx, op: Operation, at: float) -> None:
     s.busy_until = None
     if s.queue:
         state.schedule(at, "operation.start", s.queue[0])
+
+
+# --- output retention ----------------------------------------------------------------------------
+
+LARGE_OUTPUT_BYTES = 4096  # smaller outputs (a loss and its metrics, a step, a checkpoint id) are always kept
+
+
+def _large_output(op: Operation) -> int:
+    """The JSON size of ``op``'s output if it may be large (a sample's, or a forward-backward's per-token
+    outputs) and is, else 0. Most outputs are a loss and a few metrics: those are not even measured."""
+    out = op.output
+    if out is None or (op.kind != "sample" and not out.get("loss_fn_outputs")):
+        return 0
+    size = len(orjson.dumps(out))
+    return size if size >= LARGE_OUTPUT_BYTES else 0
+
+
+def _kept_outputs(state: TenantState, newest: Operation) -> deque[tuple[str, int]]:
+    """The tenant's kept large outputs but ``newest``'s, oldest first; built from its operations on first
+    use (a new tenant has none; an imported one, those of its document, in order of completion)."""
+    if state.kept_outputs is None:
+        done = [op for op in state.operations.values() if op.status == Op.COMPLETED and op is not newest]
+        done.sort(key=lambda op: op.updated_at)  # stable: equal times keep the order they were made in
+        sized = ((op.id, _large_output(op)) for op in done)
+        state.kept_outputs = deque((op_id, size) for op_id, size in sized if size)
+        state.kept_output_bytes = sum(size for _, size in state.kept_outputs)
+    return state.kept_outputs
+
+
+def _keep_output(state: TenantState, ctx: Ctx, op: Operation) -> None:
+    kept = _kept_outputs(state, op)
+    size = _large_output(op)
+    if not size:
+        return
+    kept.append((op.id, size))
+    state.kept_output_bytes += size
+    budget = ctx.limits.operation_outputs_mib_per_tenant << 20
+    while state.kept_output_bytes > budget and len(kept) > 1:  # the newest stays, however large
+        old_id, old_size = kept.popleft()
+        state.kept_output_bytes -= old_size
+        old = state.operations.get(old_id)
+        if old is not None and old.output is not None:
+            old.output = None
+            old.output_released = True
+            state.reopen(old_id)
+
+
+def _check_output_kept(op: Operation) -> None:
+    if op.output_released:
+        raise NotFound(f"the output of operation {op.id} is no longer kept: a tenant keeps the newest "
+                       "operation_outputs_mib_per_tenant MiB of large operation outputs (limits file; default "
+                       "256), and this one was among the oldest", param="operation_id", code="output_released")
 
 
 # --- execution -----------------------------------------------------------------------------------

@@ -150,6 +150,19 @@ class TenantState:
         self.gpu_queue_tail: dict[str, float] = {}        # when the last queued resource leaves, per GPU type
         self.gpu_queue: dict[str, list[str]] = {}         # PENDING resource ids in queue order, per GPU type
         self.lora_configs: dict[tuple[Any, ...], dict[str, Any]] = {}  # interned, shared by sessions
+        # Large operation outputs still kept, oldest first: (operation id, JSON bytes), and their total.
+        # None until the domain first needs them (then built from the operations, e.g. after an import).
+        self.kept_outputs: deque[tuple[str, int]] | None = None
+        self.kept_output_bytes = 0
+        # Final records that changed again (an output released), for a journal writing this tenant.
+        self.reopened: set[str] = set()
+        self.journaled = False
+
+    def reopen(self, obj_id: str) -> None:
+        """A record that could no longer change did (an operation's output was released): a journal of this
+        tenant must write it again. Without a journal there is nothing to remember."""
+        if self.journaled:
+            self.reopened.add(obj_id)
 
     def schedule(self, at: float, event: str, obj_id: str) -> None:
         self._timeline_seq += 1

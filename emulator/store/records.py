@@ -118,6 +118,7 @@ class Operation:
     error: dict[str, Any] | None = None
     fault_code: str | None = None           # fault effect: end FAILED with this code
     payload_id: str | None = None           # the uploaded payload its body came from
+    output_released: bool = False           # its (large) output was released to bound memory
 
 
 @dataclass(slots=True)

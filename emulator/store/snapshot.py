@@ -84,6 +84,8 @@ def export_tenant_changes(state: TenantState, memo: TenantMemo) -> dict[str, Any
     """What changed in the tenant since ``memo`` (all of it for a new memo), and update the memo.
     :func:`apply_tenant_changes` applies the result to a tenant document."""
     upsert: dict[str, list[Any]] = {}
+    state.journaled = True
+    reopened, state.reopened = state.reopened, set()
     for table, _cls, index in TABLES:
         items = getattr(state, table)
         seen = memo.records[table]
@@ -91,7 +93,7 @@ def export_tenant_changes(state: TenantState, memo: TenantMemo) -> dict[str, Any
         out = []
         for obj_id in (getattr(state, index).ids() if index else list(items)):
             known = seen.get(obj_id, -1)  # -1: never written (CPython never gives -1 as a hash)
-            if known is None:  # written when it could no longer change
+            if known is None and obj_id not in reopened:  # written when it could no longer change
                 continue
             record = items[obj_id]
             blob = orjson.dumps(records.to_dict(record))
@@ -338,6 +340,8 @@ def _check_references(state: TenantState, project: str, data: dict[str, Any]) ->
         need(state.sessions, op.session_id, f"operation {op.id}'s session_id")
         if op.payload_id is not None:
             need(state.payloads, op.payload_id, f"operation {op.id}'s payload_id")
+        if op.output_released and op.output is not None:
+            raise StateError(f"{where}: operation {op.id} has an output and output_released; a released one has none")
     for p in state.payloads.values():
         need(state.sessions, p.session_id, f"payload {p.id}'s session_id")
         if p.released_by is not None:
