@@ -140,3 +140,21 @@ def test_released_outputs_are_journaled(tmp_path: Path) -> None:
     assert restored.export_state()["tenants"] == runtime.export_state()["tenants"]
     [tenant] = restored.export_state()["tenants"].values()
     assert [o["output_released"] for o in tenant["operations"]] == [True, False, False, False]
+
+
+def test_a_released_sample_takes_its_prompts_with_it(tmp_path: Path) -> None:
+    limits = tmp_path / "limits.yaml"
+    limits.write_text("operation_outputs_mib_per_tenant: 1\n")
+    runtime = Runtime(Config(clock="manual", validate_responses=True, limits_file=str(limits)))
+    prompt = {"chunks": [{"encoded_text": {"tokens": [(5 * i) % 900 + 1 for i in range(28_000)]}}]}
+    body = {"model_inputs": [prompt], "num_samples": 1, "sampling_params": {"max_tokens": 4}}
+    with make_client(runtime) as client:
+        sid = running_session(client)["id"]
+        # ~0.104 MiB of prompt each (the output is small): nine fit in 1 MiB, a tenth pushes the first out.
+        ops = [run_op(client, sid, "sample", body)["id"] for _ in range(10)]
+        path = f"{RL}/training-sessions/{sid}/operations/sample"
+        assert assert_error(client.get(f"{path}/{ops[0]}"), 404)["code"] == "output_released"
+        assert client.get(f"{path}/{ops[1]}").status_code == 200
+        [tenant] = client.get("/_emulator/state").json()["tenants"].values()
+        bodies = {o["id"]: o["body"] for o in tenant["operations"]}
+        assert bodies[ops[0]] == {} and bodies[ops[1]]["model_inputs"] == [prompt]

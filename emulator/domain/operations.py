@@ -22,7 +22,8 @@ Output retention [emulator choice; the real retention is undocumented]: an opera
 for a GET however late, except large ones (4 KiB of JSON or more: samples, per-token logprobs), of
 which a tenant keeps the newest ``operation_outputs_mib_per_tenant`` MiB (:mod:`emulator.domain.limits`,
 default 256); beyond that the oldest is released, and its operation answers 404 ``output_released``.
-A sampling loop would otherwise grow the process by its samples for ever.
+A sample's prompts count with its output and go with it (the dashboard shows only recent samples).
+A sampling loop would otherwise grow the process by its prompts and samples for ever.
 """
 
 from __future__ import annotations
@@ -227,12 +228,18 @@ LARGE_OUTPUT_BYTES = 4096  # smaller outputs (a loss and its metrics, a step, a 
 
 
 def _large_output(op: Operation) -> int:
-    """The JSON size of ``op``'s output if it may be large (a sample's, or a forward-backward's per-token
-    outputs) and is, else 0. Most outputs are a loss and a few metrics: those are not even measured."""
+    """The JSON size of ``op``'s output (with a sample's prompts) if it may be large (a sample's, or a
+    forward-backward's per-token outputs) and is, else 0. Most outputs are a loss and a few metrics:
+    those are not even measured."""
     out = op.output
-    if out is None or (op.kind != "sample" and not out.get("loss_fn_outputs")):
+    if out is None:
         return 0
-    size = len(orjson.dumps(out))
+    if op.kind == "sample":
+        size = len(orjson.dumps(out)) + len(orjson.dumps(op.body))
+    elif out.get("loss_fn_outputs"):
+        size = len(orjson.dumps(out))
+    else:
+        return 0
     return size if size >= LARGE_OUTPUT_BYTES else 0
 
 
@@ -263,6 +270,8 @@ def _keep_output(state: TenantState, ctx: Ctx, op: Operation) -> None:
         if old is not None and old.output is not None:
             old.output = None
             old.output_released = True
+            if old.kind == "sample":
+                old.body = {}  # its prompts: read only to show them next to the output
             state.reopen(old_id)
 
 
