@@ -211,7 +211,6 @@ def on_complete(state: TenantState, ctx: Ctx, op: Operation, at: float) -> None:
             transition(state, op, Op.FAILED, at)
         else:
             transition(state, op, Op.COMPLETED, at)
-            _keep_output(state, ctx, op)
     release_inputs(state, op)
     if s.queue and s.queue[0] == op.id:
         s.queue.pop(0)
@@ -220,6 +219,8 @@ def on_complete(state: TenantState, ctx: Ctx, op: Operation, at: float) -> None:
     s.busy_until = None
     if s.queue:
         state.schedule(at, "operation.start", s.queue[0])
+    if op.status == Op.COMPLETED:  # last: the session's queue has moved on whatever happens here
+        _keep_output(state, ctx, op)
 
 
 # --- output retention ----------------------------------------------------------------------------
