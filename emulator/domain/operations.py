@@ -278,9 +278,9 @@ def _keep_output(state: TenantState, ctx: Ctx, op: Operation) -> None:
 
 def _check_output_kept(op: Operation) -> None:
     if op.output_released:
-        raise NotFound(f"the output of operation {op.id} is no longer kept: a tenant keeps the newest "
-                       "operation_outputs_mib_per_tenant MiB of large operation outputs (limits file; default "
-                       "256), and this one was among the oldest", param="operation_id", code="output_released")
+        raise NotFound(f"the output of operation {op.id} is no longer kept: a tenant keeps only the newest "
+                       "operation_outputs_mib_per_tenant MiB (see --limits-file) of large operation outputs, and "
+                       "this one was among the oldest", param="operation_id", code="output_released")
 
 
 # --- execution -----------------------------------------------------------------------------------
