@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,5 +140,47 @@ def test_sdk_large_payload_goes_through_upload(sdk_env: str, server: tuple[str, 
         assert ops[-1].status == "TRAINING_OPERATION_STATUS_COMPLETED"
         assert ops[-1].output["metrics"]["loss/num_tokens"] == 40 * 1000
         assert uploaded[0].data is None and uploaded[0].released_by == ops[-1].id
+    session.stop()
+    resources.stop()
+
+
+def test_sdk_async_pipelined_training_loop(sdk_env: str) -> None:
+    """The SDK's *_async methods, pipelined as a client would: each step's forward-backward, optimizer
+    step and a sample run as concurrent tasks, so requests of several operations interleave."""
+    from together.post_training import (
+        AdamParams,
+        LossConfig,
+        ModelInput,
+        ModelResourcesClient,
+        SamplingParams,
+    )
+
+    resources = ModelResourcesClient.create(base_model="Qwen/Qwen3.5-4B", interval=0.05, ready_timeout=30)
+    session = resources.create_session(interval=0.05, timeout=30)
+    prompt, answer = [101, 102, 103, 104], [205, 206, 207, 208]
+    greedy = SamplingParams(max_tokens=len(answer), temperature=0.0)
+    loss = LossConfig(type="LOSS_TYPE_CROSS_ENTROPY")
+
+    async def loop() -> tuple[list[float], list[int], list[int]]:
+        losses, steps = [], []
+        for _ in range(40):
+            fb = asyncio.ensure_future(session.trainer.forward_backward_async(samples=[_sample(prompt, answer)],
+                                                                            loss=loss))
+            opt = asyncio.ensure_future(session.trainer.optim_step_async(adam_params=AdamParams(learning_rate=1e-4)))
+            drawn = asyncio.ensure_future(session.generator.sample_async(
+                ModelInput(chunks=[{"encoded_text": {"tokens": prompt}}]), sampling_params=greedy))
+            fb_out, opt_out, sample_out = await asyncio.gather(fb, opt, drawn)
+            assert len(sample_out.sequences[0].tokens) == len(answer)
+            losses.append(fb_out.loss)
+            steps.append(int(opt_out.step))
+        await session.trainer.weights_sync_async()
+        out = await session.generator.sample_async(ModelInput(chunks=[{"encoded_text": {"tokens": prompt}}]),
+                                                   sampling_params=greedy)
+        return losses, steps, [int(t) for t in out.sequences[0].tokens]
+
+    losses, steps, tokens = asyncio.run(loop())
+    assert steps == list(range(1, 41))       # one step each, in order, whatever order the requests came in
+    assert losses[-1] < losses[0] / 2         # the 40 batches were all trained on
+    assert tokens == answer                   # and the synced weights carry them
     session.stop()
     resources.stop()
