@@ -358,6 +358,28 @@ def generated_block(
             f"{fmt(r.get(f'mem_bytes_per_resource_{lab}'), 0)} |"
             for lab in mem_labels
         ]
+    steps = r.get("longrun_steps")
+    if steps:
+        out += [
+            "",
+            f"### Memory over a long loop of large outputs ({steps} steps in-process: sample 32 x 64 tokens, "
+            "then a forward pass returning their per-token logprobs; nothing trained)",
+            "",
+            f"| output budget per tenant | RSS at step {steps // 2} | RSS at step {steps} | growth per step, "
+            "second half | outputs kept (JSON) | outputs released |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for label, name in (("default", "default"), ("small", "small")):
+            if r.get(f"longrun_{label}_rss_mb_end") is None:
+                continue
+            out.append(
+                f"| {fmt(r.get(f'longrun_{label}_budget_mib'), 0, 'MiB')} ({name}) | "
+                f"{fmt(r.get(f'longrun_{label}_rss_mb_half'), 1, 'MiB')} | "
+                f"{fmt(r.get(f'longrun_{label}_rss_mb_end'), 1, 'MiB')} | "
+                f"{fmt(r.get(f'longrun_{label}_growth_kib_per_step'), 0, 'KiB')} | "
+                f"{fmt(r.get(f'longrun_{label}_kept_output_mib'), 1, 'MiB')} | "
+                f"{r.get(f'longrun_{label}_released')} of {r.get(f'longrun_{label}_operations')} |"
+            )
     out += [
         "",
         "### List cost versus store size (1 connection, page of 20)",

@@ -70,6 +70,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sessions", default="10000,100000", help="store sizes for the memory measurement")
     p.add_argument("--list-small", type=int, default=100)
     p.add_argument("--startup-runs", type=int, default=5)
+    p.add_argument("--longrun-steps", type=int, default=200, help="steps of the long-loop memory measurement")
+    p.add_argument("--longrun-budget-mib", type=int, default=8, help="its small output budget (MiB)")
     p.add_argument("--contract-timeout", type=int, default=150, help="seconds; the suite is stopped after")
     p.add_argument("--skip-contract", action="store_true")
     p.add_argument("--keep-work", action="store_true", help="keep the temporary directory (server logs)")
@@ -87,6 +89,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             1,
         )
         args.sweep = "1,8,32"
+        args.longrun_steps, args.longrun_budget_mib = 40, 1
     return args
 
 
@@ -342,6 +345,31 @@ class Bench:
         )
         self.results["_list_labels"] = [small_label, large_label]
 
+    def longrun(self) -> None:
+        """Memory over a long loop of large outputs (``bench.longrun``): the default output budget, which
+        such a run does not reach, against a small one; growth per step over the second half."""
+        steps = self.args.longrun_steps
+        for label, budget in (("default", None), ("small", self.args.longrun_budget_mib)):
+            log(f"long loop of large outputs, {steps} steps, output budget "
+                + (f"{budget} MiB" if budget else "the default"))
+            cmd = [sys.executable, "-m", "bench.longrun", "--steps", str(steps)]
+            done = subprocess.run(cmd + (["--budget-mib", str(budget)] if budget else []),
+                                  capture_output=True, text=True, timeout=600, cwd=str(ROOT))
+            m = parse_marked_json(done.stdout)
+            rss = dict(m["rss"])
+            half = max(k for k in rss if k <= steps // 2)
+            growth = (rss[steps] - rss[half]) / (steps - half) / 1024
+            self.put(f"longrun_{label}_budget_mib", m["budget_mib"])
+            self.put(f"longrun_{label}_rss_mb_half", rss[half] / 2**20)
+            self.put(f"longrun_{label}_rss_mb_end", rss[steps] / 2**20)
+            self.put(f"longrun_{label}_growth_kib_per_step", growth)
+            self.put(f"longrun_{label}_kept_output_mib", m["kept_output_bytes"] / 2**20)
+            self.put(f"longrun_{label}_released", m["released"])
+            self.put(f"longrun_{label}_operations", m["operations"])
+            log(f"  RSS {rss[half] / 2**20:.1f} MiB at step {half}, {rss[steps] / 2**20:.1f} MiB at step {steps} "
+                f"({growth:.0f} KiB per step); {m['released']} of {m['operations']} outputs released")
+        self.put("longrun_steps", steps)
+
     def startup(self) -> None:
         times = []
         for i in range(self.args.startup_runs):
@@ -432,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
             "during the HTTP scenarios"
         )
         bench.filled(gen)
+        bench.longrun()
         bench.startup()
         bench.contract()
     except BaseException:

@@ -127,6 +127,14 @@ def test_markdown_block_is_replaced_and_hand_text_kept(tmp_path: Path) -> None:
         "startup_s": 1.2,
         "startup_s_max": 1.3,
         "date_utc": "2026-01-01T00:00:00Z",
+        "longrun_steps": 200,
+        "longrun_small_budget_mib": 8,
+        "longrun_small_rss_mb_half": 120.0,
+        "longrun_small_rss_mb_end": 121.0,
+        "longrun_small_growth_kib_per_step": 10.24,
+        "longrun_small_kept_output_mib": 7.9,
+        "longrun_small_released": 228,
+        "longrun_small_operations": 400,
     }
     info = {
         "nproc": 2,
@@ -146,6 +154,17 @@ def test_markdown_block_is_replaced_and_hand_text_kept(tmp_path: Path) -> None:
     assert "memory per idle session < 1 KiB (store of 10k sessions) | 900 B | **PASS**" in text
     assert "memory per idle session < 1 KiB (store of 100k sessions) | 1,100 B | **MISS**" in text
     assert "1.50x (1.00 ms -> 1.50 ms) | **PASS**" in text
+    assert "| 8 MiB (small) | 120.0 MiB | 121.0 MiB | 10 KiB | 7.9 MiB | 228 of 400 |" in text
+    assert "(default)" not in text  # a row not measured is left out
+
+
+def test_longrun_releases_the_oldest_outputs_beyond_a_small_budget() -> None:
+    from bench import longrun
+
+    out = asyncio.run(longrun.run(12, 1))  # ~0.1 MiB of outputs a step against a 1 MiB budget
+    assert out["budget_mib"] == 1 and out["operations"] == 24
+    assert 0 < out["kept_output_bytes"] <= 1 << 20
+    assert out["released"] > 0 and [step for step, _ in out["rss"]][-1] == 12
 
 
 def test_ceiling_serves_the_given_bytes() -> None:
