@@ -27,18 +27,19 @@ def model_resources(state: TenantState, r: ModelResource) -> dict[str, Any]:
     position = queue_position(state, r)
     if position is not None:
         details["queue_position"] = position
+    created = rfc3339(r.created_at)
     out: dict[str, Any] = {
         "id": r.id,
         "base_model": r.base_model,
         "compute_config": {"num_generator_replicas": r.num_generator_replicas, "gpu_type": r.gpu_type},
-        "created_at": rfc3339(r.created_at),
+        "created_at": created,
         "created_by": r.created_by,
         "inactive_timeout": r.inactive_timeout,
         "lora_enabled": r.lora_enabled,
         "optimizer_config": r.optimizer_config,
         "status": r.status,
         "status_details": details,
-        "updated_at": rfc3339(r.updated_at),
+        "updated_at": created if r.updated_at == r.created_at else rfc3339(r.updated_at),  # a new resource
     }
     if r.base_weights_ref is not None:
         out["base_weights_ref"] = r.base_weights_ref
@@ -50,17 +51,19 @@ def model_resources(state: TenantState, r: ModelResource) -> dict[str, Any]:
 
 
 def _lora(cfg: dict[str, Any]) -> dict[str, Any]:
+    if "seed" not in cfg:  # as stored: the domain interns LoRA configs and never edits one, nor do renderers
+        return cfg
     out = dict(cfg)
-    if "seed" in out:
-        out["seed"] = str(out["seed"])
+    out["seed"] = str(out["seed"])
     return out
 
 
 def session(state: TenantState, s: Session) -> dict[str, Any]:
+    created = rfc3339(s.created_at)
     out: dict[str, Any] = {
         "id": s.id,
         "base_model": s.base_model,
-        "created_at": rfc3339(s.created_at),
+        "created_at": created,
         "created_by": s.created_by,
         "inference_checkpoints": [checkpoints_domain.summary(state.checkpoints[c])
                                   for c in s.inference_checkpoint_ids or ()],
@@ -76,7 +79,7 @@ def session(state: TenantState, s: Session) -> dict[str, Any]:
         },
         "status": s.status,
         "step": str(s.step),
-        "updated_at": rfc3339(s.updated_at),
+        "updated_at": created if s.updated_at == s.created_at else rfc3339(s.updated_at),  # a new session
     }
     if s.display_name:
         out["display_name"] = s.display_name

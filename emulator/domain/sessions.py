@@ -30,10 +30,15 @@ from emulator.store.records import Checkpoint, Session
 
 S = SessionStatus
 DEFAULT_LORA = {"rank": 8, "alpha": 16, "dropout": 0.0, "train_unembed": True}
+_DEFAULT_KEY = tuple(sorted(DEFAULT_LORA.items()))  # the key _lora_config interns the default config under
 
 
 def _lora_config(state: TenantState, r: Any, given: dict[str, Any] | None, ckpt: Checkpoint | None
                  ) -> dict[str, Any] | None:
+    if not given and ckpt is None and r.lora_enabled:  # the usual create: the default config, interned once
+        cfg = state.lora_configs.get(_DEFAULT_KEY)
+        if cfg is not None and cfg["rank"] <= BY_NAME[r.base_model].lora_max_rank:
+            return cfg
     # Unknown keys are ignored (the schema allows them; kept, an unhashable value broke the config key below).
     given = {k: v for k, v in (given or {}).items() if v is not None and (k in DEFAULT_LORA or k == "seed")}
     if not r.lora_enabled:
