@@ -71,7 +71,7 @@ async def run(steps: int, budget_mib: int | None) -> dict[str, Any]:
             assert status == 200 and got["status"].endswith("COMPLETED"), raw[:300]
             outputs.append(got["output"])
             ops.append((kind, op))
-        if step % max(1, steps // 10) == 0:
+        if step % max(1, steps // 10) == 0 or step == steps:
             rss.append((step, settled_rss()))
     released = 0
     for kind, op in ops:
@@ -82,13 +82,12 @@ async def run(steps: int, budget_mib: int | None) -> dict[str, Any]:
     with runtime.store.transaction(principal.project, write=False) as state:
         kept = state.kept_output_bytes
     return {"steps": steps, "budget_mib": runtime.limits.operation_outputs_mib_per_tenant, "rss": rss,
-            "kept_output_bytes": kept,
-            "operations": len(ops), "released": released}
+            "kept_output_bytes": kept, "operations": len(ops), "released": released}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.longrun")
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--budget-mib", type=int, default=None, help="output budget (default: the emulator's)")
     args = parser.parse_args(argv)
     print("BENCH_JSON " + json.dumps(asyncio.run(run(args.steps, args.budget_mib))), flush=True)

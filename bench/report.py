@@ -369,11 +369,11 @@ def generated_block(
             "second half | outputs kept (JSON) | outputs released |",
             "| --- | ---: | ---: | ---: | ---: | ---: |",
         ]
-        for label, name in (("default", "default"), ("small", "small")):
+        for label in ("default", "small"):
             if r.get(f"longrun_{label}_rss_mb_end") is None:
                 continue
             out.append(
-                f"| {fmt(r.get(f'longrun_{label}_budget_mib'), 0, 'MiB')} ({name}) | "
+                f"| {fmt(r.get(f'longrun_{label}_budget_mib'), 0, 'MiB')} ({label}) | "
                 f"{fmt(r.get(f'longrun_{label}_rss_mb_half'), 1, 'MiB')} | "
                 f"{fmt(r.get(f'longrun_{label}_rss_mb_end'), 1, 'MiB')} | "
                 f"{fmt(r.get(f'longrun_{label}_growth_kib_per_step'), 0, 'KiB')} | "
