@@ -15,9 +15,13 @@ from typing import Any
 _ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
+def _material(seed: int, *parts: object) -> bytes:
+    return ":".join(map(str, (seed, *parts))).encode()
+
+
 def derive(seed: int, *parts: object) -> bytes:
     """A 32-byte value determined by the seed and the parts (SHA-256 of ``seed:part:part...``)."""
-    return hashlib.sha256(":".join(map(str, (seed, *parts))).encode()).digest()
+    return hashlib.sha256(_material(seed, *parts)).digest()
 
 
 def derive_int(seed: int, *parts: object, bits: int = 32) -> int:
@@ -40,7 +44,7 @@ class IdFactory:
         self.counter += 1
         prefix = self._prefixes.get(kind)
         if prefix is None:
-            prefix = self._prefixes[kind] = hashlib.sha256(f"{self.seed}:{self.scope}:{kind}:".encode())
+            prefix = self._prefixes[kind] = hashlib.sha256(_material(self.seed, self.scope, kind, ""))
         h = prefix.copy()
         h.update(str(self.counter).encode())
         return h.digest()
