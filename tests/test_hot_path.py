@@ -19,6 +19,7 @@ from emulator import spec
 from emulator.clock import MAX_TIME, rfc3339
 from emulator.compute import ComputeError
 from emulator.compute import base as base_module
+from emulator.compute import weights as weights_module
 from emulator.compute.base import BaseModel, base_model
 from emulator.compute.inputs import check_token_range
 from emulator.compute.weights import GradAccum, setdiff_unique, union_sorted, unique_inverse
@@ -126,6 +127,34 @@ def test_base_model_rows_from_the_cache_are_bit_identical() -> None:
             assert np.array_equal(got_cols, want_cols) and np.array_equal(got_logits, want_logits)
 
 
+def test_untrained_rows_normalised_from_the_cache_equal_the_general_path() -> None:
+    """A row no session trained is normalised once and remembered (``BaseModel.untrained``); what the
+    cache answers must be, bit for bit, what the general path computes for the same row among trained
+    ones, and what a fresh computation gives. Tiny vocabularies (rows without tail columns) too."""
+    for vocab in (151_936, 8, 6):
+        cached, fresh = BaseModel(11, vocab, vocab - 1), BaseModel(11, vocab, vocab - 1)
+        rows = np.array(sorted({0, 1, 2, 3, vocab // 2, vocab - 1}), dtype=np.int64)
+        for _ in range(2):  # computed and remembered, then answered from the tables
+            for got, want in zip(cached.untrained(rows), fresh._compute_untrained(rows), strict=True):
+                assert got.dtype == want.dtype and np.array_equal(got, want)
+        # train rows 1 and 2 (a gradient on them, one Adam-like step by hand), then read all rows again
+        initial = weights_module.Weights.initial(cached)
+        rs0 = initial.rowset(np.array([1, 2], dtype=np.int64))
+        grad = weights_module.backward(rs0, np.array([0, 1]), np.array([3, 4]) % vocab, np.array([-1.0, -0.5]))
+        trained = weights_module.Weights(cached, grad.keys, np.zeros(grad.keys.size), grad.vals, grad.rows, grad.tail)
+        rs_fresh, rs_mixed = initial.rowset(rows), trained.rowset(rows)
+        assert rs_fresh.probs is not None and rs_mixed.probs is None  # the cached path and the general one
+        for i, row in enumerate(rows.tolist()):
+            if row in (1, 2):
+                continue
+            a, b = int(rs_fresh.offsets[i]), int(rs_fresh.offsets[i + 1])
+            c, d = int(rs_mixed.offsets[i]), int(rs_mixed.offsets[i + 1])
+            assert rs_fresh.logz[i].tobytes() == rs_mixed.logz[i].tobytes(), (vocab, row)
+            assert rs_fresh.explicit_probs()[a:b].tobytes() == rs_mixed.explicit_probs()[c:d].tobytes()
+            assert rs_fresh.tail_probs()[i].tobytes() == rs_mixed.tail_probs()[i].tobytes()
+        assert rs_fresh.all_tails == rs_mixed.all_tails == (vocab > 8)
+
+
 def test_base_model_row_cache_full_still_answers(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(base_module, "ROW_CACHE_ROWS", 8)
     model = BaseModel(3, 5_000, 4_999)
@@ -133,6 +162,8 @@ def test_base_model_row_cache_full_still_answers(monkeypatch) -> None:  # type: 
     cols, logits = model.prefs(rows)
     want_cols, want_logits = BaseModel(3, 5_000, 4_999)._compute(rows)
     assert np.array_equal(cols, want_cols) and np.array_equal(logits, want_logits)
+    for got, want in zip(model.untrained(rows), BaseModel(3, 5_000, 4_999)._compute_untrained(rows), strict=True):
+        assert np.array_equal(got, want)
     assert len(model._rows.slots) == 0  # 20 new rows do not fit in 8: nothing was remembered
 
 

@@ -15,8 +15,11 @@ look like text-shaped token streams and for training effects to be measurable.
 Rows are computed with a couple of dozen numpy operations, whose fixed cost dominates for the few
 rows of a typical batch; so each base model remembers the rows it computed (up to
 :data:`ROW_CACHE_ROWS`), and :func:`base_model` hands out one instance per (seed, vocabulary, end
-token), which every session on the same base model shares. A remembered row is the very array the
-vectorised computation produced (every row is computed independently), so results are bit-identical.
+token), which every session on the same base model shares. With a row it remembers the row's
+normalisation as an untrained row (log-partition, probabilities: :meth:`BaseModel.untrained`), which
+every forward pass over rows no session has trained needs again. A remembered value is the very number
+the vectorised computation produced (every row is computed independently, by the same functions), so
+results are bit-identical.
 """
 
 from __future__ import annotations
@@ -92,7 +95,37 @@ class BaseModel:
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size == 0 or rows.size > ROW_CACHE_BATCH:
             return self._compute(rows)
-        return self._rows.get(rows, self._compute)
+        got = self._rows.get(rows, self._compute_untrained, 2)
+        if got is None:  # the cache is full
+            return self._compute(rows)
+        return got[0], got[1]
+
+    def untrained(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`prefs` plus each row's normalisation while untrained (its tail logit 0): log-partition
+        ``(n,)``, probabilities of the preferred tokens ``(n, k)`` and of each tail token ``(n,)``, as
+        :func:`log_partition` and :func:`probabilities` give them."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size == 0 or rows.size > ROW_CACHE_BATCH:
+            return self._compute_untrained(rows)
+        got = self._rows.get(rows, self._compute_untrained, 5)
+        if got is None:  # the cache is full
+            return self._compute_untrained(rows)
+        return got[0], got[1], got[2], got[3], got[4]
+
+    def _compute_untrained(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                            np.ndarray]:
+        cols, logits = self._compute(rows)
+        n, k, v = rows.size, self.k, self.vocab_size
+        offsets = np.arange(0, (n + 1) * k, k, dtype=np.int64)
+        seg = np.arange(n, dtype=np.int64).repeat(k)
+        flat = logits.reshape(-1)
+        tail_n = np.full(n, v - k, dtype=np.int64)
+        tail_logit = np.zeros(n, dtype=np.float64)
+        if n == 0:
+            return cols, logits, np.empty(0), np.empty((0, k)), np.empty(0)
+        logz = log_partition(flat, offsets, seg, tail_n, tail_logit, k < v)
+        probs, tail_p = probabilities(flat, seg, tail_n, tail_logit, logz, k < v)
+        return cols, logits, logz, probs.reshape(n, k), tail_p
 
     def _compute(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         v = self.vocab_size
@@ -126,49 +159,85 @@ class BaseModel:
         return out
 
 
-ROW_CACHE_ROWS = 1 << 15     # rows remembered per base model (2 x 8 x 8 bytes each, plus the index)
+def log_partition(logits: np.ndarray, offsets: np.ndarray, seg: np.ndarray, tail_n: np.ndarray,
+                  tail_logit: np.ndarray, all_tails: bool) -> np.ndarray:
+    """Exact ``log Z`` of rows laid out flat (see :class:`emulator.compute.weights.RowSet`): explicit
+    logits ``logits[offsets[r]:offsets[r+1]]`` plus ``tail_n[r]`` columns of logit ``tail_logit[r]``.
+    ``all_tails``: every row has tail columns (else a row without leaves the tail out of its max and sum).
+    Rows are computed independently, so a row's value does not depend on the other rows passed."""
+    seg_max = np.maximum.reduceat(logits, offsets[:-1])
+    if all_tails:  # the masks below would select everything
+        m = np.maximum(seg_max, tail_logit)
+    else:
+        has_tail = tail_n > 0
+        m = np.where(has_tail, np.maximum(seg_max, tail_logit), seg_max)
+    s = np.add.reduceat(np.exp(logits - m[seg]), offsets[:-1])
+    tail_mass = tail_n * np.exp(tail_logit - m)
+    s = s + (tail_mass if all_tails else np.where(has_tail, tail_mass, 0.0))
+    return m + np.log(s)
+
+
+def probabilities(logits: np.ndarray, seg: np.ndarray, tail_n: np.ndarray, tail_logit: np.ndarray,
+                  logz: np.ndarray, all_tails: bool) -> tuple[np.ndarray, np.ndarray]:
+    """P of each explicit column and of one tail column per row, laid out as for :func:`log_partition`
+    (a row without tail columns has tail probability 0)."""
+    p = np.exp(tail_logit - logz)
+    return np.exp(logits - logz[seg]), (p if all_tails else np.where(tail_n > 0, p, 0.0))
+
+
+ROW_CACHE_ROWS = 1 << 15     # rows remembered per base model (~200 bytes each with their normalisation)
 ROW_CACHE_BATCH = 4096       # larger batches are computed directly: the vectorised cost is amortised
 
 
 class _RowCache:
-    """Rows already computed, in two preallocated tables; full, it stops remembering new rows."""
+    """Rows already computed, in preallocated tables (preferred tokens, their logits, and the row's
+    normalisation while untrained); full, it stops remembering new rows."""
 
     def __init__(self, k: int) -> None:
         self.slots: dict[int, int] = {}
-        self.cols = np.empty((0, k), dtype=np.int64)
-        self.logits = np.empty((0, k), dtype=np.float64)
+        self.tables: tuple[np.ndarray, ...] = _tables(0, k)
         self.lock = threading.Lock()
 
-    def get(self, rows: np.ndarray, compute: Any) -> tuple[np.ndarray, np.ndarray]:
+    def get(self, rows: np.ndarray, compute: Any, count: int) -> tuple[np.ndarray, ...] | None:
+        """The first ``count`` tables' entries for ``rows`` (``compute`` gives all of them for new rows), or
+        None when the cache is full and does not hold them all."""
         keys = rows.tolist()
         slots = self.slots
         found = [slots.get(r) for r in keys]
         if None in found:
             missing = sorted({r for r, slot in zip(keys, found) if slot is None})
-            cols, logits = compute(np.asarray(missing, dtype=np.int64))
+            computed = compute(np.asarray(missing, dtype=np.int64))
             with self.lock:
-                self._remember(missing, cols, logits)
+                self._remember(missing, computed)
                 found = [slots.get(r) for r in keys]
-            if None in found:  # the cache is full: answer from a fresh computation
-                return compute(rows)
+            if None in found:  # the cache is full
+                return None
         index = np.asarray(found, dtype=np.intp)
-        return self.cols[index], self.logits[index]
+        tables = self.tables  # (one snapshot: a concurrent grow swaps in new tables)
+        return tuple(t[index] for t in tables[:count])
 
-    def _remember(self, rows: list[int], cols: np.ndarray, logits: np.ndarray) -> None:
+    def _remember(self, rows: list[int], computed: tuple[np.ndarray, ...]) -> None:
         new = [i for i, r in enumerate(rows) if r not in self.slots]
         n = len(self.slots)
         if not new or n + len(new) > ROW_CACHE_ROWS:
             return
-        if n + len(new) > len(self.cols):
+        tables = self.tables
+        if n + len(new) > len(tables[0]):
             size = min(ROW_CACHE_ROWS, max(256, 2 * (n + len(new))))
-            grown_cols = np.empty((size, cols.shape[1]), dtype=np.int64)
-            grown_logits = np.empty((size, cols.shape[1]), dtype=np.float64)
-            grown_cols[:n], grown_logits[:n] = self.cols[:n], self.logits[:n]
-            self.cols, self.logits = grown_cols, grown_logits  # readers keep the old tables until done
+            grown = _tables(size, tables[0].shape[1])
+            for g, t in zip(grown, tables):
+                g[:n] = t[:n]
+            self.tables = tables = grown  # readers keep the old tables until done
         for offset, i in enumerate(new):
-            self.cols[n + offset] = cols[i]
-            self.logits[n + offset] = logits[i]
+            for t, c in zip(tables, computed):
+                t[n + offset] = c[i]
             self.slots[rows[i]] = n + offset  # published after the row is written
+
+
+def _tables(size: int, k: int) -> tuple[np.ndarray, ...]:
+    """Empty row-cache tables: cols, logits, logz, probabilities, tail probability."""
+    return (np.empty((size, k), dtype=np.int64), np.empty((size, k), dtype=np.float64), np.empty(size),
+            np.empty((size, k)), np.empty(size))
 
 
 @functools.lru_cache(maxsize=64)
@@ -177,4 +246,4 @@ def base_model(seed: int, vocab_size: int, eos: int) -> BaseModel:
     return BaseModel(int(seed), int(vocab_size), int(eos))
 
 
-__all__ = ["BaseModel", "base_model", "hash_tokens", "mix64", "seed_to_u64"]
+__all__ = ["BaseModel", "base_model", "hash_tokens", "log_partition", "mix64", "probabilities", "seed_to_u64"]

@@ -116,8 +116,14 @@ def parse_adam(params: Any, where: str = "adam_params") -> dict[str, float]:
         params = {}
     if not isinstance(params, dict):
         raise invalid(f"{where} must be an object")
-    # (in ADAM_DEFAULTS order, so the first invalid key is the one reported)
-    hp = {k: _num(params, k, d, where) for k, d in ADAM_DEFAULTS.items()} if params else ADAM_DEFAULTS.copy()
+    hp = ADAM_DEFAULTS.copy()
+    for key, val in params.items():  # the common case: each given value a finite float, taken as it is
+        if key in hp and val is not None:
+            if type(val) is not float or not math.isfinite(val):
+                # (in ADAM_DEFAULTS order, so the first invalid key is the one reported)
+                hp = {k: _num(params, k, d, where) for k, d in ADAM_DEFAULTS.items()}
+                break
+            hp[key] = val
     # (checks written out, not looped over key tuples: this runs on every optimizer step)
     if hp["learning_rate"] < 0:
         raise invalid(f"{where}.learning_rate must be >= 0, got {hp['learning_rate']}")
@@ -218,13 +224,14 @@ def optim_step(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum,
     pc, pl = base.prefs(new_rows)
     nr_keys = (new_rows[:, None] * v_size + pc).reshape(-1)
     nr_base = pl.reshape(-1)
-    rows_all = union_sorted(weights.rows, new_rows)
+    # (new_rows and nr_keys are sorted and unique: with nothing trained yet, either is its own union)
+    rows_all = union_sorted(weights.rows, new_rows) if weights.rows.size else new_rows
     if weights.rows.size:
         in_old, old = weights.row_index(rows_all)
         beta, m_tail, v_tail = (np.where(in_old, a[old], 0.0) for a in (weights.beta, opt.m_tail, opt.v_tail))
     else:
         beta, m_tail, v_tail = np.zeros(rows_all.size), np.zeros(rows_all.size), np.zeros(rows_all.size)
-    known = union_sorted(weights.keys, nr_keys)
+    known = union_sorted(weights.keys, nr_keys) if weights.keys.size else nr_keys
     cand = setdiff_unique(acc.keys, known)
     cand_row = cand // v_size
     cand_ri = rows_all.searchsorted(cand_row)

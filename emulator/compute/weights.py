@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from emulator.compute.base import BaseModel, base_model
+from emulator.compute.base import BaseModel, base_model, log_partition
 from emulator.compute.errors import invalid
 from emulator.compute.inputs import state_int
 
@@ -161,7 +161,9 @@ class RowSet:
     """Explicit columns, tail and log-partition of a set of rows, laid out flat.
 
     Row ``r`` (``uprevs[r]``) owns ``cols[offsets[r]:offsets[r+1]]`` (sorted) with logits in the same
-    slice, plus ``tail_n[r]`` further columns that all have logit ``tail_logit[r]``.
+    slice, plus ``tail_n[r]`` further columns that all have logit ``tail_logit[r]``. ``all_tails``: every
+    row has tail columns (always, unless the vocabulary is tiny). ``probs``/``tail_p``, when given, are
+    what :meth:`explicit_probs`/:meth:`tail_probs` compute (rows no session trained: from the base model).
     """
 
     uprevs: np.ndarray
@@ -173,6 +175,9 @@ class RowSet:
     tail_logit: np.ndarray
     logz: np.ndarray
     vocab_size: int
+    all_tails: bool
+    probs: np.ndarray | None = None
+    tail_p: np.ndarray | None = None
 
     @property
     def flatkey(self) -> np.ndarray:
@@ -182,15 +187,14 @@ class RowSet:
         return lookup_or(self.flatkey, self.logits, ridx * self.vocab_size + tokens, self.tail_logit[ridx])
 
     def explicit_probs(self) -> np.ndarray:
-        return np.exp(self.logits - self.logz[self.seg])
-
-    @property
-    def all_tails(self) -> bool:
-        """Whether every row has tail columns (always, unless the vocabulary is tiny)."""
-        return np.count_nonzero(self.tail_n) == self.tail_n.size  # (tail_n >= 0)
+        if self.probs is not None:
+            return self.probs
+        return np.exp(self.logits - self.logz[self.seg])  # (as base.probabilities(), without the tail)
 
     def tail_probs(self) -> np.ndarray:
-        p = np.exp(self.tail_logit - self.logz)
+        if self.tail_p is not None:
+            return self.tail_p
+        p = np.exp(self.tail_logit - self.logz)  # (as base.probabilities(), without the explicit columns)
         return p if self.all_tails else np.where(self.tail_n > 0, p, 0.0)
 
     def row(self, r: int) -> tuple[np.ndarray, np.ndarray, int, float, float]:
@@ -326,58 +330,47 @@ class Weights:
         uprevs = np.asarray(uprevs, dtype=_I64)
         n = uprevs.size
         if self.rows.size == 0:  # nothing trained yet: each row is its k preferred columns and a zero tail
-            pc, pl = self.base.prefs(uprevs)
+            pc, pl, logz, probs, tail_p = self.base.untrained(uprevs)  # (normalised once per row, remembered)
             offsets = np.arange(0, (n + 1) * k, k, dtype=_I64)
             cols, logits = pc.reshape(-1), pl.reshape(-1)
             tail_logit = np.zeros(n, dtype=_F64)
             tail_n = np.empty(n, dtype=_I64)  # (empty + fill: np.full costs twice as much)
             tail_n.fill(v - k)
             seg = np.arange(n, dtype=_I64).repeat(k)
-            all_tails = k < v
-        else:
-            trained, tidx = self.row_index(uprevs)
-            lengths = np.full(n, k, dtype=_I64)
-            t_pos = trained.nonzero()[0]
-            starts = self.keys.searchsorted(uprevs[t_pos] * v)
-            ends = self.keys.searchsorted((uprevs[t_pos] + 1) * v)
-            lengths[t_pos] = ends - starts
-            offsets = np.zeros(n + 1, dtype=_I64)
-            lengths.cumsum(out=offsets[1:])
-            total = int(offsets[-1])
-            cols = np.empty(total, dtype=_I64)
-            logits = np.empty(total, dtype=_F64)
-            if t_pos.size:
-                t_len = ends - starts
-                src = _segment_ranges(starts, t_len)
-                dst = src + (offsets[t_pos] - starts).repeat(t_len)
-                cols[dst] = self.keys[src] - uprevs[t_pos].repeat(t_len) * v
-                logits[dst] = self.base_vals[src] + self.theta[src]
-            u_pos = (~trained).nonzero()[0]
-            if u_pos.size:
-                pc, pl = self.base.prefs(uprevs[u_pos])
-                dst2 = offsets[u_pos][:, None] + np.arange(k, dtype=_I64)[None, :]
-                cols[dst2] = pc
-                logits[dst2] = pl
-            tail_logit = np.zeros(n, dtype=_F64)
-            tail_logit[t_pos] = self.beta[tidx[t_pos]]
-            tail_n = v - lengths
-            seg = np.arange(n, dtype=_I64).repeat(lengths)
-            all_tails = n > 0 and bool(lengths.max() < v)
-        if n:
-            seg_max = np.maximum.reduceat(logits, offsets[:-1])
-            if all_tails:  # every row has tail columns: the masks below would select everything
-                m = np.maximum(seg_max, tail_logit)
-            else:  # a row without tail columns (tiny vocabularies only) leaves the tail out of its max and sum
-                has_tail = tail_n > 0
-                m = np.where(has_tail, np.maximum(seg_max, tail_logit), seg_max)
-            s = np.add.reduceat(np.exp(logits - m[seg]), offsets[:-1])
-            tail_mass = tail_n * np.exp(tail_logit - m)
-            s = s + (tail_mass if all_tails else np.where(has_tail, tail_mass, 0.0))
-            logz = m + np.log(s)
-        else:
-            logz = EMPTY_F64
+            STATS.note(cols, logits, seg)
+            return RowSet(uprevs, offsets, seg, cols, logits, tail_n, tail_logit, logz, v, k < v,
+                          probs.reshape(-1), tail_p)
+        trained, tidx = self.row_index(uprevs)
+        lengths = np.full(n, k, dtype=_I64)
+        t_pos = trained.nonzero()[0]
+        starts = self.keys.searchsorted(uprevs[t_pos] * v)
+        ends = self.keys.searchsorted((uprevs[t_pos] + 1) * v)
+        lengths[t_pos] = ends - starts
+        offsets = np.zeros(n + 1, dtype=_I64)
+        lengths.cumsum(out=offsets[1:])
+        total = int(offsets[-1])
+        cols = np.empty(total, dtype=_I64)
+        logits = np.empty(total, dtype=_F64)
+        if t_pos.size:
+            t_len = ends - starts
+            src = _segment_ranges(starts, t_len)
+            dst = src + (offsets[t_pos] - starts).repeat(t_len)
+            cols[dst] = self.keys[src] - uprevs[t_pos].repeat(t_len) * v
+            logits[dst] = self.base_vals[src] + self.theta[src]
+        u_pos = (~trained).nonzero()[0]
+        if u_pos.size:
+            pc, pl = self.base.prefs(uprevs[u_pos])
+            dst2 = offsets[u_pos][:, None] + np.arange(k, dtype=_I64)[None, :]
+            cols[dst2] = pc
+            logits[dst2] = pl
+        tail_logit = np.zeros(n, dtype=_F64)
+        tail_logit[t_pos] = self.beta[tidx[t_pos]]
+        tail_n = v - lengths
+        seg = np.arange(n, dtype=_I64).repeat(lengths)
+        all_tails = n == 0 or bool(lengths.max() < v)
+        logz = log_partition(logits, offsets, seg, tail_n, tail_logit, all_tails) if n else EMPTY_F64
         STATS.note(cols, logits, seg)
-        return RowSet(uprevs, offsets, seg, cols, logits, tail_n, tail_logit, logz, v)
+        return RowSet(uprevs, offsets, seg, cols, logits, tail_n, tail_logit, logz, v, all_tails)
 
     def token_logprobs(self, prevs: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, RowSet, np.ndarray]:
         """log p(target | prev) per position, plus the row set and each position's row index."""
