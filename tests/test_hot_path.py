@@ -21,7 +21,7 @@ from emulator.compute import ComputeError
 from emulator.compute import base as base_module
 from emulator.compute import weights as weights_module
 from emulator.compute.base import BaseModel, base_model
-from emulator.compute.inputs import check_token_range
+from emulator.compute.inputs import _float32_array, check_token_range
 from emulator.compute.weights import GradAccum, setdiff_unique, union_sorted, unique_inverse
 from emulator.config import Config
 from emulator.http.routing import PathTable
@@ -236,6 +236,29 @@ def test_small_array_paths_equal_numpys() -> None:
         except ComputeError as exc:
             assert bad.size and exc.message == (f"t: token {int(toks[bad[0]])} at position {int(bad[0])} "
                                                 f"is outside the vocabulary [0, {v})")
+
+
+def test_float32_inputs_short_lists_equal_the_numpy_path() -> None:
+    """Short lists of loss inputs are range-checked in Python (``_float32_array``): what they give, and
+    what they refuse, must be what the numpy path does for the same values in a long list."""
+    f32 = float(np.finfo(np.float32).max)
+    pool: list[Any] = [0, 1, -1, 0.5, -0.0, 1e-45, 3.3e38, -f32, f32, 2**60, 1e300, -1e39, 16777217,
+                       float("nan"), float("inf"), True, "2.5", 10**400, None]
+    rng = random.Random(11)
+
+    def outcome(data: list[Any]) -> Any:
+        try:
+            return _float32_array(data, "w").tobytes()
+        except ComputeError as exc:
+            return "refused: " + exc.message.split(":")[1]
+    for _ in range(3000):
+        data = [rng.choice(pool) for _ in range(rng.randint(1, 6))]
+        long = data + [0.0] * 70  # past the short-list path
+        short, reference = outcome(data), outcome(long)
+        if isinstance(reference, bytes):
+            assert isinstance(short, bytes) and short == reference[: 8 * len(data)], data
+        else:
+            assert short == reference, data
 
 
 def _drive(app: Any, method: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes | None

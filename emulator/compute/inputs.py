@@ -101,6 +101,13 @@ def parse_float(value: Any, where: str) -> float:
 
 def _float32_array(data: list[Any], where: str) -> np.ndarray:
     """Finite numbers as the trainer sees them: float32 on the wire, so float32-rounded (as float64)."""
+    if len(data) <= 64:  # a short list of plain numbers in float32 range: checked here, not by numpy's abs and max
+        for x in data:
+            t = type(x)
+            if (t is not float and t is not int) or not -_F32_MAX <= x <= _F32_MAX:  # (NaN fails too)
+                break
+        else:
+            return np.array(data, dtype=np.float64).astype(np.float32).astype(np.float64)
     try:
         if all(type(x) is float or type(x) is int for x in data):
             arr = np.asarray(data, dtype=np.float64)

@@ -457,23 +457,24 @@ def backward(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray)
     g = np.asarray(dlp, dtype=_F64)[nz]
     n = rs.uprevs.size
     s_row = np.bincount(r, weights=g, minlength=n)
+    neg_s = -s_row  # (negated once: -x[i] is (-x)[i] bit for bit)
     touched = np.bincount(r, minlength=n) > 0
     in_touched = touched[rs.seg]
     e_keys = (rs.uprevs[rs.seg] * v + rs.cols)[in_touched]
-    e_vals = (-s_row[rs.seg] * rs.explicit_probs())[in_touched]
+    e_vals = (neg_s[rs.seg] * rs.explicit_probs())[in_touched]
     p_tail = rs.tail_probs()
     t_keys_all = rs.uprevs[r] * v + y
     t_keys, inv = unique_inverse(t_keys_all)
     t_vals = np.bincount(inv, weights=g, minlength=t_keys.size)
     keys = union_sorted(e_keys, t_keys)
     row_of = rs.uprevs.searchsorted(keys // v)
-    vals = -s_row[row_of] * p_tail[row_of]         # a target column outside the explicit ones: tail
+    vals = neg_s[row_of] * p_tail[row_of]          # a target column outside the explicit ones: tail
     vals[keys.searchsorted(e_keys)] = e_vals       # both key sets are part of ``keys``
     t_part = np.zeros(keys.size, dtype=_F64)
     t_part[keys.searchsorted(t_keys)] = t_vals
     vals = vals + t_part                           # (adding the zeros too keeps the sign of -0.0 as before)
     rows_t = touched.nonzero()[0]
-    tail = -s_row[rows_t] * p_tail[rows_t]
+    tail = neg_s[rows_t] * p_tail[rows_t]
     if not rs.all_tails:  # a row without tail columns has no tail gradient (not even -0.0)
         tail = np.where(rs.tail_n[rows_t] > 0, tail, 0.0)
     STATS.note(keys, vals)
