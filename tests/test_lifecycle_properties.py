@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from emulator.config import Config
-from emulator.domain import engine, model_resources, operations, sessions
+from emulator.domain import engine, lifecycle, model_resources, operations, sessions
 from emulator.domain.lifecycle import TERMINAL, TRANSITIONS, OperationStatus, ResourceStatus, SessionStatus
 from emulator.errors import ApiError
 from emulator.runtime import Runtime
@@ -125,3 +126,19 @@ class LifecycleMachine(RuleBasedStateMachine):
 LifecycleMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None,
                                               suppress_health_check=[HealthCheck.too_slow])
 TestLifecycle = LifecycleMachine.TestCase
+
+
+def test_check_edge_takes_stored_statuses_and_refuses_undocumented_edges() -> None:
+    """Records store their status as a plain string; ``check_edge`` looks it up as such (no enum built)."""
+    for enum_cls, table in TRANSITIONS.items():
+        for old, allowed in table.items():
+            for new in enum_cls:
+                stored = str(old._value_)  # what a record holds
+                assert type(stored) is str
+                if new in allowed:
+                    lifecycle.check_edge(stored, new)
+                else:
+                    with pytest.raises(lifecycle.IllegalTransition, match=f"^{stored} -> {new._value_} is not a documented"):
+                        lifecycle.check_edge(stored, new)
+    with pytest.raises(lifecycle.IllegalTransition):
+        lifecycle.check_edge("NOT_A_STATUS", SessionStatus.RUNNING)

@@ -16,8 +16,7 @@ KIND_NAMES = {"ModelResource": "model_resources", "Session": "training_session",
 def transition(state: TenantState, record: Any, new: StrEnum, at: float, **extra: Any) -> None:
     """Move ``record`` to ``new`` along a documented edge, stamping ``updated_at`` and the timeline."""
     old_value = record.status
-    old = type(new)(old_value)
-    check_edge(old, new)
+    check_edge(old_value, new)
     value = new._value_  # a plain attribute; ``.value`` is a property, and this is the hottest status write
     record.status = value
     record.updated_at = max(at, record.created_at)

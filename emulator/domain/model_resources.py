@@ -84,7 +84,7 @@ def create(state: TenantState, ctx: Ctx, body: dict[str, Any]) -> ModelResource:
         id=state.ids.uuid("model_resources"), created_by=ctx.principal.user, base_model=s["base_model"],
         lora_enabled=s["lora_enabled"], gpu_type=s["gpu_type"], num_generator_replicas=s["num_generator_replicas"],
         optimizer_config=s["optimizer_config"], inactive_timeout=s["inactive_timeout"],
-        status=R.PENDING.value, created_at=now, updated_at=now, base_weights_ref=s["base_weights_ref"])
+        status=R.PENDING._value_, created_at=now, updated_at=now, base_weights_ref=s["base_weights_ref"])
     state.resources[r.id] = r
     state.resource_index.add(r.id)
     state.log(now, "model_resources", r.id, None, r.status)

@@ -86,7 +86,7 @@ def submit(state: TenantState, ctx: Ctx, session_id: str, kind: str, body: dict[
     effective, payload_id = _resolve_payload(state, s, body)
     _check_request(kind, effective)
     now = ctx.now
-    op = Operation(id=state.ids.uuid("operation"), session_id=s.id, kind=kind, status=Op.PENDING.value,
+    op = Operation(id=state.ids.uuid("operation"), session_id=s.id, kind=kind, status=Op.PENDING._value_,
                    created_at=now, updated_at=now, body=effective, body_hash=digest,
                    idempotency_key=idempotency_key, payload_id=payload_id)
     state.operations[op.id] = op

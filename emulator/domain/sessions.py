@@ -90,7 +90,7 @@ def create(state: TenantState, ctx: Ctx, body: dict[str, Any]) -> Session:
                          "resource", headers={"x-should-retry": "false"})
     now = ctx.now
     s = Session(id=state.ids.uuid("session"), model_resources_id=r.id, created_by=ctx.principal.user,
-                base_model=r.base_model, status=S.CREATING.value, created_at=now, updated_at=now,
+                base_model=r.base_model, status=S.CREATING._value_, created_at=now, updated_at=now,
                 lora_config=lora, display_name=display_name or None,
                 metadata=_clean_metadata(body.get("metadata")) or None,
                 resume_from_checkpoint_id=resume_id or None, load_optimizer=load_optimizer, step=step,

@@ -8,6 +8,7 @@ persists what changed (``--state-file``) before the client sees the answer.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import Any
 from urllib.parse import parse_qsl
 
 import orjson
@@ -31,6 +32,8 @@ from emulator.http.faults import state_effect
 from emulator.http.validation import PARSED_BODY, PARSED_QUERY
 from emulator.runtime import Runtime
 
+_MISSING = object()
+
 
 class RawHeaders(Mapping[str, str]):
     """The request's headers as a read-only mapping, decoded only when a handler asks (few do)."""
@@ -41,11 +44,17 @@ class RawHeaders(Mapping[str, str]):
         self._raw = raw
 
     def __getitem__(self, name: str) -> str:
+        value = self.get(name, _MISSING)
+        if value is _MISSING:
+            raise KeyError(name)
+        return str(value)
+
+    def get(self, name: str, default: Any = None) -> Any:  # (Mapping's own get goes through a KeyError)
         key = name.lower().encode("latin-1")
         for k, v in self._raw:
             if k == key:
                 return v.decode("latin-1")
-        raise KeyError(name)
+        return default
 
     def __iter__(self) -> Iterator[str]:
         return (k.decode("latin-1") for k, _ in self._raw)
