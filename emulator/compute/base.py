@@ -199,8 +199,8 @@ class _RowCache:
         self.lock = threading.Lock()
 
     def get(self, rows: np.ndarray, compute: Any, count: int) -> tuple[np.ndarray, ...] | None:
-        """The first ``count`` tables' entries for ``rows`` (``compute`` gives all of them for new rows), or
-        None when the cache is full and does not hold them all."""
+        """The first ``count`` (2 or 5) tables' entries for ``rows`` (``compute`` gives all five for new rows),
+        or None when the cache is full and does not hold them all."""
         keys = rows.tolist()
         slots = self.slots
         found = [slots.get(r) for r in keys]
@@ -213,8 +213,10 @@ class _RowCache:
             if None in found:  # the cache is full
                 return None
         index = np.asarray(found, dtype=np.intp)
-        tables = self.tables  # (one snapshot: a concurrent grow swaps in new tables)
-        return tuple(t[index] for t in tables[:count])
+        t = self.tables  # (one snapshot: a concurrent grow swaps in new tables)
+        if count == 2:  # (spelled out: a generator here cost more than the two lookups)
+            return t[0][index], t[1][index]
+        return t[0][index], t[1][index], t[2][index], t[3][index], t[4][index]
 
     def _remember(self, rows: list[int], computed: tuple[np.ndarray, ...]) -> None:
         new = [i for i, r in enumerate(rows) if r not in self.slots]
