@@ -70,9 +70,8 @@ class OptState:
     @staticmethod
     def zeros(weights: Weights) -> OptState:
         n, r = weights.num_entries, weights.rows.size
-        if n == 0 and r == 0:  # an untrained model (a zero-size array holds nothing to change: shared)
-            e = EMPTY_F64
-            return OptState(e, e, e, e, e)
+        if n == 0 and r == 0:  # an untrained model (immutable, with zero-size arrays: one instance serves all)
+            return _EMPTY_OPT
         return OptState(np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(r), np.zeros(r))
 
     def nbytes(self) -> int:
@@ -98,6 +97,9 @@ class OptState:
         if not (out.m.size == out.v.size == out.buf.size == n and out.m_tail.size == out.v_tail.size == r):
             raise invalid("malformed optimizer state: arrays do not match the weights")
         return out
+
+
+_EMPTY_OPT = OptState(EMPTY_F64, EMPTY_F64, EMPTY_F64, EMPTY_F64, EMPTY_F64)
 
 
 # --- hyperparameters ---------------------------------------------------------------------------------

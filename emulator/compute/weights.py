@@ -22,6 +22,7 @@ handed to the generator (``SessionModel.weights()``) never changes afterwards.
 
 from __future__ import annotations
 
+import functools
 from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any
@@ -227,7 +228,7 @@ class GradAccum:
 
     @staticmethod
     def empty() -> GradAccum:
-        return GradAccum(EMPTY_I64, EMPTY_F64, EMPTY_I64, EMPTY_F64)
+        return _EMPTY_ACC  # (immutable, like every accumulator: one instance serves every session)
 
     @property
     def is_empty(self) -> bool:
@@ -289,6 +290,9 @@ class GradAccum:
         return out
 
 
+_EMPTY_ACC = GradAccum(EMPTY_I64, EMPTY_F64, EMPTY_I64, EMPTY_F64)
+
+
 @dataclass(frozen=True, eq=False)
 class Weights:
     """An immutable snapshot of the model's parameters (what weights-sync publishes)."""
@@ -302,7 +306,7 @@ class Weights:
 
     @staticmethod
     def initial(base: BaseModel) -> Weights:
-        return Weights(base, EMPTY_I64, EMPTY_F64, EMPTY_F64, EMPTY_I64, EMPTY_F64)
+        return _initial(base)
 
     @property
     def vocab_size(self) -> int:
@@ -438,6 +442,12 @@ class Weights:
             raise invalid("malformed weights: rows are not sorted and unique")
         if not (all_finite(self.theta) and all_finite(self.beta) and all_finite(self.base_vals)):
             raise invalid("malformed weights: non-finite values")
+
+
+@functools.lru_cache(maxsize=64)
+def _initial(base: BaseModel) -> Weights:
+    """The untrained weights of a base model: immutable, so every new session on it shares one instance."""
+    return Weights(base, EMPTY_I64, EMPTY_F64, EMPTY_F64, EMPTY_I64, EMPTY_F64)
 
 
 def backward(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray) -> GradAccum:

@@ -7,6 +7,8 @@ checkpoint it resumes. Checkpoints carry the spec they were saved with.
 
 from __future__ import annotations
 
+import functools
+
 from emulator import compute
 from emulator.compute import ModelSpec
 from emulator.domain.catalog import BY_NAME
@@ -17,21 +19,29 @@ from emulator.store.records import Checkpoint, Session
 
 def model_spec(state: TenantState, seed: int, s: Session) -> ModelSpec:
     r = state.resources[s.model_resources_id]
-    cat = BY_NAME[s.base_model]
     lora = s.lora_config
-    if lora is not None:
+    optimizer = "muon" if "muon" in (r.optimizer_config or {}) else "adam"
+    if lora is None:
+        return _spec(seed, s.base_model, None, None, True, optimizer)
+    return _spec(seed, s.base_model, int(lora["rank"]), float(lora.get("alpha") or 16),
+                 bool(lora.get("train_unembed", True)), optimizer)
+
+
+@functools.lru_cache(maxsize=256)
+def _spec(seed: int, base_model: str, lora_rank: int | None, lora_alpha: float | None, train_unembed: bool,
+          optimizer: str) -> ModelSpec:
+    """The spec of a session (a frozen value, built once per distinct configuration: sessions mostly share a few)."""
+    cat = BY_NAME[base_model]
+    if lora_rank is not None:
         max_batch, max_seq = cat.lora_max_batch_size, cat.lora_max_seq_length
     else:
         max_batch, max_seq = cat.full_max_batch_size or 1, cat.full_max_seq_length or cat.lora_max_seq_length
     # The base model's weights depend on the base model (and the emulator seed) only, so every session
     # on one base model starts from the same model and checkpoints resume anywhere it is served.
     # (A real LoRA adapter starts at zero, so its seed does not change the starting model either.)
-    optimizer = "muon" if "muon" in (r.optimizer_config or {}) else "adam"
     return ModelSpec(vocab_size=cat.vocab_size, max_seq_length=max_seq, max_batch_size=max_batch,
-                     context_length=cat.context_length, lora_rank=None if lora is None else int(lora["rank"]),
-                     lora_alpha=None if lora is None else float(lora.get("alpha") or 16),
-                     train_unembed=bool(True if lora is None else lora.get("train_unembed", True)),
-                     seed=derive_int(seed, s.base_model), optimizer=optimizer)
+                     context_length=cat.context_length, lora_rank=lora_rank, lora_alpha=lora_alpha,
+                     train_unembed=train_unembed, seed=derive_int(seed, base_model), optimizer=optimizer)
 
 
 def checkpoint_spec(ckpt: Checkpoint) -> ModelSpec:
