@@ -93,10 +93,12 @@ class EmulatorApp:
         path: str = scope.get("path", "")
         limit = self.runtime.config.max_body_bytes
         length = header(scope, b"content-length")
-        if length is not None and length.isdigit() and int(length) > limit:
-            await send_error(send, 413, f"request body is larger than {limit} bytes", code="payload_too_large")
-            return
-        if declares_body(scope):  # a body follows (declared or chunked): count it
+        if length is not None and length.isdigit():
+            if int(length) > limit:
+                await send_error(send, 413, f"request body is larger than {limit} bytes", code="payload_too_large")
+                return
+            # (the HTTP parser delivers exactly the declared length: nothing more to count)
+        elif declares_body(scope):  # a body follows without a length (chunked): count it
             receive = limited_receive(receive, limit)
         if path.startswith("/v1/"):  # the vendor API: most requests
             await self.api(scope, receive, send)
