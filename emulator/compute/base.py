@@ -116,13 +116,10 @@ class BaseModel:
                                                             np.ndarray]:
         cols, logits = self._compute(rows)
         n, k, v = rows.size, self.k, self.vocab_size
-        offsets = np.arange(0, (n + 1) * k, k, dtype=np.int64)
-        seg = np.arange(n, dtype=np.int64).repeat(k)
-        flat = logits.reshape(-1)
-        tail_n = np.full(n, v - k, dtype=np.int64)
-        tail_logit = np.zeros(n, dtype=np.float64)
         if n == 0:
             return cols, logits, np.empty(0), np.empty((0, k)), np.empty(0)
+        offsets, seg, tail_n, tail_logit = untrained_layout(n, k, v)
+        flat = logits.reshape(-1)
         logz = log_partition(flat, offsets, seg, tail_n, tail_logit, k < v)
         probs, tail_p = probabilities(flat, seg, tail_n, tail_logit, logz, k < v)
         return cols, logits, logz, probs.reshape(n, k), tail_p
@@ -157,6 +154,13 @@ class BaseModel:
         out = np.zeros(self.vocab_size, dtype=np.float64)
         out[cols[0]] = logits[0]
         return out
+
+
+def untrained_layout(n: int, k: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """How ``n`` untrained rows lie flat (see :class:`emulator.compute.weights.RowSet`): offsets, each
+    column's row, tail size and tail logit (0)."""
+    return (np.arange(0, (n + 1) * k, k, dtype=np.int64), np.arange(n, dtype=np.int64).repeat(k),
+            np.full(n, v - k, dtype=np.int64), np.zeros(n, dtype=np.float64))
 
 
 def log_partition(logits: np.ndarray, offsets: np.ndarray, seg: np.ndarray, tail_n: np.ndarray,
@@ -248,4 +252,5 @@ def base_model(seed: int, vocab_size: int, eos: int) -> BaseModel:
     return BaseModel(int(seed), int(vocab_size), int(eos))
 
 
-__all__ = ["BaseModel", "base_model", "hash_tokens", "log_partition", "mix64", "probabilities", "seed_to_u64"]
+__all__ = ["BaseModel", "base_model", "hash_tokens", "log_partition", "mix64", "probabilities", "seed_to_u64",
+           "untrained_layout"]

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from emulator.compute.base import BaseModel, base_model, log_partition
+from emulator.compute.base import BaseModel, base_model, log_partition, untrained_layout
 from emulator.compute.errors import invalid
 from emulator.compute.inputs import state_int
 
@@ -335,7 +335,7 @@ class Weights:
         n = uprevs.size
         if self.rows.size == 0:  # nothing trained yet: each row is its k preferred columns and a zero tail
             pc, pl, logz, probs, tail_p = self.base.untrained(uprevs)  # (normalised once per row, remembered)
-            offsets, seg, tail_n, tail_logit = _untrained_layout(n, k, v) if n <= 256 else _layout(n, k, v)
+            offsets, seg, tail_n, tail_logit = _small_layout(n, k, v) if n <= 256 else untrained_layout(n, k, v)
             cols, logits = pc.reshape(-1), pl.reshape(-1)
             STATS.note(cols, logits, seg)
             return RowSet(uprevs, offsets, seg, cols, logits, tail_n, tail_logit, logz, v, k < v,
@@ -440,17 +440,11 @@ class Weights:
             raise invalid("malformed weights: non-finite values")
 
 
-def _layout(n: int, k: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Offsets, segment of each column, tail size and tail logit of ``n`` untrained rows of ``k`` columns."""
-    return (np.arange(0, (n + 1) * k, k, dtype=_I64), np.arange(n, dtype=_I64).repeat(k),
-            np.full(n, v - k, dtype=_I64), np.zeros(n, dtype=_F64))
-
-
 @functools.lru_cache(maxsize=256)
-def _untrained_layout(n: int, k: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_layout` of a few rows (a batch's), the same for every batch of ``n`` rows: built once and
-    shared, read-only (nothing writes into a row set's arrays; numpy would refuse it)."""
-    arrays = _layout(n, k, v)
+def _small_layout(n: int, k: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`untrained_layout` of a few rows (a batch's), the same for every batch of ``n`` rows: built once
+    and shared, read-only (nothing writes into a row set's arrays; numpy would refuse it)."""
+    arrays = untrained_layout(n, k, v)
     for a in arrays:
         a.flags.writeable = False
     return arrays
