@@ -137,7 +137,7 @@ def test_untrained_rows_normalised_from_the_cache_equal_the_general_path() -> No
         for _ in range(2):  # computed and remembered, then answered from the tables
             for got, want in zip(cached.untrained(rows), fresh._compute_untrained(rows), strict=True):
                 assert got.dtype == want.dtype and np.array_equal(got, want)
-        # train rows 1 and 2 (a gradient on them, one Adam-like step by hand), then read all rows again
+        # weights with rows 1 and 2 trained (a gradient on them taken as their deltas), then all rows again
         initial = weights_module.Weights.initial(cached)
         rs0 = initial.rowset(np.array([1, 2], dtype=np.int64))
         grad = weights_module.backward(rs0, np.array([0, 1]), np.array([3, 4]) % vocab, np.array([-1.0, -0.5]))

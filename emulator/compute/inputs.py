@@ -128,7 +128,7 @@ def _float32_array(data: list[Any], where: str) -> np.ndarray:
 
 
 # Types taken as they are. (``set(map(type, data))`` iterates in C: it checks a long list in ~60% of the
-# time of ``all(type(x) is int for x in data)``, and parsing is a third of a large batch's training step.)
+# time of ``all(type(x) is int for x in data)``; parsing is about a quarter of a 64 x 128-token step.)
 _PLAIN_INTS = frozenset({int})
 _PLAIN_NUMBERS = frozenset({int, float})
 
