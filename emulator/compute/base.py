@@ -92,25 +92,25 @@ class BaseModel:
 
     def prefs(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Preferred tokens and their logits for each row: two ``(len(rows), k)`` arrays, sorted by token."""
-        rows = np.asarray(rows, dtype=np.int64)
-        if rows.size == 0 or rows.size > ROW_CACHE_BATCH:
-            return self._compute(rows)
-        got = self._rows.get(rows, self._compute_untrained, 2)
-        if got is None:  # the cache is full
-            return self._compute(rows)
-        return got[0], got[1]
+        cols, logits = self._cached(rows, 2, self._compute)
+        return cols, logits
 
     def untrained(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`prefs` plus each row's normalisation while untrained (its tail logit 0): log-partition
         ``(n,)``, probabilities of the preferred tokens ``(n, k)`` and of each tail token ``(n,)``, as
         :func:`log_partition` and :func:`probabilities` give them."""
+        cols, logits, logz, probs, tail_p = self._cached(rows, 5, self._compute_untrained)
+        return cols, logits, logz, probs, tail_p
+
+    def _cached(self, rows: np.ndarray, count: int, direct: Any) -> tuple[np.ndarray, ...]:
+        """The row cache's first ``count`` tables for ``rows``, or ``direct(rows)`` where the cache does not
+        answer: no rows, a batch too large to be worth remembering, or a full cache."""
         rows = np.asarray(rows, dtype=np.int64)
-        if rows.size == 0 or rows.size > ROW_CACHE_BATCH:
-            return self._compute_untrained(rows)
-        got = self._rows.get(rows, self._compute_untrained, 5)
-        if got is None:  # the cache is full
-            return self._compute_untrained(rows)
-        return got[0], got[1], got[2], got[3], got[4]
+        if 0 < rows.size <= ROW_CACHE_BATCH:
+            got = self._rows.get(rows, self._compute_untrained, count)
+            if got is not None:
+                return got
+        return tuple(direct(rows))
 
     def _compute_untrained(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
                                                             np.ndarray]:
