@@ -33,7 +33,6 @@ def settled_rss() -> int:
 
 
 def fill(runtime: Any, token: str, sessions: int) -> dict[str, Any]:
-    from emulator.domain import engine
     from emulator.domain import model_resources as resources_domain
     from emulator.domain import sessions as sessions_domain
 
@@ -41,29 +40,27 @@ def fill(runtime: Any, token: str, sessions: int) -> dict[str, Any]:
     resources = -(-sessions // PER_RESOURCE)
     out: dict[str, Any] = {"sessions": sessions, "resources": resources}
     # Touch the tenant once so its fixed cost lands in the baseline.
-    with runtime.store.transaction(principal.project) as state:
-        engine.settle(state, runtime.ctx(principal))
+    with runtime.unit_of_work(principal, write=True):
+        pass
     out["rss_base"] = settled_rss()
     started = time.perf_counter()
     resource_ids = []
-    with runtime.store.transaction(principal.project) as state:
-        ctx = runtime.ctx(principal)
+    with runtime.unit_of_work(principal, write=True) as (state, ctx):
         for _ in range(resources):
             r = resources_domain.create(state, ctx, {"base_model": BASE_MODEL, "lora_enabled": True})
             resource_ids.append(r.id)
-        engine.settle(state, runtime.ctx(principal))
+    with runtime.unit_of_work(principal, write=False) as (state, ctx):
         assert all(state.resources[rid].status.endswith("READY") for rid in resource_ids), (
             "resources not READY"
         )
     out["rss_resources"] = settled_rss()
-    with runtime.store.transaction(principal.project) as state:
+    with runtime.unit_of_work(principal, write=True) as (state, ctx):
         made = 0
         for rid in resource_ids:
-            ctx = runtime.ctx(principal)
             for _ in range(min(PER_RESOURCE, sessions - made)):
                 sessions_domain.create(state, ctx, {"model_resources_id": rid})
                 made += 1
-        engine.settle(state, runtime.ctx(principal))
+    with runtime.unit_of_work(principal, write=False) as (state, ctx):
         running = sum(1 for s in state.sessions.values() if s.status.endswith("RUNNING"))
         assert running == sessions, f"{running} of {sessions} sessions RUNNING"
     out["rss_sessions"] = settled_rss()

@@ -79,8 +79,8 @@ async def run(steps: int, budget_mib: int | None) -> dict[str, Any]:
         released += status == 404 and b"output_released" in raw
     principal = runtime.principal_for("bench-token")
     assert principal is not None
-    with runtime.store.transaction(principal.project, write=False) as state:
-        kept = state.kept_output_bytes
+    with runtime.unit_of_work(principal, write=False) as (state, _ctx):
+        kept = state.outputs.total
     return {"steps": steps, "budget_mib": runtime.limits.operation_outputs_mib_per_tenant, "rss": rss,
             "kept_output_bytes": kept, "operations": len(ops), "released": released}
 

@@ -1,98 +1,61 @@
-"""Typed errors and the one renderer that maps them to HTTP status + ``ErrorData``.
+"""What can go wrong, in the emulator's own terms: the domain, the control plane and the handlers raise these.
 
-Every error the emulator answers, whatever raised it (domain rules, auth, connexion's own
-validation problems, an unexpected crash), leaves as
-``{"error": {"message", "type", "param", "code"}}``, the envelope of the real API's spec.
-The real service's ``type`` / ``code`` strings are not documented; ours follow the OpenAI-style
-names Together uses on its other endpoints (``invalid_request_error`` ...).
+They say what happened (a thing was not found, a value is invalid, the object's state refuses the request,
+a cap is reached), never how HTTP says it: :mod:`emulator.http.errors` maps each class to its status,
+``ErrorData`` type and code, and headers, in one table. ``param`` names the request field at fault
+(``lora_config.rank``); ``code`` refines the class for clients (``output_released``).
 """
 
 from __future__ import annotations
 
-from typing import Any
 
-import orjson
-
-
-class ApiError(Exception):
-    status = 500
-    type = "server_error"
+class EmulatorError(Exception):
     code: str | None = None
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         if code is not None:
             self.code = code
-        self.headers = headers or {}
-
-    def body(self) -> dict[str, Any]:
-        return error_body(self.message, self.type, self.param, self.code)
 
 
-class InvalidRequest(ApiError):
-    """Schema violation or bad value: 400."""
-
-    status = 400
-    type = "invalid_request_error"
+class Invalid(EmulatorError):
+    """A value the rules refuse: out of range, of the wrong kind, naming something it may not."""
 
 
-class FailedPrecondition(ApiError):
-    """The request is well-formed but the object's state refuses it (the real service answers 400)."""
+class NotFound(EmulatorError):
+    """The object named does not exist for this caller (or is no longer kept)."""
 
-    status = 400
-    type = "invalid_request_error"
-    code = "failed_precondition"
-
-
-class IdempotencyKeyReused(ApiError):
-    status = 400
-    type = "idempotency_error"
-    code = "idempotency_key_reused"
-
-
-class Unauthenticated(ApiError):
-    status = 401
-    type = "authentication_error"
-    code = "invalid_api_key"
-
-
-class NotFound(ApiError):
-    status = 404
-    type = "not_found_error"
     code = "not_found"
 
 
-class Forbidden(ApiError):
-    status = 403
-    type = "permission_error"
-    code = "forbidden"
+class FailedPrecondition(EmulatorError):
+    """The request is well formed but the object's state refuses it (stopping a stopped resource)."""
+
+    code = "failed_precondition"
 
 
-class MethodNotAllowed(ApiError):
-    status = 405
-    type = "invalid_request_error"
-    code = "method_not_allowed"
+class Conflict(EmulatorError):
+    """The request contradicts an earlier one: an ``Idempotency-Key`` reused with another body."""
 
-    def __init__(self, method: str, path: str, allowed: list[str]) -> None:
-        super().__init__(f"method {method} is not allowed on {path}; allowed: {', '.join(allowed)}",
-                         headers={"allow": ", ".join(allowed)})
+    code = "idempotency_key_reused"
 
 
-class PayloadTooLarge(ApiError):
-    status = 413
-    type = "invalid_request_error"
-    code = "payload_too_large"
+class Capacity(EmulatorError):
+    """Over a cap. ``retryable``: whether waiting and retrying can help (a session cap will not free itself)."""
 
-
-class AtCapacity(ApiError):
-    """Over a cap (sessions per resource): 429."""
-
-    status = 429
-    type = "rate_limit_error"
     code = "resource_at_capacity"
+
+    def __init__(self, message: str, *, retryable: bool, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message, param=param, code=code)
+        self.retryable = retryable
+
+
+class Unavailable(EmulatorError):
+    """The emulator cannot take the request now (its state file cannot be written); nothing was changed."""
+
+    code = "storage_unavailable"
 
 
 MAX_MESSAGE = 1000
@@ -101,32 +64,3 @@ MAX_MESSAGE = 1000
 def shorten(text: str, limit: int = MAX_MESSAGE) -> str:
     """``text`` cut to ``limit`` characters: error messages may quote what the client sent, which can be huge."""
     return text if len(text) <= limit else text[: limit - 15] + "... (truncated)"
-
-
-def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": shorten(message), "type": type_, "param": shorten(param, 200) if param else param,
-                      "code": code}}
-
-
-_TYPE_BY_STATUS = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    402: "insufficient_quota",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    409: "conflict_error",
-    413: "invalid_request_error",
-    415: "invalid_request_error",
-    422: "invalid_request_error",
-    429: "rate_limit_error",
-}
-
-
-def type_for_status(status: int) -> str:
-    return _TYPE_BY_STATUS.get(status, "server_error" if status >= 500 else "invalid_request_error")
-
-
-def render_error(status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 type_: str | None = None) -> bytes:
-    return orjson.dumps(error_body(message, type_ or type_for_status(status), param, code))

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from emulator.errors import InvalidRequest
+from emulator.errors import Invalid
 from emulator.ids import derive_int
 
 STATE_EFFECTS = ("operation_fails", "resource_error", "session_error", "queue_position")
@@ -157,7 +157,7 @@ class FaultSet:
                 for rule in self.rules:
                     if rule["name"] == forced:
                         return rule
-                raise InvalidRequest(f"X-Emulator-Fault names no fault rule {forced!r}", param="X-Emulator-Fault")
+                raise Invalid(f"X-Emulator-Fault names no fault rule {forced!r}", param="X-Emulator-Fault")
             for rule in self.rules:
                 m = rule["match"]
                 if "operation_id" in m and m["operation_id"] != operation_id:

@@ -1,36 +1,124 @@
-"""The running emulator's services, wired together: config, store, clock, timing, limits, tenancy, fault
-rules and persistence. One :class:`Runtime` per server; handlers reach it through their request. Nothing
-mutable lives at module level, so tests build as many independent emulators in one process as they like.
+"""The running emulator's services, wired together, and the one way into a tenant's state: the unit of work.
+
+One :class:`Runtime` per server: config, store, clock, timing, limits, tenancy, fault rules, the journal
+of ``--state-file``, and the caches the emulator keeps (rendered sessions). Nothing mutable lives at
+module level, so tests build as many independent emulators in one process as they like.
+
+``with runtime.unit_of_work(principal, write=...) as (tenant, ctx):`` is how every caller (the API's
+dispatcher, presigned files, the dashboard, the event stream) reaches a tenant: it settles the tenant's
+timeline to now, hands out the tenant and the domain's context, and on a clean exit of a write journals
+exactly what changed before the caller answers. A refused request (an exception) writes nothing; a write
+the journal cannot make durable is undone (the tenant is reloaded from the file) and refused with
+:class:`~emulator.errors.Unavailable`. Control-plane changes (clock, reset, seed, import) are methods
+here, journaled the same way.
+
+Concurrency: the server is one event loop and a unit of work never awaits, so units of work never
+interleave. :attr:`Runtime.lock` serialises them anyway, for callers in other threads (a server run in a
+thread by tests or the pytest plugin, while the test thread reads the runtime).
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Protocol
 
 from emulator import spec
 from emulator.clock import Clock, parse_rfc3339
 from emulator.config import Config, ConfigError, load_data_file
-from emulator.domain import engine, fault_effects
+from emulator.domain import engine
 from emulator.domain.context import Ctx, Principal
 from emulator.domain.limits import DEFAULT_LIMITS, Limits
 from emulator.domain.timing import Timing, load_timing
+from emulator.errors import NotFound, Unavailable
 from emulator.faults import FaultError, FaultSet
-from emulator.store import Store, snapshot
+from emulator.store import Store, Tenant, snapshot
 from emulator.store.persistence import Persistence, StateFileError
 from emulator.tenancy import Tenancy
 
 # Error codes a fault effect may name: the API's own enums, so a typo cannot load silently.
 FAULT_CODES = {"operation_fails": "OperationErrorCode", "resource_error": "ModelResourcesErrorCode",
                "session_error": "SessionErrorCode"}
+RENDER_CACHE_SIZE = 4096
 
 
 class ScenarioLibrary(Protocol):
     """The named scenarios the control plane offers (:mod:`emulator.tools.scenarios`, plugged in by the
-    server composition, which sits above the handlers that scenarios replay)."""
+    server composition, which sits above the app that scenarios call)."""
 
     def available(self) -> dict[str, str]: ...
 
-    def load(self, runtime: Runtime, name: str) -> dict[str, Any]: ...
+    async def load(self, name: str) -> dict[str, Any]: ...
+
+
+class RenderCache:
+    """JSON bytes of records rendered once per version of what they show (the API layer's), bounded: the
+    oldest entry goes first, since polled records come back soon."""
+
+    __slots__ = ("_entries", "size")
+
+    def __init__(self, size: int = RENDER_CACHE_SIZE) -> None:
+        self._entries: dict[str, tuple[tuple[Any, ...], bytes]] = {}
+        self.size = size
+
+    def get(self, key: str, version: tuple[Any, ...]) -> bytes | None:
+        hit = self._entries.get(key)
+        return hit[1] if hit is not None and hit[0] == version else None
+
+    def put(self, key: str, version: tuple[Any, ...], data: bytes) -> None:
+        entries = self._entries
+        if key not in entries and len(entries) >= self.size:
+            del entries[next(iter(entries))]
+        entries[key] = (version, data)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+class UnitOfWork:
+    """See :meth:`Runtime.unit_of_work`. A class rather than a generator: it runs on every request."""
+
+    __slots__ = ("runtime", "principal", "write", "creates", "tenant")
+
+    def __init__(self, runtime: Runtime, principal: Principal, write: bool, creates: bool) -> None:
+        self.runtime = runtime
+        self.principal = principal
+        self.write = write
+        self.creates = creates
+        self.tenant: Tenant | None = None
+
+    def __enter__(self) -> tuple[Tenant, Ctx]:
+        runtime = self.runtime
+        runtime.lock.acquire()
+        try:
+            if self.write and runtime.persistence is not None:
+                runtime.persistence.check_writable()
+            project = self.principal.project
+            store = runtime.store
+            tenant = store.get(project)
+            if tenant is None:
+                if self.write and not self.creates:
+                    raise NotFound(f"no tenant {project!r}", code="unknown_tenant")
+                tenant = store.open(project) if self.write else store.new_tenant(project)
+            ctx = runtime.ctx(self.principal)
+            engine.settle(tenant, ctx)
+            tenant.changes.noting = self.write
+        except BaseException:
+            runtime.lock.release()
+            raise
+        self.tenant = tenant
+        return tenant, ctx
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        tenant = self.tenant
+        runtime = self.runtime
+        try:
+            if tenant is not None:
+                tenant.changes.noting = False
+                if self.write and exc_type is None and runtime.persistence is not None:
+                    runtime.persistence.commit(tenant)
+        finally:
+            self.tenant = None
+            runtime.lock.release()
 
 
 class Runtime:
@@ -38,8 +126,11 @@ class Runtime:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.store = Store(seed=config.seed)
+        self.lock = threading.RLock()
+        self.store = Store(seed=config.seed, journaled=bool(config.state_file))
         self.clock = Clock(config.clock, config.speed, config.start_time)
+        self.rendered = RenderCache()
+        self.state_checker = snapshot.Checker()
         overrides = load_data_file(config.profile_file, "--profile-file") if config.profile_file else None
         try:
             self.timing: Timing = load_timing(config.profile, overrides or None)
@@ -62,51 +153,80 @@ class Runtime:
                 raise ConfigError(f"--faults {config.faults_file}: {exc}") from exc
         self.persistence: Persistence | None = None
         if config.state_file:
-            self.persistence = Persistence(config.state_file, self.store, self.clock.describe, engine.HANDLERS)
+            self.persistence = Persistence(config.state_file, self.store, self.clock.describe, self.state_checker)
             try:
-                doc = self.persistence.restore()
+                doc = self.persistence.open()
             except (StateFileError, OSError) as exc:
                 raise ConfigError(str(exc)) from exc
             if doc is not None:
                 self._restore_clock(doc)
 
-    def principal_for(self, token: str) -> Principal | None:
-        return self.tenancy.principal_for(token)
+    # --- callers and their context -------------------------------------------------------------------
+
+    def principal_for(self, api_key: str) -> Principal | None:
+        return self.tenancy.principal_for(api_key)
 
     def ctx(self, principal: Principal) -> Ctx:
         return Ctx(now=self.clock.now(), principal=principal, timing=self.timing, seed=self.store.seed,
                    limits=self.limits)
 
-    def system_ctx(self, project: str) -> Ctx:
-        """A context for work done on a tenant's state outside any caller's request."""
-        return self.ctx(Principal(user="", project=project))
+    def unit_of_work(self, who: Principal | str, *, write: bool) -> UnitOfWork:
+        """The tenant of ``who`` (a caller, or a project for work no caller asked for: the dashboard, a
+        presigned URL) settled to now, with the domain's context: ``with runtime.unit_of_work(p, write=True)
+        as (tenant, ctx)``. A caller's write creates the tenant on first use (work for a project never does:
+        :class:`~emulator.errors.NotFound`) and journals what changed when the block ends without an
+        exception (:class:`~emulator.errors.Unavailable` if the journal cannot be written: then nothing
+        changed). A read never creates a tenant and writes nothing; what its settling changed is journaled
+        with the tenant's next write (a restored state would settle the same way anyway)."""
+        if isinstance(who, Principal):
+            return UnitOfWork(self, who, write, creates=True)
+        return UnitOfWork(self, Principal(user="", project=who), write, creates=False)
 
-    def settle(self, project: str) -> None:
-        """Apply every transition due by now in one tenant, outside any request (views, streams)."""
-        with self.store.transaction(project, write=False) as state:
-            engine.settle(state, self.system_ctx(project))
+    # --- control-plane changes (each journaled) ------------------------------------------------------
 
-    def settle_all(self) -> None:
-        """:meth:`settle` every tenant (for whole-store views)."""
-        for project in self.store.projects():
-            self.settle(project)
+    def reset(self, project: str | None = None, seed: int | None = None) -> None:
+        """Forget one project's state, or everyone's (and reseed)."""
+        with self.lock:
+            self._check_writable()
+            self.store.reset(project, seed)
+            self.rendered.clear()
+            if self.persistence is not None:
+                self.persistence.record_reset(project)
 
-    def apply_fault_effect(self, principal: Principal, effect: dict[str, Any], operation_id: str,
-                           path: dict[str, str], body: Any, payload: Any) -> None:
-        """A fault rule's state effect on what a request just made (see emulator.faults)."""
-        # No settle first: under the instant profile what the request made is already due, and must be
-        # marked (an operation to fail, a resource to hold in the queue) before it happens.
-        with self.store.transaction(principal.project) as state:
-            fault_effects.apply(state, self.ctx(principal), effect, operation_id, path, body, payload)
+    def clock_changed(self) -> None:
+        """Journal the clock after a control-plane change (a restart never goes back in virtual time)."""
+        with self.lock:
+            if self.persistence is not None:
+                self.persistence.record_clock()
+
+    def settle(self, project: str | None = None) -> None:
+        """Bring one tenant (or every tenant) to now, for views of the whole store: a read unit of work each."""
+        with self.lock:
+            for p in self.store.projects() if project is None else [project]:
+                with self.unit_of_work(p, write=False):
+                    pass
 
     def export_state(self) -> dict[str, Any]:
-        self.settle_all()
-        return snapshot.export_state(self.store, self.clock.describe())
+        with self.lock:
+            self.settle()
+            return snapshot.export_state(self.store, self.clock.describe())
 
     def import_state(self, doc: Any) -> None:
         """Replace the whole state; a bad document raises :class:`snapshot.StateError` and changes nothing."""
-        snapshot.import_state(self.store, doc, engine.HANDLERS)
-        self._restore_clock(doc)
+        with self.lock:
+            self._check_writable()
+            snapshot.import_state(self.store, doc, self.state_checker)
+            self.rendered.clear()
+            self._restore_clock(doc)
+            if self.persistence is not None:
+                self.persistence.rewrite()
+
+    def projects(self) -> list[str]:
+        return self.store.projects()
+
+    def _check_writable(self) -> None:
+        if self.persistence is not None:
+            self.persistence.check_writable()
 
     def _restore_clock(self, doc: dict[str, Any]) -> None:
         now = (doc.get("clock") or {}).get("now")
@@ -115,7 +235,5 @@ class Runtime:
             if at > self.clock.now():
                 self.clock.set_time(at)
 
-    def persist(self, force: bool = False) -> None:
-        """Write what the last request changed to ``--state-file`` before it is answered."""
-        if self.persistence is not None:
-            self.persistence.flush(force)
+
+__all__ = ["Runtime", "ScenarioLibrary", "UnitOfWork", "Unavailable"]

@@ -16,10 +16,18 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from emulator.config import Config
-from emulator.domain import engine, lifecycle, model_resources, operations, sessions
-from emulator.domain.lifecycle import TERMINAL, TRANSITIONS, OperationStatus, ResourceStatus, SessionStatus
-from emulator.errors import ApiError
+from emulator.domain import model_resources, operations, sessions
+from emulator.errors import EmulatorError
 from emulator.runtime import Runtime
+from emulator.store import records
+from emulator.store.records import (
+    TERMINAL,
+    TRANSITIONS,
+    OperationKind,
+    OperationStatus,
+    ResourceStatus,
+    SessionStatus,
+)
 
 
 def reachable(enum_cls: type[StrEnum], old: str, new: str) -> bool:
@@ -43,12 +51,10 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.session_ids: list[str] = []
 
     def _tx(self, fn):  # type: ignore[no-untyped-def]
-        with self.runtime.store.transaction(self.principal.project) as state:
-            ctx = self.runtime.ctx(self.principal)
-            engine.settle(state, ctx)
+        with self.runtime.unit_of_work(self.principal, write=True) as (state, ctx):
             try:
                 return fn(state, ctx)
-            except ApiError:
+            except EmulatorError:
                 return None
 
     @rule(timeout=st.sampled_from([300, 600, 3600]))
@@ -72,7 +78,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         sid = data.draw(st.sampled_from(self.session_ids))
         body = {"weight_sync_type": "WEIGHT_SYNC_TYPE_SYNCHRONOUS"} if kind == "weights-sync" else {}
         key = f"k{data.draw(st.integers(0, 3))}"
-        self._tx(lambda s, c: operations.submit(s, c, sid, kind, body, key))
+        self._tx(lambda s, c: operations.submit(s, c, sid, OperationKind(kind), body, key))
 
     @precondition(lambda self: self.session_ids)
     @rule(data=st.data())
@@ -136,9 +142,9 @@ def test_check_edge_takes_stored_statuses_and_refuses_undocumented_edges() -> No
                 stored = str(old._value_)  # what a record holds
                 assert type(stored) is str
                 if new in allowed:
-                    lifecycle.check_edge(stored, new)
+                    records.check_edge(stored, new)
                 else:
-                    with pytest.raises(lifecycle.IllegalTransition, match=f"^{stored} -> {new._value_} is not a documented"):
-                        lifecycle.check_edge(stored, new)
-    with pytest.raises(lifecycle.IllegalTransition):
-        lifecycle.check_edge("NOT_A_STATUS", SessionStatus.RUNNING)
+                    with pytest.raises(records.IllegalTransition, match=f"^{stored} -> {new._value_} is not a documented"):
+                        records.check_edge(stored, new)
+    with pytest.raises(records.IllegalTransition):
+        records.check_edge("NOT_A_STATUS", SessionStatus.RUNNING)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from starlette.testclient import TestClient
 
@@ -75,11 +77,19 @@ def test_about_to_expire(demo: TestClient) -> None:
     assert demo.get(f"{RL}/training-sessions/{saved['session']}").json()["status"] == "TRAINING_SESSION_STATUS_EXPIRED"
 
 
+def _load_file(runtime: Runtime, path: str) -> dict:
+    from emulator.tools.server import build_server_app
+
+    build_server_app(runtime)
+    assert runtime.scenarios is not None
+    return asyncio.run(runtime.scenarios.load(path))
+
+
 def test_scenario_with_invalid_body_is_refused(tmp_path) -> None:
     (tmp_path / "broken.yaml").write_text("description: bad\nsteps:\n  - call: createModelResources\n"
                                           "    body: {lora_enabled: true}\n")
     with pytest.raises(scenarios.ScenarioError, match="base_model"):
-        scenarios.load(Runtime(Config(clock="manual")), str(tmp_path / "broken.yaml"))
+        _load_file(Runtime(Config(clock="manual")), str(tmp_path / "broken.yaml"))
 
 
 def test_serve_scenario_flag() -> None:
@@ -101,7 +111,7 @@ def test_scenario_effect_sees_substituted_ids(tmp_path) -> None:
         "  - call: getSession\n    path: {session_id: '{s.id}'}\n"
         "    effect: {session_error: TRAINING_SESSION_ERROR_CODE_SESSION_FAILED}\n")
     runtime = Runtime(Config(clock="manual"))
-    saved = scenarios.load(runtime, str(tmp_path / "failing.yaml"))["saved"]
+    saved = _load_file(runtime, str(tmp_path / "failing.yaml"))["saved"]
     with make_client(runtime, "demo-key") as c:
         s = c.get(f"{RL}/training-sessions/{saved['s']}").json()
     assert s["status"] == "TRAINING_SESSION_STATUS_ERROR"

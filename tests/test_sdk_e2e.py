@@ -130,7 +130,7 @@ def test_sdk_large_payload_goes_through_upload(sdk_env: str, server: tuple[str, 
     runtime = server[1]
     principal = runtime.principal_for(os.environ["TOGETHER_API_KEY"])
     assert principal is not None
-    with runtime.store.transaction(principal.project) as state:
+    with runtime.unit_of_work(principal, write=False) as (state, _ctx):
         uploaded = [p for p in state.payloads.values() if p.session_id == session.session_id]
         ops = [o for o in state.operations.values() if o.session_id == session.session_id]
         assert len(uploaded) == 1

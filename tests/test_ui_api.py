@@ -356,7 +356,7 @@ def test_stream_without_a_project_follows_every_tenant(client: TestClient, runti
     create_resource(client)
     make_client(runtime, "other-key").post(f"{RL}/model-resources", json={"base_model": "Qwen/Qwen3.8-27B"})
     events, _ = read_stream(fast(runtime), "", lambda ev: len(transitions(ev)) >= 2)
-    tenants = {e["tenant"] for name, data, _ in events if name == "log" for e in data}
+    tenants = {e["project"] for name, data, _ in events if name == "log" for e in data}
     assert tenants == {project_of(client), project_of(client, "other-key")}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from emulator.api.request import Reply, Request
 from emulator.clock import ClockError, parse_rfc3339
-from emulator.errors import InvalidRequest, NotFound
+from emulator.errors import Invalid, NotFound
 from emulator.faults import FaultError
 from emulator.runtime import ScenarioLibrary
 from emulator.store import snapshot
@@ -16,12 +16,17 @@ def _project(req: Request, token: str | None, param: str = "tenant") -> str | No
         return None
     project = req.runtime.tenancy.project_for_token(token)
     if project is None:
-        raise InvalidRequest(f"{param}: not a known API token", param=param)
+        raise Invalid(f"{param}: not a known API token", param=param)
     return project
 
 
 def admin_health(req: Request) -> Reply:
-    return 200, {"status": "ok"}
+    """``ok``; ``degraded`` (503) while the state file refuses writes, naming why."""
+    persistence = req.runtime.persistence
+    if persistence is None:
+        return 200, {"status": "ok"}
+    storage = persistence.status()
+    return (200 if storage["ok"] else 503), {"status": "ok" if storage["ok"] else "degraded", "state_file": storage}
 
 
 def admin_get_clock(req: Request) -> Reply:
@@ -34,13 +39,14 @@ def admin_set_clock(req: Request) -> Reply:
     try:
         at = parse_rfc3339(body["now"]) if body.get("now") else None
     except ValueError as exc:
-        raise InvalidRequest(f"now: not an RFC 3339 time: {exc}", param="now") from exc
+        raise Invalid(f"now: not an RFC 3339 time: {exc}", param="now") from exc
     try:
         clock.configure(mode=body.get("mode"), speed=body.get("speed"))
         if at is not None:
             clock.set_time(at)
     except ClockError as exc:
-        raise InvalidRequest(str(exc)) from exc
+        raise Invalid(str(exc)) from exc
+    req.runtime.clock_changed()
     return 200, clock.describe()
 
 
@@ -48,26 +54,27 @@ def admin_advance_clock(req: Request) -> Reply:
     try:
         req.runtime.clock.advance(float(req.json()["seconds"]))
     except ClockError as exc:
-        raise InvalidRequest(f"seconds: {exc}", param="seconds") from exc
+        raise Invalid(f"seconds: {exc}", param="seconds") from exc
+    req.runtime.clock_changed()
     return 200, req.runtime.clock.describe()
 
 
 def admin_reset(req: Request) -> Reply:
     body = req.json()
     project = _project(req, body.get("tenant"))
-    req.runtime.store.reset(project, seed=body.get("seed"))
+    req.runtime.reset(project, seed=body.get("seed"))
     return 200, {"reset": project or "all"}
 
 
 def admin_set_seed(req: Request) -> Reply:
     seed = req.json().get("seed", req.runtime.config.seed)
-    req.runtime.store.reset(None, seed=int(seed))
+    req.runtime.reset(None, seed=int(seed))
     return 200, {"seed": req.runtime.store.seed}
 
 
 def admin_list_events(req: Request) -> Reply:
     project = _project(req, req.query_str("tenant"))
-    req.runtime.settle_all()  # transitions that are due have happened by now
+    req.runtime.settle()  # transitions that are due have happened by now
     events = req.runtime.store.events.since(req.query_int("since", 0), project, req.query_int("limit", 1000))
     return 200, {"data": events}
 
@@ -80,7 +87,7 @@ def admin_import_state(req: Request) -> Reply:
     try:
         req.runtime.import_state(req.body)
     except snapshot.StateError as exc:
-        raise InvalidRequest(f"state document refused: {exc}", code="invalid_state") from exc
+        raise Invalid(f"state document refused: {exc}", code="invalid_state") from exc
     return 200, {"imported": True}
 
 
@@ -92,7 +99,7 @@ def admin_add_faults(req: Request) -> Reply:
     try:
         added = req.runtime.faults.load(req.body)
     except FaultError as exc:
-        raise InvalidRequest(str(exc), code="invalid_fault_rule") from exc
+        raise Invalid(str(exc), code="invalid_fault_rule") from exc
     return 200, {"data": added}
 
 
@@ -119,13 +126,13 @@ def admin_list_scenarios(req: Request) -> Reply:
     return 200, {"data": [{"name": k, "description": v} for k, v in _scenarios(req).available().items()]}
 
 
-def admin_load_scenario(req: Request) -> Reply:
+async def admin_load_scenario(req: Request) -> Reply:
     library = _scenarios(req)
     name = req.path["name"]
     if name not in library.available():
         raise NotFound(f"no scenario {name!r}; available: {', '.join(library.available())}", param="name")
     try:
-        result = library.load(req.runtime, name)
+        result = await library.load(name)
     except ValueError as exc:
-        raise InvalidRequest(str(exc), code="invalid_scenario") from exc
+        raise Invalid(str(exc), code="invalid_scenario") from exc
     return 200, result

@@ -9,23 +9,18 @@ from emulator.domain import checkpoints as domain
 
 def list_checkpoints(req: Request) -> Reply:
     limit = req.query_int("limit", 20)
-    with req.tx() as (state, _ctx):
-        items, has_more = domain.list_(state, session_id=req.query_str("session_id"), type_=req.query_str("type"),
-                                       base_model=req.query_str("base_model"), after=req.query_str("after"),
-                                       limit=limit)
-        return 200, render.list_page([render.checkpoint(c) for c in items], has_more, limit,
-                                     items[-1].id if items else None)
+    items, has_more = domain.list_(req.tenant, session_id=req.query_str("session_id"), type_=req.query_str("type"),
+                                   base_model=req.query_str("base_model"), after=req.query_str("after"), limit=limit)
+    return 200, render.list_page([render.checkpoint(c) for c in items], has_more, limit,
+                                 items[-1].id if items else None)
 
 
 def get_checkpoint(req: Request) -> Reply:
-    with req.tx() as (state, _ctx):
-        return 200, render.checkpoint(domain.get(state, req.path["id"]))
+    return 200, render.checkpoint(domain.get(req.tenant, req.path["id"]))
 
 
 def download_checkpoint(req: Request) -> Reply:
-    with req.tx() as (state, ctx):
-        ckpt, variant, files = domain.files(state, req.path["id"], req.query.get("variant", ""))
-        token = req.presign("checkpoint", ckpt.id, ctx.now, variant=variant)
-        data = [{"filename": name, "size": str(len(blob)),
-                 "url": f"{req.base_url}/_files/checkpoints/{token}/{name}"} for name, blob in files]
-        return 200, {"data": data}
+    ckpt, variant, files = domain.files(req.tenant, req.path["id"], req.query.get("variant", ""))
+    token = req.presign("checkpoint", ckpt.id, variant=variant)
+    return 200, {"data": [{"filename": name, "size": str(len(blob)),
+                           "url": f"{req.base_url}/_files/checkpoints/{token}/{name}"} for name, blob in files]}

@@ -1,4 +1,8 @@
-"""Records -> the wire JSON of the spec's response schemas (int64 as strings, RFC 3339 times)."""
+"""Records -> the wire JSON of the spec's response schemas (int64 as strings, RFC 3339 times).
+
+The only place that knows the wire format: the domain stores numbers, times and ids; this module writes
+``"step": "3"``, checkpoint summaries and operation outputs as the API shows them.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,18 @@ from typing import Any
 import orjson
 
 from emulator.clock import rfc3339
-from emulator.domain import checkpoints as checkpoints_domain
 from emulator.domain.model_resources import queue_position
-from emulator.store import TenantState
-from emulator.store.records import Checkpoint, ModelResource, Operation, Session, ShapingJob
+from emulator.runtime import RenderCache
+from emulator.store import Tenant
+from emulator.store.records import (
+    Checkpoint,
+    CheckpointType,
+    ModelResource,
+    Operation,
+    OperationKind,
+    Session,
+    ShapingJob,
+)
 
 
 def _error(err: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -22,9 +34,9 @@ def _error(err: dict[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
-def model_resources(state: TenantState, r: ModelResource) -> dict[str, Any]:
+def model_resources(tenant: Tenant, r: ModelResource) -> dict[str, Any]:
     details: dict[str, Any] = {}
-    position = queue_position(state, r)
+    position = queue_position(tenant, r)
     if position is not None:
         details["queue_position"] = position
     created = rfc3339(r.created_at)
@@ -58,17 +70,24 @@ def _lora(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def session(state: TenantState, s: Session) -> dict[str, Any]:
+def checkpoint_summary(ckpt: Checkpoint) -> dict[str, Any]:
+    """A checkpoint as sessions and checkpoint operations show it (InferenceCheckpoint / TrainingCheckpoint)."""
+    out: dict[str, Any] = {"id": ckpt.id, "created_at": rfc3339(ckpt.created_at), "step": str(ckpt.step)}
+    if ckpt.registration is not None:
+        out["registration"] = ckpt.registration
+    return out
+
+
+def session(tenant: Tenant, s: Session) -> dict[str, Any]:
+    checkpoints = tenant.checkpoints
     created = rfc3339(s.created_at)
     out: dict[str, Any] = {
         "id": s.id,
         "base_model": s.base_model,
         "created_at": created,
         "created_by": s.created_by,
-        "inference_checkpoints": [checkpoints_domain.summary(state.checkpoints[c])
-                                  for c in s.inference_checkpoint_ids or ()],
-        "training_checkpoints": [checkpoints_domain.summary(state.checkpoints[c])
-                                 for c in s.training_checkpoint_ids or ()],
+        "inference_checkpoints": [checkpoint_summary(checkpoints.peek(c)) for c in s.inference_checkpoint_ids or ()],
+        "training_checkpoints": [checkpoint_summary(checkpoints.peek(c)) for c in s.training_checkpoint_ids or ()],
         "metadata": s.metadata or {},
         "model_resources_id": s.model_resources_id,
         "policy_state": {
@@ -100,15 +119,14 @@ def _session_version(s: Session) -> tuple[Any, ...]:
             len(s.inference_checkpoint_ids or ()), len(s.training_checkpoint_ids or ()))
 
 
-def session_json(state: TenantState, s: Session) -> bytes:
+def session_json(tenant: Tenant, cache: RenderCache, s: Session) -> bytes:
     """:func:`session` as JSON bytes, rendered once per version of the session (lists and polls read the
     same sessions over and over)."""
     version = _session_version(s)
-    hit = state.rendered.get(s.id)
-    if hit is not None and hit[0] == version:
-        return hit[1]
-    data = orjson.dumps(session(state, s))
-    state.remember_rendering(s.id, version, data)
+    data = cache.get(s.id, version)
+    if data is None:
+        data = orjson.dumps(session(tenant, s))
+        cache.put(s.id, version, data)
     return data
 
 
@@ -118,12 +136,27 @@ def list_page_json(items: list[bytes], has_more: bool, limit: int, last_id: str 
     return b'{"data":[' + b",".join(items) + b'],"meta":' + meta + b"}"
 
 
-def operation(op: Operation) -> dict[str, Any]:
+def operation(tenant: Tenant, op: Operation) -> dict[str, Any]:
     out: dict[str, Any] = {"id": op.id, "status": op.status}
     if op.error is not None:
         out["error"] = {"code": op.error.get("code"), "message": op.error.get("message")}
     if op.output is not None and op.status == "TRAINING_OPERATION_STATUS_COMPLETED":
-        out["output"] = op.output
+        out["output"] = operation_output(tenant, op)
+    return out
+
+
+def operation_output(tenant: Tenant, op: Operation) -> dict[str, Any]:
+    """An operation's stored output as its kind's output schema shows it (outputs of the simulated model,
+    losses and samples, are stored as the API shows them)."""
+    out = op.output
+    assert out is not None
+    kind = op.kind
+    if kind == OperationKind.OPTIM_STEP:
+        return {"step": str(out["step"])}
+    if kind == OperationKind.WEIGHTS_SYNC:
+        return {"weights_version": str(out["weights_version"])}
+    if kind in (OperationKind.INFERENCE_CHECKPOINT, OperationKind.TRAINING_CHECKPOINT):
+        return {"checkpoint": checkpoint_summary(tenant.checkpoints.peek(out["checkpoint_id"]))}
     return out
 
 
@@ -139,7 +172,7 @@ def checkpoint(c: Checkpoint) -> dict[str, Any]:
     if c.lora_rank is not None:
         out["lora_rank"] = c.lora_rank
     if c.registration is not None:
-        key = "training_registration" if c.type == "CHECKPOINT_TYPE_TRAINING" else "inference_registration"
+        key = "training_registration" if c.type == CheckpointType.TRAINING else "inference_registration"
         out[key] = c.registration
     return out
 

@@ -1,57 +1,37 @@
 """The request object handlers receive, and the reply they return.
 
-Handlers are thin: parse what they need from :class:`Request`, call one domain function inside
-``req.tx()`` (tenant lock held, timeline settled), render, return ``(status, body[, headers])``.
+Handlers are thin: parse what they need from :class:`Request`, call one domain function on ``req.tenant``
+with ``req.ctx`` (the dispatcher opened the caller's unit of work: timeline settled, changes journaled when
+the request succeeds), render, return ``(status, body[, headers])``. A handler marked :func:`stateless`
+reads no tenant (the catalog, a price estimate), and none is opened for it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from emulator.domain import engine
 from emulator.domain.context import Ctx, Principal
-from emulator.errors import InvalidRequest
-from emulator.store import TenantState
-from emulator.store.memory import Transaction
+from emulator.errors import Invalid
+from emulator.store import Tenant
 
 if TYPE_CHECKING:
     from emulator.runtime import Runtime
 
 Reply = tuple[int, Any] | tuple[int, Any, dict[str, str]]
 READ_METHODS = frozenset({"GET", "HEAD"})
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-class RequestTransaction:
-    """A context manager class rather than a generator: it runs on every request."""
-
-    __slots__ = ("request", "tx")
-
-    def __init__(self, request: Request) -> None:
-        self.request = request
-        self.tx: Transaction | None = None
-
-    def __enter__(self) -> tuple[TenantState, Ctx]:
-        req = self.request
-        assert req.principal is not None
-        self.tx = req.runtime.store.transaction(req.principal.project, write=req.method not in READ_METHODS)
-        state = self.tx.__enter__()
-        ctx = req.runtime.ctx(req.principal)
-        try:
-            engine.settle(state, ctx)
-        except BaseException:
-            self.tx.__exit__(None, None, None)
-            raise
-        return state, ctx
-
-    def __exit__(self, *exc: object) -> None:
-        if self.tx is not None:
-            self.tx.__exit__(*exc)
-            self.tx = None
+def stateless(handler: F) -> F:
+    """Mark a handler that needs no tenant: the dispatcher opens no unit of work for it."""
+    handler.stateless = True  # type: ignore[attr-defined]
+    return handler
 
 
 class Request:
-    __slots__ = ("runtime", "principal", "method", "path", "query", "headers", "body", "_base_url", "operation_id")
+    __slots__ = ("runtime", "principal", "method", "path", "query", "headers", "body", "_base_url", "operation_id",
+                 "tenant", "ctx")
 
     def __init__(self, runtime: Runtime, principal: Principal | None, operation_id: str, path: dict[str, str],
                  query: dict[str, str], headers: Mapping[str, str], body: Any, base_url: str | Callable[[], str],
@@ -65,13 +45,8 @@ class Request:
         self.headers = headers
         self.body = body
         self._base_url = base_url  # or how to work it out: few handlers need it
-
-    def tx(self) -> RequestTransaction:
-        """The caller's tenant under its lock, settled to now: ``with req.tx() as (state, ctx)``. Reads (GET)
-        never create a tenant and are not persisted: they only settle the timeline, which a restored
-        state replays the same way."""
-        assert self.principal is not None
-        return RequestTransaction(self)
+        self.tenant: Tenant = None  # type: ignore[assignment]  # set by the dispatcher's unit of work
+        self.ctx: Ctx = None  # type: ignore[assignment]
 
     @property
     def base_url(self) -> str:
@@ -80,10 +55,10 @@ class Request:
             self._base_url = self._base_url()
         return self._base_url
 
-    def presign(self, kind: str, object_id: str, now: float, variant: str | None = None) -> str:
+    def presign(self, kind: str, object_id: str, variant: str | None = None) -> str:
         """A presigned-URL token for one of the caller's objects (see emulator.store.presigned)."""
-        assert self.principal is not None
-        return self.runtime.store.presigned.issue(self.principal.project, kind, object_id, now, variant=variant)
+        return self.runtime.store.presigner.issue(self.tenant.project, self.tenant.epoch, kind, object_id,
+                                                  self.ctx.now, variant=variant)
 
     def json(self) -> dict[str, Any]:
         return self.body if isinstance(self.body, dict) else {}
@@ -95,7 +70,7 @@ class Request:
         try:
             return int(raw)
         except ValueError as exc:
-            raise InvalidRequest(f"{name}: query parameter must be an integer", param=name) from exc
+            raise Invalid(f"{name}: query parameter must be an integer", param=name) from exc
 
     def query_set(self, name: str) -> set[str] | None:
         raw = self.query.get(name)

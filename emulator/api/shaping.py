@@ -8,30 +8,24 @@ from emulator.domain import shaping as domain
 
 
 def create_shaping_job(req: Request) -> Reply:
-    with req.tx() as (state, ctx):
-        return 200, render.shaping_job(domain.create(state, ctx, req.json()))
+    return 200, render.shaping_job(domain.create(req.tenant, req.ctx, req.json()))
 
 
 def estimate_shaping_job(req: Request) -> Reply:
-    with req.tx() as (state, _ctx):
-        return 200, domain.estimate(state, req.json())
+    return 200, domain.estimate(req.tenant, req.json())
 
 
 def list_shaping_jobs(req: Request) -> Reply:
-    with req.tx() as (state, _ctx):
-        return 200, {"data": [render.shaping_job(j) for j in domain.list_(state)], "object": "list"}
+    return 200, {"data": [render.shaping_job(j) for j in domain.list_(req.tenant)], "object": "list"}
 
 
 def get_shaping_job(req: Request) -> Reply:
-    with req.tx() as (state, _ctx):
-        return 200, render.shaping_job(domain.get(state, req.path["id"]))
+    return 200, render.shaping_job(domain.get(req.tenant, req.path["id"]))
 
 
 def cancel_shaping_job(req: Request) -> Reply:
-    with req.tx() as (state, ctx):
-        return 200, render.shaping_job(domain.cancel(state, ctx, req.path["id"]))
+    return 200, render.shaping_job(domain.cancel(req.tenant, req.ctx, req.path["id"]))
 
 
 def list_shaping_job_events(req: Request) -> Reply:
-    with req.tx() as (state, _ctx):
-        return 200, {"data": domain.get(state, req.path["id"]).events, "object": "list"}
+    return 200, {"data": domain.get(req.tenant, req.path["id"]).events, "object": "list"}

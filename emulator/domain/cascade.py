@@ -8,11 +8,18 @@ fails its unfinished operations with ``SESSION_NOT_ACTIVE``.
 from __future__ import annotations
 
 from emulator.domain import gpu_queue
-from emulator.domain.common import error_detail, release_inputs, transition
+from emulator.domain.common import release_inputs, transition
 from emulator.domain.context import Ctx
-from emulator.domain.lifecycle import ACTIVE_SESSION, OperationStatus, ResourceStatus, SessionStatus
-from emulator.store import TenantState
-from emulator.store.records import ModelResource, Session
+from emulator.store import Tenant, TimelineEvent
+from emulator.store.records import (
+    ACTIVE_SESSION,
+    ModelResource,
+    OperationStatus,
+    ResourceStatus,
+    Session,
+    SessionStatus,
+    error_detail,
+)
 
 SESSION_NOT_ACTIVE = "TRAINING_OPERATION_ERROR_CODE_SESSION_NOT_ACTIVE"
 RESOURCE_UNAVAILABLE = "TRAINING_SESSION_ERROR_CODE_RESOURCE_UNAVAILABLE"
@@ -20,77 +27,77 @@ S = SessionStatus
 R = ResourceStatus
 
 
-def active_sessions(state: TenantState, r: ModelResource) -> list[Session]:
+def active_sessions(tenant: Tenant, r: ModelResource) -> list[Session]:
     """Sessions that still hold a slot on ``r`` (a STOPPING session keeps its slot)."""
-    return [state.sessions[sid] for sid in r.session_ids if state.sessions[sid].status in ACTIVE_SESSION]
+    return [tenant.sessions[sid] for sid in r.session_ids if tenant.sessions[sid].status in ACTIVE_SESSION]
 
 
-def fail_operations(state: TenantState, s: Session, at: float) -> None:
+def fail_operations(tenant: Tenant, s: Session, at: float) -> None:
     """The session stops: every unfinished operation ends FAILED with SESSION_NOT_ACTIVE."""
     if not s.queue:
         return
-    r = state.resources[s.model_resources_id]
+    r = tenant.resources[s.model_resources_id]
     for op_id in s.queue:
-        op = state.operations[op_id]
-        op.error = {"code": SESSION_NOT_ACTIVE, "message": f"training session {s.id} stopped before the "
-                    "operation finished"}
-        transition(state, op, OperationStatus.FAILED, at)
-        release_inputs(state, op)
+        op = tenant.operations[op_id]
+        op.error = error_detail(SESSION_NOT_ACTIVE, f"training session {s.id} stopped before the operation "
+                                "finished", at)
+        transition(tenant, op, OperationStatus.FAILED, at)
+        release_inputs(tenant, op)
         r.inflight_ops -= 1
     s.queue = None
     s.busy_until = None
 
 
-def stop_session(state: TenantState, ctx: Ctx, s: Session, at: float) -> None:
+def stop_session(tenant: Tenant, ctx: Ctx, s: Session, at: float) -> None:
     if s.status not in (S.CREATING, S.RUNNING):
         return
-    fail_operations(state, s, at)
-    transition(state, s, S.STOPPING, at)
-    state.schedule(at + ctx.timing.session_stopping_seconds, "session.stopped", s.id)
+    fail_operations(tenant, s, at)
+    transition(tenant, s, S.STOPPING, at)
+    tenant.timeline.schedule(at + ctx.timing.session_stopping_seconds, TimelineEvent.SESSION_STOPPED, s.id)
 
 
-def expire_session(state: TenantState, s: Session, at: float) -> None:
-    fail_operations(state, s, at)
-    transition(state, s, S.EXPIRED, at)
+def expire_session(tenant: Tenant, s: Session, at: float) -> None:
+    fail_operations(tenant, s, at)
+    transition(tenant, s, S.EXPIRED, at)
 
 
-def fail_session(state: TenantState, s: Session, code: str, message: str, at: float) -> None:
-    fail_operations(state, s, at)
+def fail_session(tenant: Tenant, s: Session, code: str, message: str, at: float) -> None:
+    fail_operations(tenant, s, at)
     s.error = error_detail(code, message, at)
-    transition(state, s, S.ERROR, at)
+    transition(tenant, s, S.ERROR, at)
 
 
-def stop_resource(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
+def stop_resource(tenant: Tenant, ctx: Ctx, r: ModelResource, at: float) -> None:
     """A stop (forced when sessions are active): the sessions stop, the resource goes STOPPING."""
-    for s in active_sessions(state, r):
-        stop_session(state, ctx, s, at)
-    _stopping(state, ctx, r, at)
+    for s in active_sessions(tenant, r):
+        stop_session(tenant, ctx, s, at)
+    _stopping(tenant, ctx, r, at)
 
 
-def expire_resource(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
+def expire_resource(tenant: Tenant, ctx: Ctx, r: ModelResource, at: float) -> None:
     """Inactivity expiry: the active sessions become EXPIRED, the resource goes STOPPING."""
-    for s in active_sessions(state, r):
+    for s in active_sessions(tenant, r):
         if s.status != S.STOPPING:
-            expire_session(state, s, at)
-    _stopping(state, ctx, r, at)
-    state.log(at, "model_resources", r.id, None, r.status, reason="inactive_timeout")
+            expire_session(tenant, s, at)
+    _stopping(tenant, ctx, r, at)
+    tenant.log(at, "model_resources", r.id, None, r.status, reason="inactive_timeout")
 
 
-def fail_resource(state: TenantState, r: ModelResource, code: str, message: str, at: float) -> None:
+def fail_resource(tenant: Tenant, r: ModelResource, code: str, message: str, at: float) -> None:
     """The resource goes to ERROR with ``code``; its active sessions follow with RESOURCE_UNAVAILABLE."""
     if r.status in (R.STOPPED, R.ERROR, R.STOPPING):
         return
-    for s in active_sessions(state, r):
+    for s in active_sessions(tenant, r):
         if s.status != S.STOPPING:
-            fail_session(state, s, RESOURCE_UNAVAILABLE, f"model resource {r.id} failed: {message}", at)
+            fail_session(tenant, s, RESOURCE_UNAVAILABLE, f"model resource {r.id} failed: {message}", at)
     r.error = error_detail(code, message, at)
     r.expires_at = None
-    gpu_queue.leave(state, r)
-    transition(state, r, R.ERROR, at)
+    gpu_queue.leave(tenant, r)
+    transition(tenant, r, R.ERROR, at)
 
 
-def _stopping(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
-    transition(state, r, R.STOPPING, at)
+def _stopping(tenant: Tenant, ctx: Ctx, r: ModelResource, at: float) -> None:
+    transition(tenant, r, R.STOPPING, at)
     r.expires_at = None
-    gpu_queue.leave(state, r)
-    state.schedule(at + ctx.timing.resource_stopping_seconds, "resource.stopped", r.id)
+    gpu_queue.leave(tenant, r)
+    tenant.timeline.schedule(at + ctx.timing.resource_stopping_seconds, TimelineEvent.RESOURCE_STOPPED, r.id)

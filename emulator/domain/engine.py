@@ -1,42 +1,52 @@
 """Settles the timeline: applies every transition that is due by ``ctx.now``, in time order.
 
-Called at the start of every transaction, so status is computed when read from the clock, with
-no background thread and no sleep; a client that reads after advancing the manual clock sees
-every intermediate transition stamped with the virtual time it happened at.
+Called when every unit of work opens, so status is computed when read from the clock, with no background
+thread and no sleep; a client that reads after advancing the manual clock sees every intermediate
+transition stamped with the virtual time it happened at. While it settles, the tenant notes what changes
+(``ChangeLog.noting``), whatever the unit of work is for: a read's settling is journaled with the next write.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from emulator.domain import model_resources, operations, sessions, shaping
 from emulator.domain.context import Ctx
-from emulator.store import TenantState
+from emulator.store import Tenant, TimelineEvent
 
-Handler = Callable[[TenantState, Ctx, Any, float], None]
+TimelineHandler = Callable[[Tenant, Ctx, Any, float], None]
+E = TimelineEvent
 
-HANDLERS: dict[str, tuple[str, Handler]] = {
-    "resource.dequeue": ("resources", model_resources.on_dequeue),
-    "resource.ready": ("resources", model_resources.on_ready),
-    "resource.expire": ("resources", model_resources.on_expire),
-    "resource.stopped": ("resources", model_resources.on_stopped),
-    "session.running": ("sessions", sessions.on_running),
-    "session.stopped": ("sessions", sessions.on_stopped),
-    "operation.start": ("operations", operations.on_start),
-    "operation.complete": ("operations", operations.on_complete),
-    "shaping.phase": ("shaping_jobs", shaping.on_phase),
-    "shaping.cancelled": ("shaping_jobs", shaping.on_cancelled),
-}
+# What each event of the timeline does to its record (the record's table is the event's own, TimelineEvent.table).
+TIMELINE_HANDLERS: Mapping[str, TimelineHandler] = MappingProxyType({
+    E.RESOURCE_DEQUEUE: model_resources.on_dequeue,
+    E.RESOURCE_READY: model_resources.on_ready,
+    E.RESOURCE_EXPIRE: model_resources.on_expire,
+    E.RESOURCE_STOPPED: model_resources.on_stopped,
+    E.SESSION_RUNNING: sessions.on_running,
+    E.SESSION_STOPPED: sessions.on_stopped,
+    E.OPERATION_START: operations.on_start,
+    E.OPERATION_COMPLETE: operations.on_complete,
+    E.SHAPING_PHASE: shaping.on_phase,
+    E.SHAPING_CANCELLED: shaping.on_cancelled,
+})
+_TABLE_OF = MappingProxyType({event.value: event.table for event in TimelineEvent})
 
 
-def settle(state: TenantState, ctx: Ctx) -> None:
-    while True:
-        due = state.pop_due(ctx.now)
-        if due is None:
-            return
-        at, event, obj_id = due
-        table_name, handler = HANDLERS[event]
-        record = getattr(state, table_name).get(obj_id)
-        if record is not None:
-            handler(state, ctx, record, at)
+def settle(tenant: Tenant, ctx: Ctx) -> None:
+    log = tenant.changes
+    noting, log.noting = log.noting, True
+    try:
+        timeline = tenant.timeline
+        while True:
+            due = timeline.pop_due(ctx.now)
+            if due is None:
+                return
+            at, _seq, event, obj_id = due
+            record = tenant.table(_TABLE_OF[event]).get(obj_id)
+            if record is not None:
+                TIMELINE_HANDLERS[event](tenant, ctx, record, at)
+    finally:
+        log.noting = noting

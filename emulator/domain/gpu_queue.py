@@ -10,38 +10,37 @@ Differences from the real API: the queue is per project here; the real one is sh
 from __future__ import annotations
 
 from emulator.domain.context import Ctx
-from emulator.domain.lifecycle import ResourceStatus
-from emulator.store import TenantState
-from emulator.store.records import ModelResource
+from emulator.store import Tenant, TimelineEvent
+from emulator.store.records import ModelResource, ResourceStatus
 
 
-def enter(state: TenantState, ctx: Ctx, r: ModelResource) -> None:
+def enter(tenant: Tenant, ctx: Ctx, r: ModelResource) -> None:
     """Queue a new resource behind the others of its GPU type and schedule when it leaves."""
     now = ctx.now
-    exit_at = max(now, state.gpu_queue_tail.get(r.gpu_type, now)) + ctx.timing.queue_slot_seconds
-    state.gpu_queue_tail[r.gpu_type] = exit_at
+    exit_at = max(now, tenant.gpu_queue_tail.get(r.gpu_type, now)) + ctx.timing.queue_slot_seconds
+    tenant.gpu_queue_tail[r.gpu_type] = exit_at
     r.queue_exit_at = exit_at
-    state.gpu_queue.setdefault(r.gpu_type, []).append(r.id)
-    state.schedule(exit_at, "resource.dequeue", r.id)
+    tenant.gpu_queue.setdefault(r.gpu_type, []).append(r.id)
+    tenant.timeline.schedule(exit_at, TimelineEvent.RESOURCE_DEQUEUE, r.id)
 
 
-def position(state: TenantState, r: ModelResource) -> int | None:
+def position(tenant: Tenant, r: ModelResource) -> int | None:
     """Older same-GPU resources still waiting, plus one; None once out of the queue."""
     if r.status != ResourceStatus.PENDING:
         return None
-    waiting = state.gpu_queue.get(r.gpu_type, [])
+    waiting = tenant.gpu_queue.get(r.gpu_type, [])
     ahead = waiting.index(r.id) if r.id in waiting else 0
     return ahead + 1 + r.queue_extra
 
 
-def leave(state: TenantState, r: ModelResource) -> None:
-    waiting = state.gpu_queue.get(r.gpu_type)
+def leave(tenant: Tenant, r: ModelResource) -> None:
+    waiting = tenant.gpu_queue.get(r.gpu_type)
     if waiting and r.id in waiting:
         waiting.remove(r.id)
     r.queue_exit_at = None
 
 
-def hold(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
+def hold(tenant: Tenant, ctx: Ctx, r: ModelResource, at: float) -> None:
     """The next phantom ahead leaves one queue slot (at least a virtual second) from ``at``."""
     r.queue_exit_at = at + max(ctx.timing.queue_slot_seconds, 1.0)
-    state.schedule(r.queue_exit_at, "resource.dequeue", r.id)
+    tenant.timeline.schedule(r.queue_exit_at, TimelineEvent.RESOURCE_DEQUEUE, r.id)

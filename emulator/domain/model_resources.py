@@ -20,10 +20,9 @@ from emulator.domain import cascade, gpu_queue
 from emulator.domain.catalog import BY_NAME, GPU_TYPE, CatalogModel
 from emulator.domain.common import lookup, page, transition
 from emulator.domain.context import Ctx
-from emulator.domain.lifecycle import ResourceStatus, SessionStatus
-from emulator.errors import FailedPrecondition, InvalidRequest
-from emulator.store import TenantState
-from emulator.store.records import ModelResource
+from emulator.errors import FailedPrecondition, Invalid
+from emulator.store import Tenant, TimelineEvent
+from emulator.store.records import ModelResource, ResourceStatus, SessionStatus
 
 R = ResourceStatus
 DEFAULT_INACTIVE_TIMEOUT = 3600
@@ -33,70 +32,69 @@ DEFAULT_GENERATOR_REPLICAS = 1
 def catalog_model(base_model: str, param: str = "base_model") -> CatalogModel:
     model = BY_NAME.get(base_model)
     if model is None:
-        raise InvalidRequest(
+        raise Invalid(
             f"base_model {base_model!r} is not supported; see GET /v1/rl/supported-models "
             f"({', '.join(sorted(BY_NAME))})", param=param)
     return model
 
 
-def _validated_settings(state: TenantState, body: dict[str, Any]) -> dict[str, Any]:
+def _validated_settings(tenant: Tenant, body: dict[str, Any]) -> dict[str, Any]:
     model = catalog_model(body["base_model"])
     lora_enabled = body.get("lora_enabled")
     lora_enabled = True if lora_enabled is None else bool(lora_enabled)
     if not lora_enabled and model.full_max_batch_size is None:
-        raise InvalidRequest(f"{model.base_model} does not support full-weight training (lora_enabled=false)",
+        raise Invalid(f"{model.base_model} does not support full-weight training (lora_enabled=false)",
                              param="lora_enabled")
     compute = body.get("compute_config") or {}
     gpu_type = compute.get("gpu_type") or GPU_TYPE
     if gpu_type != GPU_TYPE:
-        raise InvalidRequest(f"gpu_type {gpu_type!r} is not offered for post-training; use {GPU_TYPE}",
+        raise Invalid(f"gpu_type {gpu_type!r} is not offered for post-training; use {GPU_TYPE}",
                              param="compute_config.gpu_type")
     replicas = compute.get("num_generator_replicas")
     replicas = DEFAULT_GENERATOR_REPLICAS if replicas is None else int(replicas)
     if replicas < 0:
-        raise InvalidRequest("num_generator_replicas must be >= 0", param="compute_config.num_generator_replicas")
+        raise Invalid("num_generator_replicas must be >= 0", param="compute_config.num_generator_replicas")
     optimizer = body.get("optimizer_config") or {"adam": {}}
     optimizer = {k: v for k, v in optimizer.items() if v is not None} or {"adam": {}}
     if "adam" in optimizer and "muon" in optimizer:
-        raise InvalidRequest("optimizer_config takes one of adam or muon", param="optimizer_config")
+        raise Invalid("optimizer_config takes one of adam or muon", param="optimizer_config")
     timeout = body.get("inactive_timeout")
     timeout = DEFAULT_INACTIVE_TIMEOUT if timeout is None else int(timeout)
     if not 300 <= timeout <= 86400:
-        raise InvalidRequest("inactive_timeout must be between 300 and 86400 seconds", param="inactive_timeout")
+        raise Invalid("inactive_timeout must be between 300 and 86400 seconds", param="inactive_timeout")
     ref = body.get("base_weights_ref")
     if ref is not None:
-        artifact = state.registry.get(ref.removeprefix("together://").split("@")[0].split("/")[0])
+        artifact = tenant.registry.get(ref.removeprefix("together://").split("@")[0].split("/")[0])
         if artifact is None or artifact.get("kind") != "model":
-            raise InvalidRequest(f"base_weights_ref {ref!r} does not name a full-weight model in this project's "
+            raise Invalid(f"base_weights_ref {ref!r} does not name a full-weight model in this project's "
                                  "model registry", param="base_weights_ref")
         if artifact.get("base_model") != model.base_model:
-            raise InvalidRequest(f"base_weights_ref {ref!r} was trained from {artifact.get('base_model')}, "
+            raise Invalid(f"base_weights_ref {ref!r} was trained from {artifact.get('base_model')}, "
                                  f"not {model.base_model}", param="base_weights_ref")
     return {"base_model": model.base_model, "lora_enabled": lora_enabled, "gpu_type": gpu_type,
             "num_generator_replicas": replicas, "optimizer_config": optimizer, "inactive_timeout": timeout,
             "base_weights_ref": ref, "model": model}
 
 
-def create(state: TenantState, ctx: Ctx, body: dict[str, Any]) -> ModelResource:
-    s = _validated_settings(state, body)
+def create(tenant: Tenant, ctx: Ctx, body: dict[str, Any]) -> ModelResource:
+    s = _validated_settings(tenant, body)
     now = ctx.now
     r = ModelResource(
-        id=state.ids.uuid("model_resources"), created_by=ctx.principal.user, base_model=s["base_model"],
+        id=tenant.ids.uuid("model_resources"), created_by=ctx.principal.user, base_model=s["base_model"],
         lora_enabled=s["lora_enabled"], gpu_type=s["gpu_type"], num_generator_replicas=s["num_generator_replicas"],
         optimizer_config=s["optimizer_config"], inactive_timeout=s["inactive_timeout"],
         status=R.PENDING._value_, created_at=now, updated_at=now, base_weights_ref=s["base_weights_ref"])
-    state.resources[r.id] = r
-    state.resource_index.add(r.id)
-    state.log(now, "model_resources", r.id, None, r.status)
-    gpu_queue.enter(state, ctx, r)
+    tenant.resources.add(r)
+    tenant.log(now, "model_resources", r.id, None, r.status)
+    gpu_queue.enter(tenant, ctx, r)
     return r
 
 
-def get(state: TenantState, resource_id: str) -> ModelResource:
-    return lookup(state.resources, resource_id, "model resource", "model_resources_id")
+def get(tenant: Tenant, resource_id: str) -> ModelResource:
+    return lookup(tenant.resources, resource_id, "model resource", "model_resources_id")
 
 
-def list_(state: TenantState, ctx: Ctx, *, status: set[str] | None, created_by: str | None,
+def list_(tenant: Tenant, ctx: Ctx, *, status: set[str] | None, created_by: str | None,
           after: str | None, limit: int) -> tuple[list[ModelResource], bool]:
     creator = ctx.principal.user if created_by == "me" else created_by
 
@@ -104,35 +102,35 @@ def list_(state: TenantState, ctx: Ctx, *, status: set[str] | None, created_by: 
         return (status is None or r.status in status) and (creator is None or r.created_by == creator)
 
     no_filter = status is None and creator is None
-    return page(state.resource_index, state.resources, after, limit, None if no_filter else keep)
+    return page(tenant.resources, after, limit, None if no_filter else keep)
 
 
 queue_position = gpu_queue.position
 
 
-def stop(state: TenantState, ctx: Ctx, resource_id: str, force: bool) -> ModelResource:
-    r = get(state, resource_id)
+def stop(tenant: Tenant, ctx: Ctx, resource_id: str, force: bool) -> ModelResource:
+    r = get(tenant, resource_id)
     if r.status in (R.STOPPING, R.STOPPED, R.ERROR):
         raise FailedPrecondition(f"model resource {r.id} is already {r.status}; it cannot be stopped again",
                                  param="model_resources_id")
-    active = cascade.active_sessions(state, r)
+    active = cascade.active_sessions(tenant, r)
     if active and not force:
         raise FailedPrecondition(
             f"model resource {r.id} still has {len(active)} active training session(s) "
             f"({', '.join(s.id for s in active)}); stop them first or pass force=true",
             param="force")
-    cascade.stop_resource(state, ctx, r, ctx.now)
+    cascade.stop_resource(tenant, ctx, r, ctx.now)
     return r
 
 
-def extend_expiry(state: TenantState, ctx: Ctx, resource_id: str, seconds: int) -> ModelResource:
-    r = get(state, resource_id)
+def extend_expiry(tenant: Tenant, ctx: Ctx, resource_id: str, seconds: int) -> ModelResource:
+    r = get(tenant, resource_id)
     if not 60 <= seconds <= 86400:
-        raise InvalidRequest("seconds must be between 60 and 86400", param="seconds")
+        raise Invalid("seconds must be between 60 and 86400", param="seconds")
     if r.status != R.READY:
         raise FailedPrecondition(f"model resource {r.id} is {r.status}; expiry can only be extended while READY",
                                  param="model_resources_id")
-    _push_expiry(state, r, ctx.now + seconds)
+    _push_expiry(tenant, r, ctx.now + seconds)
     return r
 
 
@@ -140,7 +138,7 @@ def estimate_cost(body: dict[str, Any]) -> dict[str, Any]:
     model = catalog_model(body["base_model"])
     lora_enabled = body.get("lora_enabled")
     if lora_enabled is False and model.full_max_batch_size is None:
-        raise InvalidRequest(f"{model.base_model} does not support full-weight training", param="lora_enabled")
+        raise Invalid(f"{model.base_model} does not support full-weight training", param="lora_enabled")
     compute = body.get("compute_config") or {}
     replicas = compute.get("num_generator_replicas")
     replicas = DEFAULT_GENERATOR_REPLICAS if replicas is None else int(replicas)
@@ -150,63 +148,63 @@ def estimate_cost(body: dict[str, Any]) -> dict[str, Any]:
 
 # --- activity and timers -------------------------------------------------------------------------
 
-def touch(state: TenantState, r: ModelResource, at: float) -> None:
+def touch(tenant: Tenant, r: ModelResource, at: float) -> None:
     """Activity (session start, operation submit or finish) restarts the inactivity count."""
     r.last_activity = at
     if r.status == R.READY:
-        _push_expiry(state, r, at + r.inactive_timeout)
+        _push_expiry(tenant, r, at + r.inactive_timeout)
 
 
-def _push_expiry(state: TenantState, r: ModelResource, candidate: float) -> None:
+def _push_expiry(tenant: Tenant, r: ModelResource, candidate: float) -> None:
     # expires_at only ever moves later; one expiry event is outstanding at a time.
     if r.expires_at is None or candidate > r.expires_at:
         r.expires_at = candidate
     if not r.expiry_armed:
         r.expiry_armed = True
-        state.schedule(r.expires_at, "resource.expire", r.id)
+        tenant.timeline.schedule(r.expires_at, TimelineEvent.RESOURCE_EXPIRE, r.id)
 
 
 # --- timeline events -------------------------------------------------------------------------------
 
-def on_dequeue(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
+def on_dequeue(tenant: Tenant, ctx: Ctx, r: ModelResource, at: float) -> None:
     if r.status != R.PENDING or at < (r.queue_exit_at or 0):
         return  # stale event: the exit was pushed later
     if r.queue_extra > 0:
         # Fault effect "waits in the queue at position P": each phantom ahead takes one slot.
         r.queue_extra -= 1
-        gpu_queue.hold(state, ctx, r, at)
+        gpu_queue.hold(tenant, ctx, r, at)
         return
-    gpu_queue.leave(state, r)
-    transition(state, r, R.CREATING, at)
-    state.schedule(at + ctx.timing.resource_creating_seconds, "resource.ready", r.id)
+    gpu_queue.leave(tenant, r)
+    transition(tenant, r, R.CREATING, at)
+    tenant.timeline.schedule(at + ctx.timing.resource_creating_seconds, TimelineEvent.RESOURCE_READY, r.id)
 
 
-def on_ready(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
+def on_ready(tenant: Tenant, ctx: Ctx, r: ModelResource, at: float) -> None:
     if r.status != R.CREATING:
         return
-    transition(state, r, R.READY, at)
-    touch(state, r, at)
+    transition(tenant, r, R.READY, at)
+    touch(tenant, r, at)
     for sid in r.session_ids:
-        s = state.sessions[sid]
+        s = tenant.sessions[sid]
         if s.status == SessionStatus.CREATING:
-            state.schedule(at + ctx.timing.session_creating_seconds, "session.running", s.id)
+            tenant.timeline.schedule(at + ctx.timing.session_creating_seconds, TimelineEvent.SESSION_RUNNING, s.id)
 
 
-def on_expire(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
+def on_expire(tenant: Tenant, ctx: Ctx, r: ModelResource, at: float) -> None:
     r.expiry_armed = False
     if r.status != R.READY or r.expires_at is None:
         return
     if r.expires_at > at:
         r.expiry_armed = True
-        state.schedule(r.expires_at, "resource.expire", r.id)
+        tenant.timeline.schedule(r.expires_at, TimelineEvent.RESOURCE_EXPIRE, r.id)
         return
     if r.inflight_ops > 0:
         # Never stops while an operation runs; the operation's finish is activity, which
         # pushes expires_at later and arms the timer again.
         return
-    cascade.expire_resource(state, ctx, r, at)
+    cascade.expire_resource(tenant, ctx, r, at)
 
 
-def on_stopped(state: TenantState, ctx: Ctx, r: ModelResource, at: float) -> None:
+def on_stopped(tenant: Tenant, ctx: Ctx, r: ModelResource, at: float) -> None:
     if r.status == R.STOPPING:
-        transition(state, r, R.STOPPED, at)
+        transition(tenant, r, R.STOPPED, at)

@@ -16,20 +16,20 @@ from __future__ import annotations
 from emulator.domain.common import lookup
 from emulator.domain.context import Ctx
 from emulator.errors import FailedPrecondition, NotFound
-from emulator.store import TenantState
+from emulator.store import Tenant
 from emulator.store.records import Payload
 
 
-def create_upload(state: TenantState, ctx: Ctx, session_id: str) -> Payload:
-    lookup(state.sessions, session_id, "training session", "session_id")
-    payload = Payload(id=state.ids.uuid("payload"), session_id=session_id, created_at=ctx.now)
-    state.payloads[payload.id] = payload
+def create_upload(tenant: Tenant, ctx: Ctx, session_id: str) -> Payload:
+    lookup(tenant.sessions, session_id, "training session", "session_id")
+    payload = Payload(id=tenant.ids.uuid("payload"), session_id=session_id, created_at=ctx.now)
+    tenant.payloads.add(payload)
     return payload
 
 
-def download(state: TenantState, session_id: str, payload_id: str) -> Payload:
-    lookup(state.sessions, session_id, "training session", "session_id")
-    payload = state.payloads.get(payload_id)
+def download(tenant: Tenant, session_id: str, payload_id: str) -> Payload:
+    lookup(tenant.sessions, session_id, "training session", "session_id")
+    payload = tenant.payloads.get(payload_id)
     if payload is None or payload.session_id != session_id:
         raise NotFound(f"payload {payload_id!r} not found on session {session_id}", param="payload_id")
     if payload.released_by is not None:
@@ -44,5 +44,6 @@ def released_message(payload: Payload) -> str:
             "which releases an uploaded payload's data")
 
 
-def put(state: TenantState, payload_id: str, data: bytes) -> None:
-    state.payloads[payload_id].data = data
+def put(tenant: Tenant, payload_id: str, data: bytes) -> None:
+    payload = tenant.payloads[payload_id]
+    payload.data = data

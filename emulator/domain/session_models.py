@@ -13,12 +13,12 @@ from emulator import compute
 from emulator.compute import ModelSpec
 from emulator.domain.catalog import BY_NAME
 from emulator.ids import derive_int
-from emulator.store import TenantState
-from emulator.store.records import Checkpoint, Session
+from emulator.store import Tenant
+from emulator.store.records import Checkpoint, CheckpointType, Session
 
 
-def model_spec(state: TenantState, seed: int, s: Session) -> ModelSpec:
-    r = state.resources[s.model_resources_id]
+def model_spec(tenant: Tenant, seed: int, s: Session) -> ModelSpec:
+    r = tenant.resources[s.model_resources_id]
     lora = s.lora_config
     optimizer = "muon" if "muon" in (r.optimizer_config or {}) else "adam"
     if lora is None:
@@ -48,17 +48,17 @@ def checkpoint_spec(ckpt: Checkpoint) -> ModelSpec:
     return ModelSpec(**(ckpt.model_state or {})["spec"])
 
 
-def session_model(state: TenantState, seed: int, s: Session) -> compute.SessionModel:
+def session_model(tenant: Tenant, seed: int, s: Session) -> compute.SessionModel:
     """The session's model, built (or restored from its resume checkpoint) on first use."""
-    model = state.models.get(s.id)
+    model = tenant.models.model(s.id)
     if model is None:
-        spec = model_spec(state, seed, s)
-        ckpt = state.checkpoints.get(s.resume_from_checkpoint_id) if s.resume_from_checkpoint_id else None
+        spec = model_spec(tenant, seed, s)
+        ckpt = tenant.checkpoints.get(s.resume_from_checkpoint_id) if s.resume_from_checkpoint_id else None
         if ckpt is not None and ckpt.model_state is not None:
-            load_opt = ckpt.type == "CHECKPOINT_TYPE_TRAINING" and s.load_optimizer is not False
+            load_opt = ckpt.type == CheckpointType.TRAINING and s.load_optimizer is not False
             model = compute.SessionModel.from_state(spec, ckpt.model_state["model"], load_optimizer=load_opt)
         else:
             model = compute.SessionModel(spec)
-        state.models[s.id] = model
-        state.published[s.id] = (s.applied_weights_version, model.weights())
+        tenant.models.put_model(s.id, model)
+        tenant.models.publish(s.id, s.applied_weights_version, model.weights())
     return model

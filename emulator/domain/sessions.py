@@ -23,27 +23,26 @@ from emulator.domain import cascade, model_resources
 from emulator.domain.catalog import BY_NAME
 from emulator.domain.common import lookup, page, page_ids, transition
 from emulator.domain.context import Ctx
-from emulator.domain.lifecycle import ResourceStatus, SessionStatus
-from emulator.errors import AtCapacity, FailedPrecondition, InvalidRequest, NotFound
-from emulator.store import TenantState
-from emulator.store.records import Checkpoint, Session
+from emulator.errors import Capacity, FailedPrecondition, Invalid, NotFound
+from emulator.store import Tenant, TimelineEvent
+from emulator.store.records import Checkpoint, ResourceStatus, Session, SessionStatus
 
 S = SessionStatus
 DEFAULT_LORA = {"rank": 8, "alpha": 16, "dropout": 0.0, "train_unembed": True}
 _DEFAULT_KEY = tuple(sorted(DEFAULT_LORA.items()))  # the key _lora_config interns the default config under
 
 
-def _lora_config(state: TenantState, r: Any, given: dict[str, Any] | None, ckpt: Checkpoint | None
+def _lora_config(tenant: Tenant, r: Any, given: dict[str, Any] | None, ckpt: Checkpoint | None
                  ) -> dict[str, Any] | None:
     if not given and ckpt is None and r.lora_enabled:  # the usual create: the default config, interned once
-        cfg = state.lora_configs.get(_DEFAULT_KEY)
+        cfg = tenant.lora_configs.get(_DEFAULT_KEY)
         if cfg is not None and cfg["rank"] <= BY_NAME[r.base_model].lora_max_rank:
             return cfg
     # Unknown keys are ignored (the schema allows them; kept, an unhashable value broke the config key below).
     given = {k: v for k, v in (given or {}).items() if v is not None and (k in DEFAULT_LORA or k == "seed")}
     if not r.lora_enabled:
         if given:
-            raise InvalidRequest("lora_config is only valid on a LoRA-enabled model resource", param="lora_config")
+            raise Invalid("lora_config is only valid on a LoRA-enabled model resource", param="lora_config")
         return None
     if ckpt is not None:
         cfg = _resumed_lora(ckpt, given)
@@ -53,18 +52,18 @@ def _lora_config(state: TenantState, r: Any, given: dict[str, Any] | None, ckpt:
     rank = int(cfg["rank"])
     max_rank = BY_NAME[r.base_model].lora_max_rank
     if not 1 <= rank <= max_rank:
-        raise InvalidRequest(f"lora_config.rank must be between 1 and {max_rank} for {r.base_model}",
+        raise Invalid(f"lora_config.rank must be between 1 and {max_rank} for {r.base_model}",
                              param="lora_config.rank")
     cfg["rank"] = rank
     if "seed" in cfg:
         cfg["seed"] = int(cfg["seed"])
     # Sessions mostly share a handful of configs: keep one dict per distinct config (never mutated).
     key = tuple(sorted(cfg.items()))
-    return state.lora_configs.setdefault(key, cfg)
+    return tenant.lora_configs.setdefault(key, cfg)
 
 
-def create(state: TenantState, ctx: Ctx, body: dict[str, Any]) -> Session:
-    r = state.resources.get(body["model_resources_id"])
+def create(tenant: Tenant, ctx: Ctx, body: dict[str, Any]) -> Session:
+    r = tenant.resources.get(body["model_resources_id"])
     if r is None:
         raise NotFound(f"model resource {body['model_resources_id']!r} not found", param="model_resources_id")
     if r.status not in (ResourceStatus.PENDING, ResourceStatus.CREATING, ResourceStatus.READY):
@@ -73,49 +72,48 @@ def create(state: TenantState, ctx: Ctx, body: dict[str, Any]) -> Session:
     step, resume_id, load_optimizer = 0, body.get("resume_from_checkpoint_id"), body.get("load_optimizer")
     ckpt = None
     if resume_id:
-        ckpt = state.checkpoints.get(resume_id)
+        ckpt = tenant.checkpoints.get(resume_id)
         if ckpt is None:
             raise NotFound(f"checkpoint {resume_id!r} not found", param="resume_from_checkpoint_id")
         _check_resume(r, ckpt, load_optimizer)
         if ckpt.type == "CHECKPOINT_TYPE_TRAINING" and load_optimizer is not False:
             step = ckpt.step
-    lora = _lora_config(state, r, body.get("lora_config"), ckpt)
+    lora = _lora_config(tenant, r, body.get("lora_config"), ckpt)
     display_name = body.get("display_name")
     if display_name is not None and len(display_name) > 128:
-        raise InvalidRequest("display_name must be at most 128 characters", param="display_name")
+        raise Invalid("display_name must be at most 128 characters", param="display_name")
     cap = ctx.limits.session_cap(r.base_model, r.lora_enabled)
-    if len(cascade.active_sessions(state, r)) >= cap:
-        raise AtCapacity(f"model resource {r.id} is at capacity: it holds at most {cap} concurrent "
+    if len(cascade.active_sessions(tenant, r)) >= cap:
+        raise Capacity(f"model resource {r.id} is at capacity: it holds at most {cap} concurrent "
                          f"{'LoRA' if r.lora_enabled else 'full-weight'} session(s); stop one or use another "
-                         "resource", headers={"x-should-retry": "false"})
+                         "resource", retryable=False)
     now = ctx.now
-    s = Session(id=state.ids.uuid("session"), model_resources_id=r.id, created_by=ctx.principal.user,
+    s = Session(id=tenant.ids.uuid("session"), model_resources_id=r.id, created_by=ctx.principal.user,
                 base_model=r.base_model, status=S.CREATING._value_, created_at=now, updated_at=now,
                 lora_config=lora, display_name=display_name or None,
                 metadata=_clean_metadata(body.get("metadata")) or None,
                 resume_from_checkpoint_id=resume_id or None, load_optimizer=load_optimizer, step=step,
                 trainer_step=step, target_weights_version=step, applied_weights_version=step)
-    state.sessions[s.id] = s
-    state.session_index.add(s.id)
+    tenant.sessions.add(s)
     r.session_ids.append(s.id)
-    state.log(now, "training_session", s.id, None, s.status)
+    tenant.log(now, "training_session", s.id, None, s.status)
     if r.status == ResourceStatus.READY:
-        model_resources.touch(state, r, now)
-        state.schedule(now + ctx.timing.session_creating_seconds, "session.running", s.id)
+        model_resources.touch(tenant, r, now)
+        tenant.timeline.schedule(now + ctx.timing.session_creating_seconds, TimelineEvent.SESSION_RUNNING, s.id)
     return s
 
 
 def _check_resume(r: Any, ckpt: Checkpoint, load_optimizer: bool | None) -> None:
     if ckpt.base_model != r.base_model:
-        raise InvalidRequest(f"checkpoint {ckpt.id} was trained from {ckpt.base_model}; this resource serves "
+        raise Invalid(f"checkpoint {ckpt.id} was trained from {ckpt.base_model}; this resource serves "
                              f"{r.base_model}", param="resume_from_checkpoint_id")
     if (ckpt.lora_rank is None) == bool(r.lora_enabled):
-        raise InvalidRequest(f"checkpoint {ckpt.id} is a {'full-weight' if ckpt.lora_rank is None else 'LoRA'} "
+        raise Invalid(f"checkpoint {ckpt.id} is a {'full-weight' if ckpt.lora_rank is None else 'LoRA'} "
                              "checkpoint and cannot resume on this resource's training mode",
                              param="resume_from_checkpoint_id")
     if ckpt.type == "CHECKPOINT_TYPE_INFERENCE" and load_optimizer:
-        raise InvalidRequest("load_optimizer is not valid with an inference checkpoint, which carries no "
-                             "optimizer state", param="load_optimizer")
+        raise Invalid("load_optimizer is not valid with an inference checkpoint, which carries no "
+                             "optimizer tenant", param="load_optimizer")
 
 
 # What a resumed adapter must keep: its shape (rank, whether the output head has one) and its scale (alpha,
@@ -130,7 +128,7 @@ def _resumed_lora(ckpt: Checkpoint, given: dict[str, Any]) -> dict[str, Any]:
     inherited = checkpoint_lora_config(ckpt)
     for key in _RESUME_FIXED:
         if key in given and _same_type(key, given[key]) != inherited[key]:
-            raise InvalidRequest(f"lora_config.{key} {_show(given[key])} differs from the checkpoint's {key} "
+            raise Invalid(f"lora_config.{key} {_show(given[key])} differs from the checkpoint's {key} "
                                  f"{_show(inherited[key])}; omit it to inherit the checkpoint's",
                                  param=f"lora_config.{key}")
     cfg = dict(inherited)
@@ -172,11 +170,11 @@ def _clean_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def get(state: TenantState, session_id: str) -> Session:
-    return lookup(state.sessions, session_id, "training session", "session_id")
+def get(tenant: Tenant, session_id: str) -> Session:
+    return lookup(tenant.sessions, session_id, "training session", "session_id")
 
 
-def list_(state: TenantState, ctx: Ctx, *, status: set[str] | None, model_resources_id: str | None,
+def list_(tenant: Tenant, ctx: Ctx, *, status: set[str] | None, model_resources_id: str | None,
           created_by: str | None, after: str | None, limit: int) -> tuple[list[Session], bool]:
     creator = ctx.principal.user if created_by == "me" else created_by
 
@@ -187,18 +185,18 @@ def list_(state: TenantState, ctx: Ctx, *, status: set[str] | None, model_resour
 
     if model_resources_id is not None:
         # Walk only that resource's sessions (it keeps them in creation order), not the whole project.
-        r = state.resources.get(model_resources_id)
-        return page_ids(r.session_ids if r else [], state.sessions, after, limit, keep)
+        r = tenant.resources.get(model_resources_id)
+        return page_ids(r.session_ids if r else [], tenant.sessions, after, limit, keep)
     no_filter = status is None and creator is None
-    return page(state.session_index, state.sessions, after, limit, None if no_filter else keep)
+    return page(tenant.sessions, after, limit, None if no_filter else keep)
 
 
-def update(state: TenantState, ctx: Ctx, session_id: str, body: dict[str, Any]) -> Session:
-    s = get(state, session_id)
+def update(tenant: Tenant, ctx: Ctx, session_id: str, body: dict[str, Any]) -> Session:
+    s = get(tenant, session_id)
     if "display_name" in body and body["display_name"] is not None:
         name = body["display_name"]
         if len(name) > 128:
-            raise InvalidRequest("display_name must be at most 128 characters", param="display_name")
+            raise Invalid("display_name must be at most 128 characters", param="display_name")
         s.display_name = name or None
     if body.get("metadata") is not None:
         merged = _merge(s.metadata or {}, body["metadata"])
@@ -217,23 +215,23 @@ def _merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def stop(state: TenantState, ctx: Ctx, session_id: str) -> Session:
-    s = get(state, session_id)
-    cascade.stop_session(state, ctx, s, ctx.now)
+def stop(tenant: Tenant, ctx: Ctx, session_id: str) -> Session:
+    s = get(tenant, session_id)
+    cascade.stop_session(tenant, ctx, s, ctx.now)
     return s
 
 
-def on_running(state: TenantState, ctx: Ctx, s: Session, at: float) -> None:
+def on_running(tenant: Tenant, ctx: Ctx, s: Session, at: float) -> None:
     if s.status != S.CREATING:
         return
-    r = state.resources[s.model_resources_id]
+    r = tenant.resources[s.model_resources_id]
     if r.status != ResourceStatus.READY:
         return
-    transition(state, s, S.RUNNING, at)
-    model_resources.touch(state, r, at)
+    transition(tenant, s, S.RUNNING, at)
+    model_resources.touch(tenant, r, at)
 
 
-def on_stopped(state: TenantState, ctx: Ctx, s: Session, at: float) -> None:
+def on_stopped(tenant: Tenant, ctx: Ctx, s: Session, at: float) -> None:
     if s.status == S.STOPPING:
-        transition(state, s, S.STOPPED, at)
+        transition(tenant, s, S.STOPPED, at)
 

@@ -17,10 +17,9 @@ from typing import Any
 from emulator.clock import rfc3339
 from emulator.domain.common import lookup, transition
 from emulator.domain.context import Ctx
-from emulator.domain.lifecycle import TERMINAL, ShapingStatus
-from emulator.errors import FailedPrecondition, InvalidRequest
-from emulator.store import TenantState
-from emulator.store.records import ShapingJob
+from emulator.errors import FailedPrecondition, Invalid
+from emulator.store import Tenant, TimelineEvent
+from emulator.store.records import ShapingJob, ShapingStatus, is_terminal
 
 Q = ShapingStatus
 # Each phase: (status after it, events it adds).
@@ -33,61 +32,60 @@ PHASES: tuple[tuple[ShapingStatus, tuple[str, ...]], ...] = (
 )
 
 
-def _resolve_inputs(state: TenantState, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _resolve_inputs(tenant: Tenant, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     inputs = body.get("inputs") or {}
     model_id = inputs.get("model_object_id") or inputs.get("adapter_object_id")
     if not model_id:
-        raise InvalidRequest("inputs.model_object_id is required", param="inputs.model_object_id")
-    artifact = state.registry.get(model_id)
+        raise Invalid("inputs.model_object_id is required", param="inputs.model_object_id")
+    artifact = tenant.registry.get(model_id)
     if artifact is None or artifact.get("kind") not in ("adapter", "model"):
-        raise InvalidRequest(f"model {model_id!r} is not in this project's registry or was not produced by "
+        raise Invalid(f"model {model_id!r} is not in this project's registry or was not produced by "
                              "fine-tuning", param="inputs.model_object_id")
     revision = inputs.get("model_revision_id")
     if revision and revision != artifact["revision_id"]:
-        raise InvalidRequest(f"revision {revision!r} does not belong to model {model_id}",
+        raise Invalid(f"revision {revision!r} does not belong to model {model_id}",
                              param="inputs.model_revision_id")
     return inputs, artifact
 
 
-def estimate(state: TenantState, body: dict[str, Any]) -> dict[str, Any]:
-    _resolve_inputs(state, body)
+def estimate(tenant: Tenant, body: dict[str, Any]) -> dict[str, Any]:
+    _resolve_inputs(tenant, body)
     return {"allowed_to_proceed": True, "credit_limit": 1000.0, "price_usd": 12.5, "time_hours": 1.5}
 
 
-def create(state: TenantState, ctx: Ctx, body: dict[str, Any]) -> ShapingJob:
-    inputs, artifact = _resolve_inputs(state, body)
+def create(tenant: Tenant, ctx: Ctx, body: dict[str, Any]) -> ShapingJob:
+    inputs, artifact = _resolve_inputs(tenant, body)
     now = ctx.now
     user = ctx.principal.user
     configuration = {
-        "base_model_name": artifact["base_model"], "base_object_id": state.ids.token("ml_"),
-        "base_revision_id": state.ids.token("rv_"), "model_name": f"{artifact['base_model']}-fp4",
-        "model_project_id": state.project, "model_revision_id": artifact["revision_id"], "user_id": user,
+        "base_model_name": artifact["base_model"], "base_object_id": tenant.ids.token("ml_"),
+        "base_revision_id": tenant.ids.token("rv_"), "model_name": f"{artifact['base_model']}-fp4",
+        "model_project_id": tenant.project, "model_revision_id": artifact["revision_id"], "user_id": user,
     }
     clean_inputs = {k: v for k, v in inputs.items() if k in ("model_object_id", "model_revision_id",
                                                              "calibration_file_id") and v}
-    job = ShapingJob(id=state.ids.token("shp-quant-", 16), user_id=user, status=Q.PENDING.value, created_at=now,
+    job = ShapingJob(id=tenant.ids.token("shp-quant-", 16), user_id=user, status=Q.PENDING.value, created_at=now,
                      updated_at=now, params={"configuration": configuration, "inputs": clean_inputs})
-    state.shaping_jobs[job.id] = job
-    state.shaping_index.add(job.id)
-    state.log(now, "shaping_job", job.id, None, job.status)
-    state.schedule(now + ctx.timing.shaping_phase_seconds, "shaping.phase", job.id)
+    tenant.shaping_jobs.add(job)
+    tenant.log(now, "shaping_job", job.id, None, job.status)
+    tenant.timeline.schedule(now + ctx.timing.shaping_phase_seconds, TimelineEvent.SHAPING_PHASE, job.id)
     return job
 
 
-def get(state: TenantState, job_id: str) -> ShapingJob:
-    return lookup(state.shaping_jobs, job_id, "shaping job", "id")
+def get(tenant: Tenant, job_id: str) -> ShapingJob:
+    return lookup(tenant.shaping_jobs, job_id, "shaping job", "id")
 
 
-def list_(state: TenantState) -> list[ShapingJob]:
-    return [state.shaping_jobs[i] for i in reversed(state.shaping_index.ids())]
+def list_(tenant: Tenant) -> list[ShapingJob]:
+    return [tenant.shaping_jobs[i] for i in reversed(tenant.shaping_jobs.ids())]
 
 
-def cancel(state: TenantState, ctx: Ctx, job_id: str) -> ShapingJob:
-    job = get(state, job_id)
-    if job.status == Q.CANCEL_REQUESTED or Q(job.status) in TERMINAL[ShapingStatus]:
+def cancel(tenant: Tenant, ctx: Ctx, job_id: str) -> ShapingJob:
+    job = get(tenant, job_id)
+    if job.status == Q.CANCEL_REQUESTED or is_terminal(job.status, ShapingStatus):
         raise FailedPrecondition(f"shaping job {job.id} is {job.status} and cannot be cancelled", param="id")
-    transition(state, job, Q.CANCEL_REQUESTED, ctx.now)
-    state.schedule(ctx.now + ctx.timing.shaping_phase_seconds / 10, "shaping.cancelled", job.id)
+    transition(tenant, job, Q.CANCEL_REQUESTED, ctx.now)
+    tenant.timeline.schedule(ctx.now + ctx.timing.shaping_phase_seconds / 10, TimelineEvent.SHAPING_CANCELLED, job.id)
     return job
 
 
@@ -96,28 +94,28 @@ def _event(job: ShapingJob, at: float, type_: str, level: str = "Info", **extra:
                        "object": "shaping", "type": type_, **extra})
 
 
-def on_phase(state: TenantState, ctx: Ctx, job: ShapingJob, at: float) -> None:
-    if job.status == Q.CANCEL_REQUESTED or Q(job.status) in TERMINAL[ShapingStatus]:
+def on_phase(tenant: Tenant, ctx: Ctx, job: ShapingJob, at: float) -> None:
+    if job.status == Q.CANCEL_REQUESTED or is_terminal(job.status, ShapingStatus):
         return
     status, events = PHASES[job.phase]
     job.phase += 1
     for type_ in events:
         if type_ == "QUANTIZATION_JOB_COMPLETE":
-            job.results = {"model_object_id": state.ids.token("ml_"), "model_revision_id": state.ids.token("rv_")}
+            job.results = {"model_object_id": tenant.ids.token("ml_"), "model_revision_id": tenant.ids.token("rv_")}
             _event(job, at, type_, result=job.results)
         else:
             _event(job, at, type_)
     if status.value != job.status:
-        transition(state, job, status, at)
+        transition(tenant, job, status, at)
     job.updated_at = max(job.updated_at, at)
     if job.results is not None:
-        state.registry[job.results["model_object_id"]] = {
+        tenant.registry.put(job.results["model_object_id"], {
             "kind": "model", "revision_id": job.results["model_revision_id"],
-            "base_model": job.params["configuration"]["base_model_name"], "checkpoint_id": None}
+            "base_model": job.params["configuration"]["base_model_name"], "checkpoint_id": None})
     if job.phase < len(PHASES):
-        state.schedule(at + ctx.timing.shaping_phase_seconds, "shaping.phase", job.id)
+        tenant.timeline.schedule(at + ctx.timing.shaping_phase_seconds, TimelineEvent.SHAPING_PHASE, job.id)
 
 
-def on_cancelled(state: TenantState, ctx: Ctx, job: ShapingJob, at: float) -> None:
+def on_cancelled(tenant: Tenant, ctx: Ctx, job: ShapingJob, at: float) -> None:
     if job.status == Q.CANCEL_REQUESTED:
-        transition(state, job, Q.CANCELLED, at)
+        transition(tenant, job, Q.CANCELLED, at)

@@ -6,7 +6,7 @@ from typing import Any, TypeGuard
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from emulator.errors import PayloadTooLarge, render_error
+from emulator.http.envelope import PayloadTooLarge, render_error
 
 __all__ = ["ASGIApp", "Message", "Receive", "Scope", "Send", "base_url", "declares_body", "encoded_slash", "header",
            "lifespan", "limited_receive", "read_body", "send_error", "send_json"]

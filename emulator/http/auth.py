@@ -9,9 +9,9 @@ malformed or refused key is a 401 before any validation, as on the real service.
 from __future__ import annotations
 
 from emulator.domain.context import Principal
-from emulator.errors import Unauthenticated
 from emulator.http.access_log import RECORD, note
 from emulator.http.asgi import ASGIApp, Receive, Scope, Send, header, operation_id
+from emulator.http.envelope import Unauthenticated
 from emulator.tenancy import Tenancy
 
 PRINCIPAL = "emulator_principal"

@@ -1,12 +1,16 @@
 """The innermost ASGI app: picks the handler by operationId, builds its :class:`Request`, renders JSON.
 
 It replaces connexion's per-request decorator layer (parameter introspection, response wrapping),
-which cost most of the throughput. After the handler it applies a fault rule's state effect and
-persists what changed (``--state-file``) before the client sees the answer.
+which cost most of the throughput. A vendor request runs in its caller's unit of work
+(:meth:`~emulator.runtime.Runtime.unit_of_work`: a write for any method but GET and HEAD), which also takes
+a fault rule's state effect on what the request made, so the change the journal writes before the client
+sees the answer is the request's and its effect's together. Handlers marked ``stateless`` and the control
+plane's (no API key) run without one.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl
@@ -15,7 +19,8 @@ import orjson
 
 from emulator.api import handler_for
 from emulator.api.request import READ_METHODS, Request
-from emulator.errors import InvalidRequest, NotFound
+from emulator.domain import fault_effects
+from emulator.errors import Invalid, NotFound
 from emulator.http.asgi import (
     Receive,
     Scope,
@@ -91,24 +96,32 @@ class Dispatcher:
                 try:
                     body = orjson.loads(raw)
                 except orjson.JSONDecodeError as exc:
-                    raise InvalidRequest(f"request body is not valid JSON: {exc}", code="invalid_json") from exc
+                    raise Invalid(f"request body is not valid JSON: {exc}", code="invalid_json") from exc
         headers = RawHeaders(scope["headers"])
         query = extensions.get(PARSED_QUERY)
         if query is None:  # no validation ran (nothing to validate): parse it here
             raw_query = scope.get("query_string", b"")
             query = dict(parse_qsl(raw_query.decode("latin-1"), keep_blank_values=True)) if raw_query else {}
         method = scope["method"]
-        request = Request(self.runtime, principal(scope), op, scope.get("path_params", {}), query, headers, body,
+        caller = principal(scope)
+        request = Request(self.runtime, caller, op, scope.get("path_params", {}), query, headers, body,
                           lambda: base_url(scope), method)
-        try:
+        if caller is None or getattr(handler, "stateless", False):
             result = handler(request)
-            status, payload = result[0], result[1]
-            effect = state_effect(scope)
-            if effect is not None and status < 400 and request.principal is not None:
-                self.runtime.apply_fault_effect(request.principal, effect, op, request.path, body,
-                                                payload)
-        finally:
-            self.runtime.persist(force=method not in READ_METHODS)
+            if inspect.isawaitable(result):  # (the control plane's scenario loader calls the app itself)
+                result = await result
+            payload = result[1]
+        else:
+            with self.runtime.unit_of_work(caller, write=method not in READ_METHODS) as (tenant, ctx):
+                request.tenant, request.ctx = tenant, ctx
+                result = handler(request)
+                payload = result[1]
+                effect = state_effect(scope)
+                if effect is not None and result[0] < 400:
+                    # Not settled first: under the instant profile what the request made is already due, and
+                    # must be marked (an operation to fail, a resource to hold in the queue) before it happens.
+                    fault_effects.apply(tenant, ctx, effect, op, request.path, body, payload)
+        status = result[0]
         extra = result[2] if len(result) > 2 else None  # type: ignore[misc]
         if isinstance(payload, (bytes, bytearray)):
             await send_json(send, status, bytes(payload), extra)

@@ -14,8 +14,9 @@ from connexion.middleware.swagger_ui import SwaggerUIMiddleware
 from connexion.options import SwaggerUIOptions
 
 from emulator import spec
-from emulator.errors import MethodNotAllowed, NotFound
+from emulator.errors import NotFound
 from emulator.http.asgi import Message, Receive, Scope, Send, base_url, send_json
+from emulator.http.envelope import MethodNotAllowed
 
 SPEC_PATH = "/openapi.json"
 UI_PATH = "/docs"

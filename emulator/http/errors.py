@@ -1,8 +1,9 @@
-"""Every exception leaves as ``ErrorData`` with the right status: one map from exception type to renderer.
+"""Every exception leaves as ``ErrorData`` with the right status: the one place errors become HTTP.
 
-Domain errors carry their own status; connexion's problems (an unsupported media type) and Starlette's
-errors are translated; anything else is a bug, answered as a 500 with a request id that is
-also in the log, so a crash never shows a traceback to the client.
+:data:`SEMANTIC` maps the emulator's own errors (:mod:`emulator.errors`: what went wrong) to a status, an
+``ErrorData`` type and headers; transport errors (:mod:`emulator.http.envelope`) carry their own status;
+connexion's problems (an unsupported media type) and Starlette's errors are translated; anything else is
+a bug, answered as a 500 with a request id that is also in the log, so a crash never shows a traceback.
 """
 
 from __future__ import annotations
@@ -10,22 +11,61 @@ from __future__ import annotations
 import itertools
 import logging
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 import orjson
 from connexion.exceptions import ProblemException
 from starlette.exceptions import HTTPException
 
-from emulator.errors import ApiError, render_error
+from emulator import errors
 from emulator.http.asgi import ASGIApp, Receive, Scope, Send, send_json
+from emulator.http.envelope import HttpError, error_body, render_error, type_for_status
 
 log = logging.getLogger("emulator")
 Rendered = tuple[int, bytes, dict[str, str]]
 
+# Semantic error -> (status, ErrorData type). Failed preconditions answer 400 as the real service maps
+# FAILED_PRECONDITION [inferred]; a reused Idempotency-Key is 400 too [inferred; undocumented].
+SEMANTIC: Mapping[type[errors.EmulatorError], tuple[int, str]] = MappingProxyType({
+    errors.Invalid: (400, "invalid_request_error"),
+    errors.FailedPrecondition: (400, "invalid_request_error"),
+    errors.Conflict: (400, "idempotency_error"),
+    errors.NotFound: (404, "not_found_error"),
+    errors.Capacity: (429, "rate_limit_error"),
+    errors.Unavailable: (503, "server_error"),
+})
+# A cap that will not free itself by waiting (the sessions of a resource) says so, or the SDK retries it
+# seven times; a write refused because the state file cannot be written may work a little later.
+NO_RETRY = MappingProxyType({"x-should-retry": "false"})
+STORAGE_RETRY_AFTER = "5"
 
-def _api_error(exc: Exception, scope: Scope) -> Rendered:
-    assert isinstance(exc, ApiError)
-    return exc.status, orjson.dumps(exc.body()), exc.headers
+
+def status_of(exc: errors.EmulatorError) -> tuple[int, str]:
+    for cls in type(exc).__mro__:
+        entry = SEMANTIC.get(cls)  # type: ignore[call-overload]
+        if entry is not None:
+            return entry
+    return 500, "server_error"
+
+
+def headers_of(exc: errors.EmulatorError) -> dict[str, str]:
+    if isinstance(exc, errors.Capacity) and not exc.retryable:
+        return dict(NO_RETRY)
+    if isinstance(exc, errors.Unavailable):
+        return {"retry-after": STORAGE_RETRY_AFTER}
+    return {}
+
+
+def _semantic(exc: Exception, scope: Scope) -> Rendered:
+    assert isinstance(exc, errors.EmulatorError)
+    status, type_ = status_of(exc)
+    return status, orjson.dumps(error_body(exc.message, type_, exc.param, exc.code)), headers_of(exc)
+
+
+def _transport(exc: Exception, scope: Scope) -> Rendered:
+    assert isinstance(exc, HttpError)
+    return exc.status, orjson.dumps(error_body(exc.message, type_for_status(exc.status), None, exc.code)), exc.headers
 
 
 def _problem(exc: Exception, scope: Scope) -> Rendered:
@@ -44,7 +84,8 @@ def _http(exc: Exception, scope: Scope) -> Rendered:
 
 
 RENDERERS: tuple[tuple[type[Exception], Callable[[Exception, Scope], Rendered]], ...] = (
-    (ApiError, _api_error),
+    (errors.EmulatorError, _semantic),
+    (HttpError, _transport),
     (ProblemException, _problem),
     (HTTPException, _http),
 )

@@ -17,6 +17,9 @@ from emulator.http.auth import is_admin_operation, principal
 from emulator.store import EventLog
 
 STATE_EFFECT = "emulator_fault"
+# Set by the scenario loader's in-process requests (a scope key no client can send): the rules, which count
+# and fire on what clients do, leave them alone; a step's own effect still comes through X-Emulator-Fault.
+SCENARIO = "emulator_scenario"
 
 
 def state_effect(scope: Scope) -> dict[str, Any] | None:
@@ -34,7 +37,7 @@ class FaultMiddleware:
             await self.app(scope, receive, send)
             return
         forced = header(scope, b"x-emulator-fault")
-        if not self.faults.rules and forced is None:  # the hot path: no rules, nothing to do
+        if forced is None and (not self.faults.rules or scope.get(SCENARIO)):  # the hot path: no rules
             await self.app(scope, receive, send)
             return
         op = operation_id(scope)
@@ -50,7 +53,7 @@ class FaultMiddleware:
         extensions = scope.setdefault("extensions", {})
         note(scope, fault=rule["name"])
         self.events.append({"type": "fault", "rule": rule["name"], "operation_id": op, "path": scope["path"],
-                            "tenant": caller.project if caller else None})
+                            "project": caller.project if caller else None})
         if effect.get("latency_ms"):
             await asyncio.sleep(float(effect["latency_ms"]) / 1000)
         if "status" in effect:

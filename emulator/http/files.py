@@ -3,16 +3,19 @@
 Emulates the real service's presigned URLs (docs/api-surface.md A.4, A.5.3): ``PUT`` and ``GET``
 ``/_files/payloads/<token>`` for large-payload offload, ``GET /_files/checkpoints/<token>/<file>`` for
 checkpoint downloads. The token is the only credential, like a presigned URL's signature; tokens are
-random, expire, and upload tokens work once (:mod:`emulator.store.presigned`). Errors are ``ErrorData``:
-an unknown token is 404, an expired or used one 403.
+signed, expire, and an upload URL works once (:mod:`emulator.store.presigned`). Each request runs in a
+unit of work of the tenant the URL names (an upload is a write, journaled before it is answered).
+Errors are ``ErrorData``: an unknown, forged or revoked token is 404, an expired or used one 403.
 """
 
 from __future__ import annotations
 
 from emulator.domain import checkpoints, payloads
-from emulator.errors import Forbidden, MethodNotAllowed, NotFound
+from emulator.errors import NotFound
 from emulator.http.asgi import Receive, Scope, Send, read_body, send_json
+from emulator.http.envelope import Forbidden, MethodNotAllowed
 from emulator.runtime import Runtime
+from emulator.store import Tenant
 from emulator.store.presigned import Grant, GrantRefused
 
 PAYLOADS = "/_files/payloads/"
@@ -43,26 +46,41 @@ class FileServer:
 
     def _grant(self, token: str, kinds: tuple[str, ...]) -> Grant:
         try:
-            return self.runtime.store.presigned.redeem(token, kinds, self.runtime.clock.now())
+            grant = self.runtime.store.presigner.redeem(token, kinds, self.runtime.clock.now())
         except GrantRefused as exc:
             if exc.status == 403:
                 raise Forbidden(exc.message, code="url_refused") from exc
             raise NotFound(exc.message, code="no_such_object") from exc
+        return grant
+
+    @staticmethod
+    def _check_tenant(tenant: Tenant, grant: Grant) -> None:
+        if tenant.epoch != grant.epoch:  # the tenant was reset since the URL was made: its URLs are void
+            raise NotFound("no such object (unknown or revoked URL)", code="no_such_object")
 
     async def _upload(self, token: str, receive: Receive, send: Send) -> None:
         grant = self._grant(token, ("payload-upload",))
         data = await read_body(receive)
-        with self.runtime.store.transaction(grant.project) as state:
-            if grant.object_id not in state.payloads:
-                raise NotFound("no such object", code="no_such_object")
-            payloads.put(state, grant.object_id, data)
-        self.runtime.persist(force=True)
+        try:
+            with self.runtime.unit_of_work(grant.project, write=True) as (tenant, _ctx):
+                self._check_tenant(tenant, grant)
+                payload = tenant.payloads.get(grant.object_id)
+                if payload is None:
+                    raise NotFound("no such object", code="no_such_object")
+                if payload.data is not None or payload.released_by is not None:
+                    raise Forbidden("this upload URL was already used; request a new one", code="url_refused")
+                payloads.put(tenant, grant.object_id, data)
+        except NotFound as exc:
+            if exc.code != "unknown_tenant":
+                raise
+            raise NotFound("no such object (unknown or revoked URL)", code="no_such_object") from exc
         await send_json(send, 200, b"{}")
 
     async def _download_payload(self, token: str, method: str, send: Send) -> None:
         grant = self._grant(token, ("payload-download",))
-        with self.runtime.store.transaction(grant.project, write=False) as state:
-            payload = state.payloads.get(grant.object_id)
+        with self.runtime.unit_of_work(grant.project, write=False) as (tenant, _ctx):
+            self._check_tenant(tenant, grant)
+            payload = tenant.payloads.get(grant.object_id)
             data = payload.data if payload is not None else None
             released = payloads.released_message(payload) if payload is not None and payload.released_by else None
         if data is None:
@@ -71,8 +89,9 @@ class FileServer:
 
     async def _checkpoint_file(self, token: str, name: str, method: str, send: Send) -> None:
         grant = self._grant(token, ("checkpoint",))
-        with self.runtime.store.transaction(grant.project, write=False) as state:
-            _, _, files = checkpoints.files(state, grant.object_id, grant.variant or "")
+        with self.runtime.unit_of_work(grant.project, write=False) as (tenant, _ctx):
+            self._check_tenant(tenant, grant)
+            _, _, files = checkpoints.files(tenant, grant.object_id, grant.variant or "")
         for filename, blob in files:
             if filename == name:
                 await _send_bytes(send, blob, b"application/octet-stream", method)

@@ -16,8 +16,8 @@ from urllib.parse import unquote
 
 from connexion.middleware.routing import RoutingMiddleware
 
-from emulator.errors import MethodNotAllowed
 from emulator.http.asgi import ASGIApp, Receive, Scope, Send, encoded_slash
+from emulator.http.envelope import MethodNotAllowed
 
 ROUTING = "connexion_routing"
 

@@ -11,7 +11,7 @@ accepted where ``requestBody.required`` is false; and operations that cannot fai
 no query or header parameters, only unconstrained string path parameters, which the router already
 guarantees) skip it entirely.
 
-Every refusal is an :class:`~emulator.errors.InvalidRequest` with one sentence naming the field, e.g.
+Every refusal is an :class:`~emulator.errors.Invalid` with one sentence naming the field, e.g.
 ``limit: 0 is less than the minimum of 1`` with ``param`` set to ``limit`` (a body field's ``param`` is
 its path, ``lora_config.rank``). Values quoted in messages are cut short.
 """
@@ -34,7 +34,7 @@ from connexion.middleware.request_validation import (
 from connexion.utils import is_null, is_nullable
 from jsonschema import Draft4Validator, ValidationError
 
-from emulator.errors import InvalidRequest, shorten
+from emulator.errors import Invalid, shorten
 from emulator.http.asgi import Message, Receive, Scope, Send, declares_body, header, read_body
 
 PARSED_BODY = "emulator_body"
@@ -165,11 +165,11 @@ class ParamCheck:
             return
         if value is None:
             if self.required:
-                raise InvalidRequest(f"{self.name}: the {self.kind} parameter is required", param=self.name)
+                raise Invalid(f"{self.name}: the {self.kind} parameter is required", param=self.name)
             return
         error = self.checker.first_error(value)
         if error is not None:
-            raise InvalidRequest(describe(error, prefix=self.name)[0], param=self.name)
+            raise Invalid(describe(error, prefix=self.name)[0], param=self.name)
 
 
 def parse_query(scope: Scope) -> dict[str, list[str]]:
@@ -255,14 +255,14 @@ class FastRequestValidationOperation(RequestValidationOperation):
                 try:
                     body = orjson.loads(raw)
                 except orjson.JSONDecodeError as exc:
-                    raise InvalidRequest(f"request body is not valid JSON: {exc}", code="invalid_json") from exc
+                    raise Invalid(f"request body is not valid JSON: {exc}", code="invalid_json") from exc
                 checker = self._body_checker(mime_type)
                 error = checker.first_error(body) if checker is not None else None
                 if error is not None:
                     message, param = describe(error)
-                    raise InvalidRequest(message, param=param or None)
+                    raise Invalid(message, param=param or None)
             elif self._body_required:
-                raise InvalidRequest("a JSON request body is required", code="missing_body")
+                raise Invalid("a JSON request body is required", code="missing_body")
             scope.setdefault("extensions", {})[PARSED_BODY] = body
             receive = _replay(raw, receive)
         await self.next_app(scope, receive, send)

@@ -1,121 +1,234 @@
 """``--state-file``: the state kept on disk as a journal, so every acknowledged change survives ``kill -9``.
 
-The file is JSON lines. The first line is a whole state document (the format of ``GET /_emulator/state``);
-each later line records what one request changed: for each tenant it touched, the records that changed
-or are new, the session models that trained, the published weights that moved, the new idempotency keys
-(:func:`~emulator.store.snapshot.export_tenant_changes`), or ``null`` when the tenant was reset; whether
-everything was reset; the seed, clock and presigned grants. A line is appended and fsynced before the
-request is answered, so the cost of a write follows what the request changed, not the size of the
-tenant or of the whole state. When the appended lines outgrow the first one, the file is rewritten as a
-single document (temporary file, fsync, rename).
+The file is JSON lines, each sealed with a sequence number (``seq``) and a CRC-32 of its bytes (``crc``,
+the last key). The first line is a whole state document (the format of ``GET /_emulator/state``); each
+later line is one change, appended and fsynced before the request that made it is answered:
 
-Loading replays the lines over the first one and imports the result through the same checks as
-``PUT /_emulator/state``. A last line cut short (the process died while writing it, so its request was
-never answered) is dropped; any other damage refuses the file, which is then never overwritten.
+- a tenant's change (``project``): exactly what its parts noted since its last line (the records that
+  changed, by the hash of their JSON or once final, the timeline entries added and done, the new
+  idempotency keys and registry entries, the models whose version moved, the weights replaced, small
+  counters), so a line costs what the request changed, not the size of the tenant or of the state;
+- a reset (``reset``: a project, or null for everything, with the seed), or the clock alone.
+
+When the appended lines outgrow the first one, the file is rewritten as one document (temporary file,
+fsync, rename); a failed rewrite changes nothing and is tried again later.
+
+Loading checks every line's checksum and that the sequence numbers follow each other: a changed,
+missing, repeated or swapped line refuses the file, which is then left untouched. Only the end may be
+cut short (the process died while writing, so that request was never answered): those bytes are cut
+off before anything is appended. A write that fails (a full disk, a read-only file system) is cut off
+the same way and undone in memory: the tenant is reloaded from the file and the request answers
+:class:`~emulator.errors.Unavailable`, so nothing unacknowledged is kept and nothing acknowledged is lost.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable, Collection
+import re
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from emulator.errors import Unavailable
 from emulator.store import snapshot
 from emulator.store.memory import Store
+from emulator.store.tenant import Tenant
 
+log = logging.getLogger("emulator")
 COMPACT_MIN_BYTES = 1 << 20
+_SEAL = re.compile(rb',"crc":"([0-9a-f]{8})"\}$')
 
 
 class StateFileError(ValueError):
     pass
 
 
+def seal(record: dict[str, Any]) -> bytes:
+    """One line: ``record`` (a JSON object) with ``"crc"`` appended, the CRC-32 of the bytes without it."""
+    body = orjson.dumps(record)
+    return body[:-1] + b',"crc":"%08x"}\n' % zlib.crc32(body)
+
+
+def unseal(line: bytes, number: int) -> dict[str, Any]:
+    match = _SEAL.search(line)
+    if match is None:
+        raise StateFileError(f"line {number} carries no checksum (not written by this version, or damaged)")
+    body = line[:match.start()] + b"}"
+    if zlib.crc32(body) != int(match.group(1), 16):
+        raise StateFileError(f"line {number} does not match its checksum: it was changed or damaged")
+    try:
+        record = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise StateFileError(f"line {number} is not JSON: {exc}") from exc
+    if not isinstance(record, dict) or not isinstance(record.get("seq"), int):
+        raise StateFileError(f"line {number} has no sequence number")
+    return record
+
+
+class FileIO:
+    """The calls that make an appended line durable: the seam where tests put a failing disk."""
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        return os.write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+
 class StateFile:
+    """The journal file: sealed lines, appended durably; what is whole and what was cut short."""
+
     def __init__(self, path: str | os.PathLike[str], compact_min_bytes: int = COMPACT_MIN_BYTES) -> None:
+        self.io = FileIO()
         self.path = Path(path)
         self.compact_min_bytes = compact_min_bytes
+        self.seq = 0             # the sequence number of the last whole line
+        self.size = 0            # bytes of whole lines: what an append follows
+        self.unsealed = False    # the file is a plain state document (an export), not yet a journal
         self._base_bytes = 0
         self._appended = 0
 
     def load(self) -> dict[str, Any] | None:
-        """The state document the file holds (lines replayed), or None when there is no file yet."""
+        """The state document the file holds (its lines replayed), or None when there is no file yet."""
         if not self.path.exists():
             return None
         try:
-            lines = self.path.read_bytes().split(b"\n")
+            data = self.path.read_bytes()
         except OSError as exc:
-            raise StateFileError(f"cannot read it: {exc}") from exc
-        while lines and not lines[-1].strip():
-            lines.pop()
+            raise StateFileError(f"cannot read it: {exc.strerror or exc}") from exc
+        whole = data[: data.rfind(b"\n") + 1]  # after the last newline: a line cut short, never answered
+        lines = whole.split(b"\n")[:-1]
+        if not whole.strip() and data.strip() and len(data.splitlines()) == 1:
+            lines, whole = [data], data  # one document with no newline at the end: an export saved by hand
         if not lines:
-            raise StateFileError("the file is empty")
+            raise StateFileError("the file holds no whole line" if data else "the file is empty")
+        if len(lines) == 1 and not _SEAL.search(lines[0].rstrip()):
+            return self._load_document(lines[0])
+        base = unseal(lines[0], 1)
+        seq = base.pop("seq")
+        tenants = base.get("tenants")
+        if not isinstance(tenants, dict):
+            raise StateFileError("line 1 is not a state document")
+        replays = {p: snapshot.TenantReplay(t) for p, t in tenants.items() if isinstance(t, dict)}
+        for number, line in enumerate(lines[1:], start=2):
+            change = unseal(line, number)
+            if change["seq"] != seq + 1:
+                raise StateFileError(f"line {number} has sequence number {change['seq']}, not {seq + 1}: a line "
+                                     "is missing, repeated or out of order")
+            seq = change["seq"]
+            try:
+                _apply(base, replays, change)
+            except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                raise StateFileError(f"line {number} is not a state change ({exc})") from exc
+        base["tenants"] = {p: replay.document() for p, replay in replays.items()}
+        self.seq = seq
+        self.size = len(whole)
+        self._base_bytes = len(lines[0]) + 1
+        self._appended = len(whole) - self._base_bytes
+        return base
+
+    def _load_document(self, line: bytes) -> dict[str, Any]:
+        """A plain state document (``GET /_emulator/state`` saved to a file) to start from: the emulator seals
+        it into a journal before its first change."""
         try:
-            doc = orjson.loads(lines[0])
+            doc = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             raise StateFileError(f"line 1 is not JSON: {exc}") from exc
         if not isinstance(doc, dict):
             raise StateFileError("line 1 does not hold a JSON object")
-        positions: dict[str, dict[str, dict[str, int]]] = {}
-        for number, line in enumerate(lines[1:], start=2):
-            try:
-                change = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                if number == len(lines):
-                    break  # torn by a crash mid-write: that request was never answered
-                raise StateFileError(f"line {number} is not JSON: {exc}") from exc
-            if not isinstance(change, dict) or not isinstance(change.get("tenants"), dict):
-                raise StateFileError(f"line {number} is not a state change")
-            try:
-                _apply(doc, change, positions)
-            except (KeyError, TypeError, AttributeError) as exc:
-                raise StateFileError(f"line {number} is not a state change ({exc!r})") from exc
-        self._base_bytes = len(lines[0])
-        self._appended = sum(len(line) + 1 for line in lines[1:])
+        self.unsealed = True
+        self.seq = 0
+        self.size = self._base_bytes = len(line)
+        self._appended = 0
         return doc
 
+    def cut_torn_end(self) -> int:
+        """Cut off what follows the last whole line (a write the process died in, or a failed one): the next
+        line must not be glued to a fragment. Returns the bytes cut."""
+        try:
+            actual = self.path.stat().st_size
+        except FileNotFoundError:
+            return 0
+        if actual > self.size:
+            os.truncate(self.path, self.size)
+            return actual - self.size
+        return 0
+
+    def check_writable(self) -> None:
+        """Open the file for appending and close it: a read-only file, directory or file system says so now,
+        not at the first request."""
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        os.close(fd)
+
     def write_all(self, doc: dict[str, Any]) -> None:
-        """Replace the file with one whole document, atomically."""
+        """Replace the file with one whole document, atomically; its sequence number is the last line's."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = orjson.dumps(doc) + b"\n"
+        data = seal({**doc, "seq": self.seq})
         tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                self._write_all(fd, data)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         _fsync_dir(self.path.parent)
-        self._base_bytes = len(data)
+        self.size = self._base_bytes = len(data)
         self._appended = 0
 
     def append(self, change: dict[str, Any]) -> None:
-        """Add one change and make it durable before returning (the fsync dwarfs the open and close)."""
-        line = orjson.dumps(change) + b"\n"
-        with open(self.path, "ab") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        """Add one line and make it durable before returning; on failure cut it off again and raise."""
+        line = seal({"seq": self.seq + 1, **change})
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            try:
+                self._write_all(fd, line)
+            finally:
+                os.close(fd)
+        except OSError:
+            try:
+                self.cut_torn_end()
+            except OSError:
+                pass  # the next load cuts it
+            raise
+        self.seq += 1
+        self.size += len(line)
         self._appended += len(line)
+
+    def _write_all(self, fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[self.io.write(fd, view):]
+        self.io.fsync(fd)
 
     @property
     def wants_compaction(self) -> bool:
         return self._appended > max(self.compact_min_bytes, 2 * self._base_bytes)
 
 
-def _apply(doc: dict[str, Any], change: dict[str, Any], positions: dict[str, dict[str, dict[str, int]]]) -> None:
-    tenants = doc.setdefault("tenants", {})
-    if change.get("reset_all"):
-        tenants.clear()
-        positions.clear()
-    for project, changes in change["tenants"].items():
-        if changes is None:
-            tenants.pop(project, None)
-            positions.pop(project, None)
+def _apply(doc: dict[str, Any], replays: dict[str, snapshot.TenantReplay], change: dict[str, Any]) -> None:
+    if "reset" in change:
+        project = change["reset"]
+        if project is None:
+            replays.clear()
         else:
-            snapshot.apply_tenant_changes(tenants.setdefault(project, {}), changes, positions.setdefault(project, {}))
-    for key in ("seed", "clock", "presigned"):
+            replays.pop(project, None)
+    project = change.get("project")
+    if project is not None:
+        replay = replays.get(project)
+        if replay is None:
+            replay = replays[project] = snapshot.TenantReplay({"epoch": change["epoch"]})
+        elif replay.data.get("epoch") != change["epoch"]:
+            raise ValueError(f"tenant {project} changes epoch without a reset")
+        replay.apply(change)
+    for key in ("seed", "clock", "secret"):
         if key in change:
             doc[key] = change[key]
 
@@ -132,50 +245,132 @@ def _fsync_dir(path: Path) -> None:
 
 
 class Persistence:
-    """Keeps a :class:`StateFile` in step with a :class:`Store`."""
+    """Keeps a :class:`StateFile` in step with a :class:`Store`: commits tenants' changes, undoes a change
+    the file refused, compacts."""
 
     def __init__(self, path: str | os.PathLike[str], store: Store, clock: Callable[[], dict[str, Any]],
-                 events: Collection[str]) -> None:
+                 checker: snapshot.Checker) -> None:
         self.file = StateFile(path)
         self.store = store
         self.clock = clock
-        self.events = events
-        self.memos: dict[str, snapshot.TenantMemo] = {}   # what the file holds of each tenant, beyond line 1
+        self.checker = checker
+        self.memos: dict[str, snapshot.TenantMemo] = {}   # what the file holds of each tenant, beyond its base
+        self.last_error: str | None = None                # the last write the file refused, until one succeeds
+        self.broken: str | None = None                    # memory may be ahead of the file: writes are refused
 
-    def restore(self) -> dict[str, Any] | None:
+    def open(self) -> dict[str, Any] | None:
         """Load the file into the store (or create it); returns the document loaded, if any."""
+        path = self.file.path
         try:
             doc = self.file.load()
             if doc is not None:
-                snapshot.import_state(self.store, doc, self.events)
+                snapshot.import_state(self.store, doc, self.checker)
         except (StateFileError, snapshot.StateError) as exc:
-            raise StateFileError(f"--state-file {self.file.path} cannot be used: {exc}. Move it away or pass "
-                                 "another path; the emulator never overwrites a file it cannot read") from exc
-        self.store.take_dirty()
-        if doc is None:
-            self.file.write_all(snapshot.export_state(self.store, self.clock()))
+            raise StateFileError(f"--state-file {path} cannot be used: {exc}. Move it away or pass another path; "
+                                 "the emulator never overwrites a file it cannot read") from exc
+        try:
+            if doc is None or self.file.unsealed:
+                self.file.write_all(snapshot.export_state(self.store, self.clock()))
+                self.file.unsealed = False
+            else:
+                cut = self.file.cut_torn_end()
+                if cut:
+                    log.warning("--state-file %s: cut %d bytes of a last line the process died writing", path, cut)
+            self.file.check_writable()
+        except OSError as exc:
+            raise StateFileError(f"--state-file {path} cannot be written: {exc.strerror or exc}. The emulator "
+                                 "needs to append to it (check permissions, free space and mounts)") from exc
         return doc
 
-    def flush(self, force: bool = False) -> None:
-        """Write what changed since the last flush (with ``force``, at least the seed, clock and grants)."""
-        reset_all, dirty = self.store.take_dirty()
-        if not (force or reset_all or dirty):
+    def status(self) -> dict[str, Any]:
+        return {"path": str(self.file.path), "ok": self.last_error is None and self.broken is None,
+                "seq": self.file.seq, "error": self.broken or self.last_error}
+
+    def check_writable(self) -> None:
+        """Refuse a write up front while memory may be ahead of the file (a failed undo), unless reloading
+        the file now works."""
+        if self.broken is not None and not self._reload(None):
+            raise Unavailable(f"the state file {self.file.path} could not be read back after a failed write "
+                              f"({self.broken}); the emulator takes no writes until it can")
+
+    def commit(self, tenant: Tenant) -> None:
+        change = snapshot.tenant_change(tenant, self.memos.setdefault(tenant.project, snapshot.TenantMemo()))
+        if not change:
             return
-        if reset_all:
+        self._append({"project": tenant.project, "epoch": tenant.epoch, **change, "clock": self.clock()},
+                     [tenant.project])
+
+    def record_reset(self, project: str | None) -> None:
+        if project is None:
             self.memos.clear()
-        tenants: dict[str, Any] = {}
-        for project in sorted(dirty):
-            if self.store.get(project) is None:
-                tenants[project] = None
-                self.memos.pop(project, None)
-                continue
-            with self.store.transaction(project, write=False) as state:
-                tenants[project] = snapshot.export_tenant_changes(state, self.memos.setdefault(project,
-                                                                                               snapshot.TenantMemo()))
-        change = {"reset_all": reset_all, "tenants": tenants, "seed": self.store.seed, "clock": self.clock(),
-                  "presigned": self.store.presigned.export()}
-        self.file.append(change)
-        if self.file.wants_compaction:
+        else:
+            self.memos.pop(project, None)
+        self._append({"reset": project, "seed": self.store.seed, "clock": self.clock()}, None)
+
+    def record_clock(self) -> None:
+        self._append({"clock": self.clock()}, [])
+
+    def rewrite(self) -> None:
+        """Write the whole store as the file's one document (after a state import)."""
+        try:
             self.file.write_all(snapshot.export_state(self.store, self.clock()))
-            # Line 1 now holds everything; the next line of a tenant restates it whole, which is correct.
-            self.memos.clear()
+        except OSError as exc:
+            self._failed(exc, None)
+        self._reset_changes()
+
+    def _append(self, change: dict[str, Any], projects: list[str] | None) -> None:
+        try:
+            self.file.append(change)
+        except OSError as exc:
+            self._failed(exc, projects)
+        self.last_error = None
+        if self.file.wants_compaction:
+            try:
+                self.file.write_all(snapshot.export_state(self.store, self.clock()))
+            except OSError as exc:  # the change is durable already; compaction is tried again later
+                log.warning("--state-file %s: compaction failed (%s); the journal keeps growing",
+                            self.file.path, exc.strerror or exc)
+            else:
+                self._reset_changes()
+
+    def _reset_changes(self) -> None:
+        """The file's one document holds the whole store: nothing a tenant noted is left to write."""
+        self.memos.clear()
+        for project in self.store.projects():
+            tenant = self.store.get(project)
+            if tenant is not None:
+                tenant.forget_changes()
+
+    def _failed(self, exc: OSError, projects: list[str] | None) -> None:
+        """The file refused a change: undo it in memory (reload what the file holds) and say so."""
+        reason = exc.strerror or str(exc)
+        self.last_error = f"{reason} (at {self.file.path})"
+        log.error("--state-file %s: a write failed (%s); the change is undone", self.file.path, reason)
+        self._reload(projects)
+        raise Unavailable(f"the state file {self.file.path} could not be written ({reason}); this request changed "
+                          "nothing. Retry once the disk has room or is writable again") from exc
+
+    def _reload(self, projects: list[str] | None) -> bool:
+        """Make memory what the file holds (``projects``' tenants, or everything); False if the file cannot be
+        read back (then writes are refused until it can)."""
+        try:
+            doc = self.file.load()
+            self.file.cut_torn_end()
+            assert doc is not None
+            if projects is None:
+                snapshot.import_state(self.store, doc, self.checker)
+                self.memos.clear()
+            else:
+                for project in projects:
+                    data = doc["tenants"].get(project)
+                    if data is None:
+                        self.store.drop(project)
+                    else:
+                        self.store.put(snapshot.build_tenant(self.store, project, data))
+                    self.memos.pop(project, None)
+        except (OSError, StateFileError, snapshot.StateError, AssertionError) as exc:
+            self.broken = str(exc)
+            log.error("--state-file %s: cannot be read back (%s); writes are refused", self.file.path, exc)
+            return False
+        self.broken = None
+        return True

@@ -1,9 +1,16 @@
-"""Presigned URLs: unguessable tokens that grant one kind of access to one object, for a while.
+"""Presigned URLs: signed tokens that grant one kind of access to one object, for a while.
 
-Emulates the object-store URLs of the real service (payload upload and download, checkpoint files):
-the token is the only credential, like a presigned URL's signature. Tokens come from ``secrets``
-(deliberately not from the seed: anyone who knows the seed and the ids could otherwise derive them),
-expire after :data:`TTL_SECONDS` of virtual time, and upload tokens work once.
+Emulates the object-store URLs of the real service (payload upload and download, checkpoint files): the
+token is the only credential, like a presigned URL's signature. A token says what it grants (project,
+kind, object, variant, expiry in virtual time) and carries an HMAC of that under the state's secret, so
+nothing is stored per URL: a URL costs no memory and no journal bytes, survives a restart with the state
+file (the secret is part of the state), and a GET that hands one out changes nothing. The secret is random
+(``secrets``; deliberately not derived from the seed, or anyone who knew the seed could forge URLs); each
+token also names the tenant's epoch, a nonce of the tenant's incarnation, so a tenant that was reset
+honours none of its old URLs even though its seeded ids come back.
+
+Refusals: an unknown, forged or foreign token is 404 (as for an unknown object), an expired one 403.
+Whether an upload URL was already used is the payload's business (it has data), decided by the caller.
 
 Differences from the real API: the lifetime of the real URLs is not documented; one hour is the common
 default of S3-style presigned URLs [inferred].
@@ -11,27 +18,31 @@ default of S3-style presigned URLs [inferred].
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import secrets
-import threading
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from types import MappingProxyType
 
 TTL_SECONDS = 3600.0
-KINDS = ("payload-upload", "payload-download", "checkpoint")
+KINDS = MappingProxyType({"payload-upload": "u", "payload-download": "d", "checkpoint": "c"})
+_KIND_OF_CODE = MappingProxyType({code: kind for kind, code in KINDS.items()})
+_MAC_BYTES = 16
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Grant:
     project: str
+    epoch: str                # the tenant incarnation the URL was issued in
     kind: str                 # one of KINDS
     object_id: str            # payload id, or checkpoint id
     expires_at: float
     variant: str | None = None
-    used: bool = False        # upload grants work once
 
 
 class GrantRefused(LookupError):
-    """No grant for the token (``status`` 404), or an expired or used one (403)."""
+    """No valid grant behind the token (``status`` 404), or an expired one (403)."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -39,50 +50,51 @@ class GrantRefused(LookupError):
         self.message = message
 
 
-class Presigned:
-    def __init__(self) -> None:
-        self._grants: dict[str, Grant] = {}
-        self._lock = threading.Lock()
-        self._prune_at = 1024
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
-    def issue(self, project: str, kind: str, object_id: str, now: float, *, variant: str | None = None) -> str:
-        token = secrets.token_urlsafe(24)
-        with self._lock:
-            self._prune(now)
-            self._grants[token] = Grant(project, kind, object_id, now + TTL_SECONDS, variant)
-        return token
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class Presigner:
+    def __init__(self, secret: str | None = None) -> None:
+        self.secret = secret or secrets.token_hex(32)
+        self._key = bytes.fromhex(self.secret) if _is_hex(self.secret) else self.secret.encode()
+
+    def issue(self, project: str, epoch: str, kind: str, object_id: str, now: float, *,
+              variant: str | None = None) -> str:
+        # Expiry in whole milliseconds: the token is text, and the same text must verify after a restart.
+        expires_ms = int(round((now + TTL_SECONDS) * 1000))
+        claim = "|".join((project, epoch, KINDS[kind], object_id, str(expires_ms), variant or "")).encode()
+        return f"{_b64(claim)}.{_b64(self._mac(claim))}"
 
     def redeem(self, token: str, kinds: tuple[str, ...], now: float) -> Grant:
-        """The grant behind ``token`` for one of ``kinds``; an upload grant is used up by this call."""
-        with self._lock:
-            grant = self._grants.get(token)
-            if grant is None or grant.kind not in kinds:
-                raise GrantRefused(404, "no such object (unknown or revoked URL)")
-            if now >= grant.expires_at:
-                raise GrantRefused(403, "this presigned URL has expired; request a new one")
-            if grant.used:
-                raise GrantRefused(403, "this upload URL was already used; request a new one")
-            if grant.kind == "payload-upload":
-                grant.used = True
-            return grant
+        """The grant a token carries, if it is genuine, for one of ``kinds`` and not expired."""
+        claim_text, _, mac_text = token.partition(".")
+        try:
+            claim, mac = _unb64(claim_text), _unb64(mac_text)
+        except (ValueError, UnicodeError):
+            raise GrantRefused(404, "no such object (unknown or revoked URL)") from None
+        if not hmac.compare_digest(mac, self._mac(claim)):
+            raise GrantRefused(404, "no such object (unknown or revoked URL)")
+        project, epoch, code, object_id, expires_ms, variant = claim.decode().split("|")
+        kind = _KIND_OF_CODE[code]
+        if kind not in kinds:
+            raise GrantRefused(404, "no such object (unknown or revoked URL)")
+        expires_at = int(expires_ms) / 1000
+        if now >= expires_at:
+            raise GrantRefused(403, "this presigned URL has expired; request a new one")
+        return Grant(project, epoch, kind, object_id, expires_at, variant or None)
 
-    def clear(self, project: str | None = None) -> None:
-        with self._lock:
-            if project is None:
-                self._grants.clear()
-            else:
-                self._grants = {t: g for t, g in self._grants.items() if g.project != project}
+    def _mac(self, claim: bytes) -> bytes:
+        return hmac.new(self._key, claim, hashlib.sha256).digest()[:_MAC_BYTES]
 
-    def _prune(self, now: float) -> None:
-        # Amortised clean-up of expired and used grants, so a long-running server does not accumulate them.
-        if len(self._grants) >= self._prune_at:
-            self._grants = {t: g for t, g in self._grants.items() if g.expires_at > now and not g.used}
-            self._prune_at = max(1024, 2 * len(self._grants))
 
-    def export(self) -> dict[str, Any]:
-        with self._lock:
-            return {token: asdict(g) for token, g in self._grants.items()}
-
-    def load(self, data: dict[str, Any]) -> None:
-        with self._lock:
-            self._grants = {token: Grant(**g) for token, g in data.items()}
+def _is_hex(text: str) -> bool:
+    try:
+        bytes.fromhex(text)
+    except ValueError:
+        return False
+    return len(text) >= 32

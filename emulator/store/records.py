@@ -1,12 +1,19 @@
-"""The stored objects and their statuses. Plain slotted classes: small (memory per idle session
-matters), exported/imported as JSON through :func:`to_dict` / :func:`from_dict` (the state and fixture
-format). Statuses are ``StrEnum``s whose values are the API's strings; records keep the plain string.
+"""The stored objects, their statuses and the lifecycles that move them, each defined once.
+
+Records are plain slotted classes: small (memory per idle session matters), exported and imported as JSON
+through :func:`to_dict` / :func:`from_dict` (the state and fixture format). Statuses are ``StrEnum``s whose
+values are the API's strings; records keep the plain string. Next to each status enum stands its
+lifecycle (docs/api-surface.md C.1-C.3 and A.7): the only documented edges, the terminal statuses, and
+:func:`check_edge`, which every status change goes through, so an illegal transition is a bug that fails
+loudly (the property tests look for it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
 
@@ -46,10 +53,90 @@ class ShapingStatus(StrEnum):
     USER_ERROR = "user_error"
 
 
+R, S, Op, Q = ResourceStatus, SessionStatus, OperationStatus, ShapingStatus
 
-OPERATION_KINDS = ("forward-backward", "custom-forward-backward", "optim-step", "weights-sync", "sample",
-                   "inference-checkpoint", "training-checkpoint")
-CHECKPOINT_TYPES = ("CHECKPOINT_TYPE_TRAINING", "CHECKPOINT_TYPE_INFERENCE")
+TRANSITIONS: Mapping[type[StrEnum], Mapping[StrEnum, frozenset[StrEnum]]] = MappingProxyType({
+    # (keyed by members: a member hashes and compares as its value, so stored strings look them up)
+    ResourceStatus: MappingProxyType({
+        R.PENDING: frozenset({R.CREATING, R.STOPPING, R.ERROR}),
+        R.CREATING: frozenset({R.READY, R.STOPPING, R.ERROR}),
+        R.READY: frozenset({R.STOPPING, R.ERROR}),
+        R.STOPPING: frozenset({R.STOPPED}),
+        R.STOPPED: frozenset(),
+        R.ERROR: frozenset(),
+    }),
+    SessionStatus: MappingProxyType({
+        S.CREATING: frozenset({S.RUNNING, S.STOPPING, S.EXPIRED, S.ERROR}),
+        S.RUNNING: frozenset({S.STOPPING, S.EXPIRED, S.ERROR}),
+        S.STOPPING: frozenset({S.STOPPED}),
+        S.STOPPED: frozenset(),
+        S.EXPIRED: frozenset(),
+        S.ERROR: frozenset(),
+    }),
+    OperationStatus: MappingProxyType({
+        Op.PENDING: frozenset({Op.RUNNING, Op.FAILED}),
+        Op.RUNNING: frozenset({Op.COMPLETED, Op.FAILED}),
+        Op.COMPLETED: frozenset(),
+        Op.FAILED: frozenset(),
+    }),
+    ShapingStatus: MappingProxyType({
+        Q.PENDING: frozenset({Q.QUEUED, Q.CANCEL_REQUESTED, Q.ERROR, Q.USER_ERROR}),
+        Q.QUEUED: frozenset({Q.RUNNING, Q.CANCEL_REQUESTED, Q.ERROR, Q.USER_ERROR}),
+        Q.RUNNING: frozenset({Q.COMPLETED, Q.CANCEL_REQUESTED, Q.ERROR, Q.USER_ERROR}),
+        Q.CANCEL_REQUESTED: frozenset({Q.CANCELLED}),
+        Q.COMPLETED: frozenset(),
+        Q.CANCELLED: frozenset(),
+        Q.ERROR: frozenset(),
+        Q.USER_ERROR: frozenset(),
+    }),
+})
+
+# The statuses no edge leaves: derived from the table, so the two can never disagree.
+TERMINAL: Mapping[type[StrEnum], frozenset[StrEnum]] = MappingProxyType(
+    {enum: frozenset(status for status, edges in table.items() if not edges) for enum, table in TRANSITIONS.items()})
+
+# Sessions that still hold a slot on their resource (a STOPPING session keeps its LoRA slot).
+ACTIVE_SESSION = frozenset({S.CREATING, S.RUNNING, S.STOPPING})
+
+
+class IllegalTransition(RuntimeError):
+    pass
+
+
+def check_edge(old: str, new: StrEnum) -> None:
+    """``old`` is a record's status as stored (a plain string): a ``StrEnum`` member hashes and compares as
+    its value, so the table answers for it without building the member (an ``Enum`` call costs a microsecond,
+    and every status change makes one)."""
+    allowed = TRANSITIONS[type(new)].get(old)  # type: ignore[call-overload]
+    if allowed is None or new not in allowed:
+        raise IllegalTransition(f"{old} -> {new} is not a documented edge")
+
+
+def is_terminal(status: str, enum: type[StrEnum]) -> bool:
+    return not TRANSITIONS[enum][status]  # type: ignore[index]
+
+
+class OperationKind(StrEnum):
+    """The asynchronous operations a training session runs; the value is the path segment of its endpoints."""
+
+    FORWARD_BACKWARD = "forward-backward"
+    CUSTOM_FORWARD_BACKWARD = "custom-forward-backward"
+    OPTIM_STEP = "optim-step"
+    WEIGHTS_SYNC = "weights-sync"
+    SAMPLE = "sample"
+    INFERENCE_CHECKPOINT = "inference-checkpoint"
+    TRAINING_CHECKPOINT = "training-checkpoint"
+
+
+class CheckpointType(StrEnum):
+    TRAINING = "CHECKPOINT_TYPE_TRAINING"
+    INFERENCE = "CHECKPOINT_TYPE_INFERENCE"
+
+
+def error_detail(code: str, message: str, at: float) -> dict[str, Any]:
+    """What failed and when: the one shape of every stored error (a resource's, a session's, an operation's).
+    The renderer shows the fields its schema has (an operation's error has no time)."""
+    return {"code": code, "message": message, "occurred_at": at}
 
 
 @dataclass(slots=True)

@@ -1,19 +1,23 @@
-"""Export and import the whole state as one JSON document (the fixture and ``--state-file`` format).
+"""The state as JSON: the whole document (export and import, the fixture and ``--state-file`` format) and
+the change of one tenant that a journal line carries.
 
-The document holds every tenant's records, list order, idempotency keys, pending timeline events,
-id counters, the model registry, each session's simulated model (its spec, weights and optimizer),
-presigned URL grants and the clock, so a restored emulator continues exactly where it stopped.
+The document holds every tenant's records, list order, idempotency keys, pending timeline events, id
+counters, the model registry, each session's simulated model (its spec, weights and optimizer) and the
+weights its generator samples from, the secret that signs presigned URLs, the seed and the clock, so a
+restored emulator continues exactly where it stopped.
 
 An imported document is checked completely before anything in the store changes: a JSON Schema built
 from the record classes (types, required fields, status enums, time bounds), then the references
 between records (a session's resource exists, a queued operation exists, ...), then the models. A
 document that fails any check is refused with the first problem's path, and the store stays as it was.
+Documents of version 2 (before journals carried changes by record) are upgraded on import.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import copy
 from dataclasses import MISSING, asdict, fields
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -22,15 +26,14 @@ from jsonschema import Draft7Validator
 from emulator import compute
 from emulator.clock import MAX_TIME
 from emulator.store import records
-from emulator.store.memory import OrderedIndex, Store, TenantState
-from emulator.store.presigned import KINDS as GRANT_KINDS
+from emulator.store.memory import Store
+from emulator.store.tenant import Entry, Tenant, TimelineEvent
 
 STATE_FORMAT = "together-rl-emulator/state"
-STATE_VERSION = 2
-
-TABLES = (("resources", records.ModelResource, "resource_index"), ("sessions", records.Session, "session_index"),
-          ("operations", records.Operation, None), ("checkpoints", records.Checkpoint, "checkpoint_index"),
-          ("payloads", records.Payload, None), ("shaping_jobs", records.ShapingJob, "shaping_index"))
+STATE_VERSION = 3
+RECORD_TYPES = MappingProxyType({"resources": records.ModelResource, "sessions": records.Session,
+                                 "operations": records.Operation, "checkpoints": records.Checkpoint,
+                                 "payloads": records.Payload, "shaping_jobs": records.ShapingJob})
 
 
 class StateError(ValueError):
@@ -39,127 +42,185 @@ class StateError(ValueError):
 
 # --- export -----------------------------------------------------------------------------------------
 
-def export_tenant(state: TenantState) -> dict[str, Any]:
-    out: dict[str, Any] = {"ids_counter": state.ids.counter}
-    for table, _cls, index in TABLES:
-        items = getattr(state, table)
-        order = getattr(state, index).ids() if index else list(items)
-        out[table] = [records.to_dict(items[i]) for i in order]
-    out["idempotency"] = [[*k, v] for k, v in state.idempotency.items()]
-    out["timeline"] = [[at, event, obj_id] for at, _seq, event, obj_id in sorted(state.timeline)]
-    out["registry"] = state.registry
-    out["gpu_queue_tail"] = state.gpu_queue_tail
-    out["models"] = {sid: {"spec": asdict(model.spec), "state": model.to_state()} for sid, model in state.models.items()}
-    out["published"] = {key: {"version": version, "weights": weights.to_state()}
-                        for key, (version, weights) in state.published.items()}
+def _model(model: Any) -> dict[str, Any]:
+    return {"spec": asdict(model.spec), "state": model.to_state()}
+
+
+def _weights(pair: tuple[int, Any]) -> dict[str, Any]:
+    return {"version": pair[0], "weights": pair[1].to_state()}
+
+
+def export_tenant(tenant: Tenant) -> dict[str, Any]:
+    out: dict[str, Any] = {"epoch": tenant.epoch, "ids_counter": tenant.ids.counter}
+    for table in tenant.tables():
+        out[table.name] = [records.to_dict(r) for r in table.ordered()]
+    out["idempotency"] = [[*k, v] for k, v in tenant.idempotency.items()]
+    out["timeline"] = [list(e) for e in tenant.timeline.entries()]
+    out["timeline_seq"] = tenant.timeline.seq
+    out["registry"] = dict(tenant.registry.items())
+    out["gpu_queue_tail"] = dict(tenant.gpu_queue_tail)
+    models = tenant.models
+    out["models"] = {sid: _model(model) for sid, model in models.live.items()}
+    out["published"] = {sid: _weights(pair) for sid, pair in models.published.items()}
+    out["staged"] = {sid: _weights(pair) for sid, pair in models.staged.items()}
     return out
-
-
-class TenantMemo:
-    """What a journal already holds of one tenant, so the next line carries only what changed.
-
-    Records are remembered by the hash of their JSON (or as final: an operation that finished, a
-    checkpoint, a payload whose data was released never change again), models by identity and version, published
-    weights by identity (they are replaced, never edited), idempotency keys by count (only added).
-    """
-
-    __slots__ = ("records", "models", "published", "idempotency")
-
-    def __init__(self) -> None:
-        self.records: dict[str, dict[str, int | None]] = {table: {} for table, _cls, _index in TABLES}
-        self.models: dict[str, tuple[Any, int]] = {}
-        self.published: dict[str, Any] = {}
-        self.idempotency = 0
-
-
-FINISHED_OPERATIONS = frozenset({records.OperationStatus.COMPLETED.value, records.OperationStatus.FAILED.value})
-_FINAL: dict[str, Any] = {
-    "operations": lambda r: r.status in FINISHED_OPERATIONS,
-    "checkpoints": lambda r: True,
-    "payloads": lambda r: r.released_by is not None,  # uploaded bytes stay until an operation has read them
-}
-
-
-def export_tenant_changes(state: TenantState, memo: TenantMemo) -> dict[str, Any]:
-    """What changed in the tenant since ``memo`` (all of it for a new memo), and update the memo.
-    :func:`apply_tenant_changes` applies the result to a tenant document."""
-    upsert: dict[str, list[Any]] = {}
-    state.journaled = True
-    reopened, state.reopened = state.reopened, set()
-    for table, _cls, index in TABLES:
-        items = getattr(state, table)
-        seen = memo.records[table]
-        final = _FINAL.get(table)
-        out = []
-        for obj_id in (getattr(state, index).ids() if index else list(items)):
-            known = seen.get(obj_id, -1)  # -1: never written (CPython never gives -1 as a hash)
-            if known is None and obj_id not in reopened:  # written when it could no longer change
-                continue
-            record = items[obj_id]
-            blob = orjson.dumps(records.to_dict(record))
-            digest = hash(blob)
-            if known == digest:
-                continue
-            seen[obj_id] = None if final is not None and final(record) else digest
-            out.append(orjson.Fragment(blob))
-        if out:
-            upsert[table] = out
-    models = {}
-    for sid, model in state.models.items():
-        entry = memo.models.get(sid)
-        if entry is None or entry[0] is not model or entry[1] != model.version:
-            models[sid] = {"spec": asdict(model.spec), "state": model.to_state()}
-            memo.models[sid] = (model, model.version)
-    published = {}
-    for key, pair in state.published.items():
-        if memo.published.get(key) is not pair:
-            published[key] = {"version": pair[0], "weights": pair[1].to_state()}
-            memo.published[key] = pair
-    dropped = [key for key in memo.published if key not in state.published]
-    for key in dropped:
-        del memo.published[key]
-    keys = list(state.idempotency.items())[memo.idempotency:]
-    memo.idempotency += len(keys)
-    return {"upsert": upsert, "models": models, "published": published, "published_dropped": dropped,
-            "idempotency": [[*k, v] for k, v in keys], "ids_counter": state.ids.counter,
-            "timeline": [[at, event, obj_id] for at, _seq, event, obj_id in sorted(state.timeline)],
-            "registry": state.registry, "gpu_queue_tail": state.gpu_queue_tail}
-
-
-def apply_tenant_changes(tenant: dict[str, Any], changes: dict[str, Any],
-                         positions: dict[str, dict[str, int]]) -> None:
-    """Apply :func:`export_tenant_changes` to a tenant document; ``positions`` (table -> id -> index,
-    kept by the caller for this tenant document) finds the records to replace."""
-    for table, rows in changes["upsert"].items():
-        listed = tenant.setdefault(table, [])
-        where = positions.get(table)
-        if where is None:
-            where = positions[table] = {row["id"]: i for i, row in enumerate(listed)}
-        for row in rows:
-            at = where.get(row["id"])
-            if at is None:
-                where[row["id"]] = len(listed)
-                listed.append(row)
-            else:
-                listed[at] = row
-    tenant.setdefault("models", {}).update(changes["models"])
-    published = tenant.setdefault("published", {})
-    published.update(changes["published"])
-    for key in changes["published_dropped"]:
-        published.pop(key, None)
-    tenant.setdefault("idempotency", []).extend(changes["idempotency"])
-    for key in ("ids_counter", "timeline", "registry", "gpu_queue_tail"):
-        tenant[key] = changes[key]
 
 
 def export_state(store: Store, clock: dict[str, Any]) -> dict[str, Any]:
     """The whole store; the caller settles every tenant first, so what is due has happened."""
-    tenants = {}
-    for project in store.projects():
-        with store.transaction(project, write=False) as state:
-            tenants[project] = export_tenant(state)
+    tenants = {project: export_tenant(tenant) for project in store.projects()
+               if (tenant := store.get(project)) is not None}
     return {"format": STATE_FORMAT, "version": STATE_VERSION, "seed": store.seed, "clock": clock,
-            "presigned": store.presigned.export(), "tenants": tenants}
+            "secret": store.presigner.secret, "tenants": tenants}
+
+
+# --- one tenant's change, for a journal line --------------------------------------------------------
+
+class TenantMemo:
+    """What a journal already holds of one tenant, so that its next line carries only what changed.
+
+    A record is remembered by the hash of its JSON, or as ``None`` once written final (it never changes
+    again but through :meth:`~emulator.store.tenant.Table.changed`); models by identity and version;
+    published and staged weights by identity (they are replaced, never edited); small scalars by value.
+    """
+
+    __slots__ = ("records", "models", "published", "staged", "scalars")
+
+    def __init__(self) -> None:
+        self.records: dict[str, dict[str, int | None]] = {name: {} for name in RECORD_TYPES}
+        self.models: dict[str, tuple[Any, int]] = {}
+        self.published: dict[str, Any] = {}
+        self.staged: dict[str, Any] = {}
+        self.scalars: dict[str, Any] = {}
+
+
+def tenant_change(tenant: Tenant, memo: TenantMemo) -> dict[str, Any]:
+    """What changed in ``tenant`` since its journal last wrote it (its parts' change logs, checked against
+    ``memo``), and update the memo; empty when nothing did. :func:`apply_change` replays it."""
+    change: dict[str, Any] = {}
+    upsert: dict[str, list[Any]] = {}
+    removed: dict[str, list[str]] = {}
+    for table in tenant.tables():
+        touched, gone, reopened = table.drain()
+        seen = memo.records[table.name]
+        rows = []
+        for obj_id in sorted(touched):
+            known = seen.get(obj_id, -1)  # -1: never written (CPython never gives -1 as a hash)
+            if known is None and obj_id not in reopened:
+                continue  # written when it could no longer change
+            record = table.get(obj_id)
+            if record is None:
+                continue
+            blob = orjson.dumps(records.to_dict(record))
+            digest = hash(blob)
+            if known == digest:
+                continue
+            seen[obj_id] = None if table.final(record) else digest
+            rows.append(orjson.Fragment(blob))
+        if rows:
+            upsert[table.name] = rows
+        if gone:
+            removed[table.name] = sorted(gone)
+            for obj_id in gone:
+                seen.pop(obj_id, None)
+    if upsert:
+        change["upsert"] = upsert
+    if removed:
+        change["removed"] = removed
+    added, done = tenant.timeline.drain()
+    if added or done:
+        change["timeline"] = {"add": [list(e) for e in added], "done": done}
+    keys, dropped_keys = tenant.idempotency.drain()
+    if keys or dropped_keys:
+        change["idempotency"] = {"add": [[*k, v] for k, v in sorted(keys.items())],
+                                 "drop": [list(k) for k in sorted(dropped_keys)]}
+    registered, _unregistered = tenant.registry.drain()  # (the registry only grows)
+    if registered:
+        change["registry"] = registered
+    models_touched, weights_touched = tenant.models.drain()
+    models = {}
+    for sid in sorted(models_touched):
+        model = tenant.models.live.get(sid)
+        entry = memo.models.get(sid)
+        if model is not None and (entry is None or entry[0] is not model or entry[1] != model.version):
+            models[sid] = _model(model)
+            memo.models[sid] = (model, model.version)
+    if models:
+        change["models"] = models
+    for part, kept, memo_part in (("published", tenant.models.published, memo.published),
+                                  ("staged", tenant.models.staged, memo.staged)):
+        out: dict[str, Any] = {}
+        for sid in sorted(weights_touched):
+            pair = kept.get(sid)
+            if pair is None:
+                if sid in memo_part:
+                    del memo_part[sid]
+                    out[sid] = None
+            elif memo_part.get(sid) is not pair:
+                memo_part[sid] = pair
+                out[sid] = _weights(pair)
+        if out:
+            change[part] = out
+    for key, value in (("ids_counter", tenant.ids.counter), ("timeline_seq", tenant.timeline.seq),
+                       ("gpu_queue_tail", tenant.gpu_queue_tail)):
+        if memo.scalars.get(key) != value:
+            memo.scalars[key] = copy.copy(value)
+            change[key] = value
+    return change
+
+
+class TenantReplay:
+    """A tenant document being rebuilt from journal lines: tables and timeline keyed by id while lines
+    apply (so a change costs what it holds), turned back into a document by :meth:`document`."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.tables = {name: {row["id"]: row for row in data.get(name, [])} for name in RECORD_TYPES}
+        self.timeline = {e[1]: e for e in data.get("timeline", [])}
+        self.idempotency = {tuple(e[:3]): e[3] for e in data.get("idempotency", [])}
+
+    def apply(self, change: dict[str, Any]) -> None:
+        for name, rows in change.get("upsert", {}).items():
+            table = self.tables[name]
+            for row in rows:
+                table[row["id"]] = row
+        for name, ids in change.get("removed", {}).items():
+            for obj_id in ids:
+                self.tables[name].pop(obj_id, None)
+        timeline = change.get("timeline")
+        if timeline is not None:
+            for entry in timeline["add"]:
+                self.timeline[entry[1]] = entry
+            for seq in timeline["done"]:
+                if self.timeline.pop(seq, None) is None:
+                    raise KeyError(f"timeline entry {seq} is done but was never scheduled")
+        keys = change.get("idempotency")
+        if keys is not None:
+            for a, b, c, v in keys["add"]:
+                self.idempotency[(a, b, c)] = v
+            for a, b, c in keys["drop"]:
+                self.idempotency.pop((a, b, c), None)
+        data = self.data
+        data.setdefault("registry", {}).update(change.get("registry", {}))
+        data.setdefault("models", {}).update(change.get("models", {}))
+        for part in ("published", "staged"):
+            kept = data.setdefault(part, {})
+            for sid, entry in change.get(part, {}).items():
+                if entry is None:
+                    kept.pop(sid, None)
+                else:
+                    kept[sid] = entry
+        for key in ("ids_counter", "timeline_seq", "gpu_queue_tail", "epoch"):
+            if key in change:
+                data[key] = change[key]
+
+    def document(self) -> dict[str, Any]:
+        data = self.data
+        for name, rows in self.tables.items():
+            data[name] = list(rows.values())
+        data["timeline"] = sorted(self.timeline.values())
+        data["idempotency"] = [[*k, v] for k, v in self.idempotency.items()]
+        return data
 
 
 # --- the schema -------------------------------------------------------------------------------------
@@ -177,8 +238,9 @@ _SCALARS: dict[str, dict[str, Any]] = {
 _ENUMS: dict[type, dict[str, list[str]]] = {
     records.ModelResource: {"status": [s.value for s in records.ResourceStatus]},
     records.Session: {"status": [s.value for s in records.SessionStatus]},
-    records.Operation: {"status": [s.value for s in records.OperationStatus], "kind": list(records.OPERATION_KINDS)},
-    records.Checkpoint: {"type": list(records.CHECKPOINT_TYPES)},
+    records.Operation: {"status": [s.value for s in records.OperationStatus],
+                        "kind": [k.value for k in records.OperationKind]},
+    records.Checkpoint: {"type": [t.value for t in records.CheckpointType]},
     records.ShapingJob: {"status": [s.value for s in records.ShapingStatus]},
 }
 
@@ -204,27 +266,28 @@ def _record_schema(cls: type) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
 
-def _state_schema(events: Collection[str]) -> dict[str, Any]:
+def state_schema() -> dict[str, Any]:
     string = {"type": "string"}
-    tenant_props: dict[str, Any] = {table: {"type": "array", "items": _record_schema(cls)} for table, cls, _ in TABLES}
+    count = {"type": "integer", "minimum": 0, "maximum": 2**53}
+    weights = {"type": "object", "required": ["version", "weights"],
+               "properties": {"version": count, "weights": {"type": "object"}}}
+    tenant_props: dict[str, Any] = {name: {"type": "array", "items": _record_schema(cls)}
+                                    for name, cls in RECORD_TYPES.items()}
     tenant_props.update({
-        "ids_counter": {"type": "integer", "minimum": 0},
+        "epoch": {"type": "string", "minLength": 1},
+        "ids_counter": count,
         "idempotency": {"type": "array", "items": {"type": "array", "items": string, "minItems": 4, "maxItems": 4}},
-        "timeline": {"type": "array", "items": {"type": "array", "minItems": 3, "maxItems": 3,
-                                                 "items": [_TIME, {"enum": sorted(events)}, string]}},
+        "timeline": {"type": "array", "items": {"type": "array", "minItems": 4, "maxItems": 4, "items": [
+            _TIME, count, {"enum": [e.value for e in TimelineEvent]}, string]}},
+        "timeline_seq": count,
         "registry": {"type": "object", "additionalProperties": {"type": "object"}},
         "gpu_queue_tail": {"type": "object", "additionalProperties": _TIME},
         "models": {"type": "object", "additionalProperties": {
             "type": "object", "required": ["spec", "state"], "properties": {"spec": {"type": "object"},
                                                                            "state": {"type": "object"}}}},
-        "published": {"type": "object", "additionalProperties": {
-            "type": "object", "required": ["version", "weights"],
-            "properties": {"version": {"type": "integer", "minimum": 0}, "weights": {"type": "object"}}}},
+        "published": {"type": "object", "additionalProperties": weights},
+        "staged": {"type": "object", "additionalProperties": weights},
     })
-    grant = {"type": "object", "required": ["project", "kind", "object_id", "expires_at"],
-             "additionalProperties": False,
-             "properties": {"project": string, "kind": {"enum": list(GRANT_KINDS)}, "object_id": string,
-                            "expires_at": _TIME, "variant": {"type": ["string", "null"]}, "used": {"type": "boolean"}}}
     return {
         "type": "object",
         "required": ["format", "version", "tenants"],
@@ -233,21 +296,35 @@ def _state_schema(events: Collection[str]) -> dict[str, Any]:
             "version": {"const": STATE_VERSION},
             "seed": {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1},
             "clock": {"type": "object", "properties": {"now": {"type": "string", "format": "date-time"}}},
-            "presigned": {"type": "object", "additionalProperties": grant},
+            "secret": {"type": "string", "minLength": 32, "maxLength": 256},
             "tenants": {"type": "object", "additionalProperties": {
                 "type": "object", "properties": tenant_props, "additionalProperties": False}},
         },
     }
 
 
-_VALIDATORS: dict[frozenset[str], Draft7Validator] = {}
+class Checker:
+    """The state schema compiled once (a runtime owns one: building it costs a few milliseconds)."""
 
+    def __init__(self) -> None:
+        self._validator: Draft7Validator | None = None
 
-def _validator(events: Collection[str]) -> Draft7Validator:
-    key = frozenset(events)
-    if key not in _VALIDATORS:
-        _VALIDATORS[key] = Draft7Validator(_state_schema(events), format_checker=Draft7Validator.FORMAT_CHECKER)
-    return _VALIDATORS[key]
+    def check(self, doc: Any) -> None:
+        """Raise :class:`StateError` naming the first problem of ``doc`` (schema first, so the messages for
+        the common mistakes, a wrong format or version, are the plain ones)."""
+        if not isinstance(doc, dict):
+            raise StateError("a state document is a JSON object")
+        if doc.get("format") != STATE_FORMAT:
+            raise StateError(f"not an emulator state document (format must be {STATE_FORMAT!r})")
+        if doc.get("version") != STATE_VERSION:
+            raise StateError(f"state version {doc.get('version')!r} is not supported (this emulator reads "
+                             f"version {STATE_VERSION}, and upgrades version 2)")
+        if self._validator is None:
+            self._validator = Draft7Validator(state_schema(), format_checker=Draft7Validator.FORMAT_CHECKER)
+        errors = self._validator.iter_errors(doc)
+        error = next(iter(sorted(errors, key=lambda e: list(e.absolute_path))), None)
+        if error is not None:
+            raise StateError(f"{_where(error.absolute_path)}: {_short(error.message)}")
 
 
 def _where(path: Any) -> str:
@@ -257,108 +334,128 @@ def _where(path: Any) -> str:
     return out or "the document"
 
 
-def check(doc: Any, events: Collection[str]) -> None:
-    """Raise :class:`StateError` naming the first problem of ``doc`` (schema first, so the messages for
-    the common mistakes, a wrong format or version, are the plain ones)."""
-    if not isinstance(doc, dict):
-        raise StateError("a state document is a JSON object")
-    if doc.get("format") != STATE_FORMAT:
-        raise StateError(f"not an emulator state document (format must be {STATE_FORMAT!r})")
-    if doc.get("version") != STATE_VERSION:
-        raise StateError(f"state version {doc.get('version')!r} is not supported (this emulator reads "
-                         f"version {STATE_VERSION})")
-    error = next(iter(sorted(_validator(events).iter_errors(doc), key=lambda e: list(e.absolute_path))), None)
-    if error is not None:
-        raise StateError(f"{_where(error.absolute_path)}: {_short(error.message)}")
-
-
 def _short(message: str, limit: int = 200) -> str:
     return message if len(message) <= limit else message[:limit] + "..."
 
 
+# --- upgrade from version 2 -------------------------------------------------------------------------
+
+def upgrade(doc: Any) -> Any:
+    """A version-2 document as version 3 (a copy); any other document unchanged."""
+    if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT or doc.get("version") != 2:
+        return doc
+    doc = copy.deepcopy(doc)
+    doc["version"] = STATE_VERSION
+    doc.pop("presigned", None)  # URLs are signed now: the old grants name nothing
+    for data in (doc.get("tenants") or {}).values():
+        if not isinstance(data, dict):
+            continue
+        timeline = data.get("timeline") or []
+        data["timeline"] = [[e[0], i + 1, e[1], e[2]] if isinstance(e, list) and len(e) == 3 else e
+                            for i, e in enumerate(timeline)]
+        data["timeline_seq"] = len(timeline)
+        published = data.get("published") or {}
+        data["published"] = {k: v for k, v in published.items() if not k.endswith(":pending")}
+        data["staged"] = {k.removesuffix(":pending"): v for k, v in published.items() if k.endswith(":pending")}
+        for op in data.get("operations") or []:
+            out = op.get("output") if isinstance(op, dict) else None
+            if not isinstance(out, dict):
+                continue
+            for key in ("step", "weights_version"):
+                if isinstance(out.get(key), str) and out[key].isdigit():
+                    out[key] = int(out[key])
+            if isinstance(out.get("checkpoint"), dict) and "id" in out["checkpoint"]:
+                op["output"] = {"checkpoint_id": out["checkpoint"]["id"]}
+    return doc
+
+
 # --- import -----------------------------------------------------------------------------------------
 
-def import_state(store: Store, doc: Any, events: Collection[str]) -> None:
+def import_state(store: Store, doc: Any, checker: Checker) -> None:
     """Replace the store's content with ``doc``; on any problem nothing changes (:class:`StateError`)."""
-    check(doc, events)
-    built = {project: build_tenant(store, project, data) for project, data in doc["tenants"].items()}
-    store.reset(None, seed=int(doc.get("seed", store.seed)))
-    for state in built.values():
-        store.put(state)
-    store.presigned.load(doc.get("presigned") or {})
+    doc = upgrade(doc)
+    checker.check(doc)
+    seed = int(doc.get("seed", store.seed))
+    built = [build_tenant(store, project, data, seed) for project, data in doc["tenants"].items()]
+    store.reset(None, seed=seed)
+    for tenant in built:
+        store.put(tenant)
+    if doc.get("secret"):
+        store.presigner = type(store.presigner)(doc["secret"])
 
 
-def build_tenant(store: Store, project: str, data: dict[str, Any]) -> TenantState:
-    """A tenant's state from its (schema-checked) document; refuses dangling references."""
-    state = TenantState(project, int(store.seed), store.events)
-    state.ids.counter = int(data.get("ids_counter", 0))
-    for table, cls, index in TABLES:
-        target = getattr(state, table)
-        idx: OrderedIndex | None = getattr(state, index) if index else None
-        for item in data.get(table, []):
+def build_tenant(store: Store, project: str, data: dict[str, Any], seed: int | None = None) -> Tenant:
+    """A tenant from its (schema-checked) document; refuses dangling references."""
+    tenant = Tenant(project, int(store.seed if seed is None else seed), store.events, journaled=store.journaled,
+                    epoch=data.get("epoch"))
+    tenant.ids.counter = int(data.get("ids_counter", 0))
+    for name, cls in RECORD_TYPES.items():
+        table = tenant.table(name)
+        for item in data.get(name, []):
             record = records.from_dict(cls, item)
-            if record.id in target:
-                raise StateError(f"tenants.{project}.{table}: the id {record.id!r} appears twice")
-            target[record.id] = record
-            if idx is not None:
-                idx.add(record.id)
+            if record.id in table:
+                raise StateError(f"tenants.{project}.{name}: the id {record.id!r} appears twice")
+            table.add(record)
             if cls is records.ModelResource and record.status == records.ResourceStatus.PENDING.value:
-                state.gpu_queue.setdefault(record.gpu_type, []).append(record.id)
-    _check_references(state, project, data)
-    state.idempotency = {(a, b, c): v for a, b, c, v in data.get("idempotency", [])}
-    for at, event, obj_id in data.get("timeline", []):
-        state.schedule(float(at), event, obj_id)
-    state.registry = dict(data.get("registry") or {})
-    state.gpu_queue_tail = dict(data.get("gpu_queue_tail") or {})
+                tenant.gpu_queue.setdefault(record.gpu_type, []).append(record.id)
+        table.drain()  # as loaded: nothing changed
+    _check_references(tenant, project, data)
+    tenant.idempotency.load({(a, b, c): v for a, b, c, v in data.get("idempotency", [])})
+    entries: list[Entry] = [(float(at), int(seq), str(event), str(obj_id))
+                            for at, seq, event, obj_id in data.get("timeline", [])]
+    tenant.timeline.load(entries, int(data.get("timeline_seq", 0)))
+    tenant.registry.load(data.get("registry") or {})
+    tenant.gpu_queue_tail = dict(data.get("gpu_queue_tail") or {})
     try:
         for sid, entry in (data.get("models") or {}).items():
-            state.models[sid] = compute.SessionModel.from_state(compute.ModelSpec(**entry["spec"]), entry["state"])
-        for key, entry in (data.get("published") or {}).items():
-            state.published[key] = (int(entry["version"]), compute.Weights.from_state(entry["weights"]))
+            tenant.models.live[sid] = compute.SessionModel.from_state(compute.ModelSpec(**entry["spec"]),
+                                                                      entry["state"])
+        for part in ("published", "staged"):
+            kept = getattr(tenant.models, part)
+            for sid, entry in (data.get(part) or {}).items():
+                kept[sid] = (int(entry["version"]), compute.Weights.from_state(entry["weights"]))
     except (compute.ComputeError, TypeError, KeyError, ValueError, OverflowError) as exc:
         raise StateError(f"tenants.{project}: a session model cannot be restored: {exc}") from exc
-    return state
+    return tenant
 
 
-def _check_references(state: TenantState, project: str, data: dict[str, Any]) -> None:
+def _check_references(tenant: Tenant, project: str, data: dict[str, Any]) -> None:
     where = f"tenants.{project}"
 
-    def need(table: dict[str, Any], obj_id: Any, what: str) -> None:
+    def need(table: Any, obj_id: Any, what: str) -> None:
         if obj_id not in table:
             raise StateError(f"{where}: {what} names {obj_id!r}, which is not in the document")
 
-    for r in state.resources.values():
+    for r in tenant.resources.values():
         for sid in r.session_ids:
-            need(state.sessions, sid, f"model resource {r.id}'s session_ids")
-    for s in state.sessions.values():
-        need(state.resources, s.model_resources_id, f"session {s.id}'s model_resources_id")
+            need(tenant.sessions, sid, f"model resource {r.id}'s session_ids")
+    for s in tenant.sessions.values():
+        need(tenant.resources, s.model_resources_id, f"session {s.id}'s model_resources_id")
         for op_id in s.queue or ():
-            need(state.operations, op_id, f"session {s.id}'s queue")
+            need(tenant.operations, op_id, f"session {s.id}'s queue")
         for cid in (s.inference_checkpoint_ids or []) + (s.training_checkpoint_ids or []):
-            need(state.checkpoints, cid, f"session {s.id}'s checkpoints")
-    for op in state.operations.values():
-        need(state.sessions, op.session_id, f"operation {op.id}'s session_id")
+            need(tenant.checkpoints, cid, f"session {s.id}'s checkpoints")
+    for op in tenant.operations.values():
+        need(tenant.sessions, op.session_id, f"operation {op.id}'s session_id")
         if op.payload_id is not None:
-            need(state.payloads, op.payload_id, f"operation {op.id}'s payload_id")
+            need(tenant.payloads, op.payload_id, f"operation {op.id}'s payload_id")
         if op.output_released and op.output is not None:
             raise StateError(f"{where}: operation {op.id} has an output and output_released; a released one has none")
-    for p in state.payloads.values():
-        need(state.sessions, p.session_id, f"payload {p.id}'s session_id")
+    for p in tenant.payloads.values():
+        need(tenant.sessions, p.session_id, f"payload {p.id}'s session_id")
         if p.released_by is not None:
-            need(state.operations, p.released_by, f"payload {p.id}'s released_by")
+            need(tenant.operations, p.released_by, f"payload {p.id}'s released_by")
             if p.data is not None:
                 raise StateError(f"{where}: payload {p.id} has data and released_by; a released payload has none")
-    for sid in data.get("models") or {}:
-        need(state.sessions, sid, "models")
-    for key in data.get("published") or {}:
-        need(state.sessions, key.removesuffix(":pending"), "published")
+    for part in ("models", "published", "staged"):
+        for sid in data.get(part) or {}:
+            need(tenant.sessions, sid, part)
     for _a, _b, _c, op_id in data.get("idempotency", []):
-        need(state.operations, op_id, "an idempotency entry")
-    tables: dict[str, dict[str, Any]] = {"resource": state.resources, "session": state.sessions, "operation": state.operations,
-              "shaping": state.shaping_jobs}
-    for _at, event, obj_id in data.get("timeline", []):
-        need(tables[event.split(".")[0]], obj_id, f"the timeline event {event}")
+        need(tenant.operations, op_id, "an idempotency entry")
+    for _at, _seq, event, obj_id in data.get("timeline", []):
+        need(tenant.table(TimelineEvent(event).table), obj_id, f"the timeline event {event}")
 
 
-__all__ = ["STATE_FORMAT", "STATE_VERSION", "StateError", "TenantMemo", "apply_tenant_changes", "build_tenant", "check",
-           "export_state", "export_tenant", "export_tenant_changes", "import_state"]
+__all__ = ["RECORD_TYPES", "STATE_FORMAT", "STATE_VERSION", "Checker", "StateError", "TenantMemo", "TenantReplay",
+           "build_tenant", "export_state", "export_tenant", "import_state", "state_schema", "tenant_change",
+           "upgrade"]

@@ -24,8 +24,8 @@ import httpx
 import orjson
 
 from emulator.clock import rfc3339
-from emulator.errors import render_error
 from emulator.http.asgi import ASGIApp, Message, Receive, Scope, Send, lifespan, send_json
+from emulator.http.envelope import render_error
 from emulator.ui import is_dashboard_path
 
 REDACTED = "Bearer <redacted>"

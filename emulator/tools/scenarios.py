@@ -2,10 +2,15 @@
 
 A scenario is data: a description, the API token whose project it fills, optional clock settings
 and fault rules, and a list of steps. A step calls one operation of ``openapi.yaml`` by its
-operationId (``call``, ``path``, ``query``, ``body``, ``save``), advances the clock (``advance``),
-or repeats nested steps (``repeat``, ``steps``). Strings like ``"{s1.id}"`` refer to saved answers.
-Every request body and every answer is validated against the spec's schemas while loading, so a
-scenario can never seed a state the real API could not produce.
+operationId (``call``, ``path``, ``query``, ``body``, ``save``, and ``effect``: a fault rule's state
+effect on what the call makes), advances the clock (``advance``), or repeats nested steps (``repeat``,
+``steps``). Strings like ``"{s1.id}"`` refer to saved answers.
+
+Loading is a client of the emulator's own app, in process: every step is a real request through auth,
+validation, the unit of work and the journal, and the clock, reset and fault rules go through the control
+plane. Fault rules do not fire on a scenario's own requests (they count what clients do: "the next
+resource created fails" means a client's), except a step's ``effect``. So a scenario can never seed a state the real API could not produce, and what it seeds is
+journaled like anything a client does. Each answer is also checked against its response schema.
 
 Loaded with ``serve --scenario NAME`` (or ``--scenario path/to/file.yaml``) or
 ``POST /_emulator/scenarios/NAME``. The named scenarios ship inside the package and are read through
@@ -19,17 +24,16 @@ import re
 from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import orjson
 import yaml
 from connexion.json_schema import Draft4RequestValidator, Draft4ResponseValidator, resolve_refs
 
 from emulator import spec
-from emulator.api import handler_for
-from emulator.api.request import Request
 from emulator.config import ConfigError, load_data_file
-from emulator.errors import ApiError
-from emulator.faults import FaultError
+from emulator.http.asgi import ASGIApp
+from emulator.http.faults import SCENARIO
 from emulator.runtime import Runtime
 
 _REF = re.compile(r"\{([A-Za-z_][\w-]*)((?:\.[\w-]+)+)\}")
@@ -102,62 +106,6 @@ def read(name: str) -> dict[str, Any]:
     return doc
 
 
-def load(runtime: Runtime, name: str) -> dict[str, Any]:
-    doc = read(name)
-    token = str(doc.get("token") or "demo-key")
-    principal = runtime.principal_for(token)
-    if principal is None:
-        raise ScenarioError(f"scenario token {token!r} is not in the tokens file")
-    runtime.store.reset(principal.project)
-    clock = doc.get("clock") or {}
-    if clock:
-        try:
-            runtime.clock.configure(mode=clock.get("mode"), speed=clock.get("speed"))
-        except ValueError as exc:
-            raise ScenarioError(f"scenario {name}: clock: {exc}") from exc
-    if doc.get("faults"):
-        runtime.faults.clear()
-        try:
-            runtime.faults.load(doc["faults"])
-        except FaultError as exc:
-            raise ScenarioError(f"scenario {name}: {exc}") from exc
-    ops = _operations()
-    saved: dict[str, Any] = {}
-    counter = [0]
-    _run(runtime, ops, principal, doc.get("steps") or [], saved, counter, name)
-    return {"scenario": name, "token": token, "saved": {k: v.get("id") for k, v in saved.items()
-                                                         if isinstance(v, dict) and "id" in v}}
-
-
-def _run(runtime: Runtime, ops: _Operations, principal: Any, steps: list[Any], saved: dict[str, Any],
-         counter: list[int], name: str) -> None:
-    for i, step in enumerate(steps):
-        where = f"scenario {name} step {i + 1}"
-        if not isinstance(step, dict):
-            raise ScenarioError(f"{where}: a step is a mapping")
-        if "advance" in step:
-            try:
-                runtime.clock.advance(float(step["advance"]))
-            except (TypeError, ValueError) as exc:
-                raise ScenarioError(f"{where}: advance: {exc}") from exc
-        elif "repeat" in step:
-            if not isinstance(step["repeat"], int) or not 0 <= step["repeat"] <= 10_000:
-                raise ScenarioError(f"{where}: repeat must be an integer within 0-10000")
-            for _ in range(step["repeat"]):
-                _run(runtime, ops, principal, step.get("steps") or [], saved, counter, name)
-        elif "call" in step:
-            step = _substitute(step, saved, where)  # once, so the call and its effect see the same ids
-            result = _call(runtime, ops, principal, step, counter, where)
-            if step.get("effect"):
-                # A fault effect (see emulator.faults) on what the call made.
-                runtime.apply_fault_effect(principal, step["effect"], step["call"], step.get("path") or {},
-                                           step.get("body"), result)
-            if step.get("save"):
-                saved[str(step["save"])] = result
-        else:
-            raise ScenarioError(f"{where}: a step needs one of call, advance, repeat")
-
-
 def _substitute(value: Any, saved: dict[str, Any], where: str) -> Any:
     if isinstance(value, str):
         def ref(m: re.Match[str]) -> str:
@@ -179,44 +127,168 @@ def _substitute(value: Any, saved: dict[str, Any], where: str) -> Any:
     return value
 
 
-def _call(runtime: Runtime, ops: _Operations, principal: Any, step: dict[str, Any], counter: list[int],
-          where: str) -> Any:
-    operation_id = step["call"]
-    if operation_id not in ops.ops:
-        raise ScenarioError(f"{where}: no operation {operation_id!r} in openapi.yaml")
-    method, _template, req_schema, resp_schema = ops.ops[operation_id]
-    body = step.get("body")
-    if body is not None and req_schema is not None:
-        errors = sorted(Draft4RequestValidator(req_schema).iter_errors(body), key=str)
-        if errors:
-            raise ScenarioError(f"{where}: body does not match the {operation_id} request schema: {errors[0].message}")
-    counter[0] += 1
-    headers = {"idempotency-key": f"scenario-{counter[0]}"}
-    query = {k: str(v) for k, v in (step.get("query") or {}).items()}
-    request = Request(runtime, principal, operation_id, step.get("path") or {}, query, headers, body,
-                      f"http://{runtime.config.host}:{runtime.config.port}", method)
-    handler = handler_for(operation_id)
-    assert handler is not None
+class InProcessClient:
+    """Requests to the emulator's app without a socket: the scenario loader's way in."""
+
+    def __init__(self, app: ASGIApp, runtime: Runtime) -> None:
+        self.app = app
+        self.runtime = runtime
+
+    async def call(self, method: str, path: str, *, token: str | None = None, body: Any = None,
+                   query: dict[str, str] | None = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        raw = b"" if body is None else orjson.dumps(body)
+        sent = {"host": "emulator.scenario", "content-length": str(len(raw)), **(headers or {})}
+        if body is not None:
+            sent["content-type"] = "application/json"
+        if token is not None:
+            sent["authorization"] = f"Bearer {token}"
+        admin = self.runtime.config.admin_token
+        if admin and path.startswith("/_emulator"):
+            sent["x-emulator-admin-token"] = admin
+        query_string = urlencode(query or {}).encode()
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
+                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query_string,
+                 "root_path": "", "headers": [(k.lower().encode(), v.encode()) for k, v in sent.items()],
+                 "client": ("127.0.0.1", 0), "server": ("emulator.scenario", 80), SCENARIO: True}
+        pending = [{"type": "http.request", "body": raw, "more_body": False}]
+        status, chunks = 0, []
+
+        async def receive() -> Any:
+            return pending.pop() if pending else {"type": "http.disconnect"}
+
+        async def send(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+
+        await self.app(scope, receive, send)
+        data = b"".join(chunks)
+        return status, orjson.loads(data) if data else None
+
+
+def _refused(where: str, what: str, status: int, answer: Any) -> ScenarioError:
+    error = (answer or {}).get("error") if isinstance(answer, dict) else None
+    message = error.get("message") if isinstance(error, dict) else answer
+    return ScenarioError(f"{where}: {what} answered {status}: {message}")
+
+
+async def load(client: InProcessClient, name: str) -> dict[str, Any]:
+    doc = read(name)
+    token = str(doc.get("token") or "demo-key")
+    if client.runtime.principal_for(token) is None:
+        raise ScenarioError(f"scenario token {token!r} is not in the tokens file")
+    status, answer = await client.call("POST", "/_emulator/reset", body={"tenant": token})
+    if status != 200:
+        raise _refused(f"scenario {name}", "the reset of its tenant", status, answer)
+    clock = doc.get("clock") or {}
+    if clock:
+        wanted = {k: clock[k] for k in ("mode", "speed") if k in clock}
+        status, answer = await client.call("POST", "/_emulator/clock", body=wanted)
+        if status != 200:
+            raise _refused(f"scenario {name}", "clock", status, answer)
+    if doc.get("faults"):
+        await client.call("DELETE", "/_emulator/faults")
+        status, answer = await client.call("POST", "/_emulator/faults", body=doc["faults"])
+        if status != 200:
+            raise _refused(f"scenario {name}", "its fault rules", status, answer)
+    run = _Run(client, _operations(), token, name)
     try:
-        result = handler(request)
-    except ApiError as exc:
-        raise ScenarioError(f"{where}: {operation_id} answered {exc.status}: {exc.message}") from exc
-    raw = result[1]  # handlers answer a dict, or JSON bytes they rendered once
-    payload = orjson.loads(raw if isinstance(raw, bytes) else orjson.dumps(raw))
-    if resp_schema is not None:
-        errors = sorted(Draft4ResponseValidator(resp_schema).iter_errors(payload), key=str)
-        if errors:
-            raise ScenarioError(f"{where}: the answer of {operation_id} does not match its schema: {errors[0].message}")
-    return payload
+        await run.steps(doc.get("steps") or [])
+    finally:
+        for rule in run.effect_rules:
+            await client.call("DELETE", f"/_emulator/faults/{quote(rule, safe='')}")
+    return {"scenario": name, "token": token, "saved": {k: v.get("id") for k, v in run.saved.items()
+                                                         if isinstance(v, dict) and "id" in v}}
+
+
+class _Run:
+    def __init__(self, client: InProcessClient, ops: _Operations, token: str, name: str) -> None:
+        self.client = client
+        self.ops = ops
+        self.token = token
+        self.name = name
+        self.saved: dict[str, Any] = {}
+        self.calls = 0
+        self.effect_rules: list[str] = []
+
+    async def steps(self, steps: list[Any]) -> None:
+        for i, step in enumerate(steps):
+            where = f"scenario {self.name} step {i + 1}"
+            if not isinstance(step, dict):
+                raise ScenarioError(f"{where}: a step is a mapping")
+            if "advance" in step:
+                try:
+                    seconds = float(step["advance"])
+                except (TypeError, ValueError) as exc:
+                    raise ScenarioError(f"{where}: advance: {exc}") from exc
+                status, answer = await self.client.call("POST", "/_emulator/clock/advance", body={"seconds": seconds})
+                if status != 200:
+                    raise _refused(where, "advance", status, answer)
+            elif "repeat" in step:
+                if not isinstance(step["repeat"], int) or not 0 <= step["repeat"] <= 10_000:
+                    raise ScenarioError(f"{where}: repeat must be an integer within 0-10000")
+                for _ in range(step["repeat"]):
+                    await self.steps(step.get("steps") or [])
+            elif "call" in step:
+                step = _substitute(step, self.saved, where)  # once, so the call and its effect see the same ids
+                result = await self.call(step, where)
+                if step.get("save"):
+                    self.saved[str(step["save"])] = result
+            else:
+                raise ScenarioError(f"{where}: a step needs one of call, advance, repeat")
+
+    async def call(self, step: dict[str, Any], where: str) -> Any:
+        operation_id = step["call"]
+        if operation_id not in self.ops.ops:
+            raise ScenarioError(f"{where}: no operation {operation_id!r} in openapi.yaml")
+        method, template, req_schema, resp_schema = self.ops.ops[operation_id]
+        body = step.get("body")
+        if body is not None and req_schema is not None:
+            errors = sorted(Draft4RequestValidator(req_schema).iter_errors(body), key=str)
+            if errors:
+                raise ScenarioError(f"{where}: body does not match the {operation_id} request schema: "
+                                    f"{errors[0].message}")
+        path_params = step.get("path") or {}
+        try:
+            path = template.format(**{k: quote(str(v), safe="") for k, v in path_params.items()})
+        except KeyError as exc:
+            raise ScenarioError(f"{where}: {operation_id} needs the path parameter {exc}") from exc
+        self.calls += 1
+        headers = {"idempotency-key": f"scenario-{self.calls}"}
+        if step.get("effect"):
+            # The step's fault effect, through the fault rules: a rule that never fires by itself, named by the
+            # X-Emulator-Fault header of this one call.
+            rule = f"scenario:{self.name}:{self.calls}"
+            status, answer = await self.client.call(
+                "POST", "/_emulator/faults", body={"name": rule, "trigger": {"first_n": 0}, "effect": step["effect"]})
+            if status != 200:
+                raise _refused(where, "its effect", status, answer)
+            self.effect_rules.append(rule)
+            headers["x-emulator-fault"] = rule
+        query = {k: str(v) for k, v in (step.get("query") or {}).items()}
+        status, payload = await self.client.call(method, path, token=self.token, body=body, query=query,
+                                                 headers=headers)
+        if status != 200:
+            raise _refused(where, operation_id, status, payload)
+        if resp_schema is not None:
+            errors = sorted(Draft4ResponseValidator(resp_schema).iter_errors(payload), key=str)
+            if errors:
+                raise ScenarioError(f"{where}: the answer of {operation_id} does not match its schema: "
+                                    f"{errors[0].message}")
+        return payload
 
 
 class Library:
     """The scenario library as the control plane sees it (:class:`emulator.runtime.ScenarioLibrary`)."""
 
+    def __init__(self, app: ASGIApp, runtime: Runtime) -> None:
+        self.client = InProcessClient(app, runtime)
+
     @staticmethod
     def available() -> dict[str, str]:
         return available()
 
-    @staticmethod
-    def load(runtime: Runtime, name: str) -> dict[str, Any]:
-        return load(runtime, name)
+    async def load(self, name: str) -> dict[str, Any]:
+        return await load(self.client, name)

@@ -1,11 +1,13 @@
 """The app a server runs, composed from the configuration: the emulator, plus the tools it asks for.
 
-``--scenario`` loads a scenario at start-up, ``--defect`` (TEST ONLY) wraps the app in
+``--scenario`` loads a scenario at start-up (through the app, as a client would), ``--defect`` (TEST ONLY) wraps the app in
 :class:`~emulator.tools.defects.DefectsApp`, and ``--record`` wraps the outermost app, so a recording
 holds exactly what the client saw.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from emulator.app import build_app
 from emulator.config import ConfigError
@@ -18,16 +20,15 @@ from emulator.tools.recording import Recorder, RecordingApp
 
 def build_server_app(runtime: Runtime) -> ASGIApp:
     config = runtime.config
-    runtime.scenarios = scenarios.Library()
     app = build_app(runtime)
+    runtime.scenarios = library = scenarios.Library(app, runtime)
     if config.defects:
         app = DefectsApp(app, config.defects)
     if config.scenario:
         try:
-            scenarios.load(runtime, config.scenario)
+            asyncio.run(library.load(config.scenario))
         except scenarios.ScenarioError as exc:
             raise ConfigError(f"--scenario {config.scenario}: {exc}") from exc
-        runtime.persist(force=True)
     if config.record_file:
         try:
             recorder = Recorder(config.record_file, runtime.clock.now)

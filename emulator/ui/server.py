@@ -14,7 +14,7 @@ Routes (GET only):
 Everything else follows the control plane's rules: with ``--admin-token`` every route needs the token,
 as ``X-Emulator-Admin-Token``, ``Authorization: Bearer``, or (here only, because ``EventSource`` and a
 typed-in address cannot set headers) the ``admin_token`` query parameter. Errors are raised as
-:class:`~emulator.errors.ApiError` and rendered as ``ErrorData`` by the app's error envelope.
+:class:`~emulator.errors.EmulatorError` and rendered as ``ErrorData`` by the app's error envelope.
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ from urllib.parse import parse_qsl
 
 import orjson
 
-from emulator.errors import InvalidRequest, MethodNotAllowed, NotFound
+from emulator.errors import Invalid, NotFound
 from emulator.http import asgi
 from emulator.http.asgi import Receive, Scope, Send
 from emulator.http.auth import check_admin
+from emulator.http.envelope import MethodNotAllowed
 from emulator.ui import stream, views
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ def _int(raw: str, name: str) -> int:
     try:
         value = int(raw)
     except ValueError as exc:
-        raise InvalidRequest(f"{name} must be an event sequence number (an integer)", param=name) from exc
+        raise Invalid(f"{name} must be an event sequence number (an integer)", param=name) from exc
     if value < 0:
-        raise InvalidRequest(f"{name} must be >= 0", param=name)
+        raise Invalid(f"{name} must be >= 0", param=name)
     return value

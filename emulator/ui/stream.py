@@ -64,15 +64,12 @@ async def run(runtime: Runtime, receive: Any, send: Any, project: str | None, si
         await send({"type": "http.response.body", "body": b"retry: %d\n\n" % RETRY_MS, "more_body": True})
         for _ in range(max(1, round(stream_seconds / tick_seconds))):
             chunks: list[bytes] = []
-            now_exists = project is None or project in runtime.store.projects()
+            now_exists = project is None or project in runtime.projects()
             if now_exists != exists:
                 exists = now_exists
                 chunks.append(sse("tenant", {"exists": exists}, seq))
             if exists:
-                if project is None:
-                    runtime.settle_all()
-                else:
-                    runtime.settle(project)
+                runtime.settle(project)
             new = runtime.store.events.since(seq, project, views.EVENT_SCAN)
             if new:
                 seq = new[-1]["seq"]

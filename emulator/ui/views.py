@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from emulator.api import render
 from emulator.clock import rfc3339
-from emulator.domain import engine
-from emulator.errors import InvalidRequest, NotFound
+from emulator.errors import Invalid, NotFound
+from emulator.store.records import OperationKind
 
 if TYPE_CHECKING:
     from emulator.runtime import Runtime
-    from emulator.store import TenantState
+    from emulator.store import Tenant
 
 EVENT_SCAN = 50_000      # the event log's own capacity: read it all
 RECENT_EVENTS = 200      # newest events sent with a view; the stream adds the rest live
@@ -29,13 +29,13 @@ RECENT_OPERATIONS = 100  # rows of the operations table
 TIMELINE_OPERATIONS = 24  # operations drawn on the timeline (resources and sessions are always drawn)
 RECENT_SAMPLES = 10
 MAX_LOSS_POINTS = 2_000  # per session; longer curves are thinned evenly, keeping the last point
-FORWARD_BACKWARD = ("forward-backward", "custom-forward-backward")
+FORWARD_BACKWARD = (OperationKind.FORWARD_BACKWARD, OperationKind.CUSTOM_FORWARD_BACKWARD)
 TIMELINE_KINDS = {"model_resources", "training_session", "operation"}
 
 
 def tenant_exists(runtime: Runtime, project: str) -> None:
-    """404 for a project with no state (a read transaction would answer an empty one)."""
-    if project not in runtime.store.projects():
+    """404 for a project with no state (a read unit of work would answer an empty one)."""
+    if project not in runtime.projects():
         raise NotFound(f"no tenant {project!r}: no API key of that project has called the emulator "
                        "(or it was reset)", param="project", code="unknown_tenant")
 
@@ -43,20 +43,19 @@ def tenant_exists(runtime: Runtime, project: str) -> None:
 def lookup(runtime: Runtime, api_key: str) -> dict[str, Any]:
     """The project an API key belongs to, and whether it has state yet."""
     if not api_key:
-        raise InvalidRequest("api_key is required", param="api_key")
+        raise Invalid("api_key is required", param="api_key")
     principal = runtime.principal_for(api_key)
     if principal is None:
         raise NotFound("that API key is not in the tokens file", param="api_key", code="unknown_api_key")
     return {"project": principal.project, "user": principal.user,
-            "exists": principal.project in runtime.store.projects()}
+            "exists": principal.project in runtime.projects()}
 
 
 def tenants(runtime: Runtime) -> dict[str, Any]:
     """Every project with state, in the order they first called, with counts by short status."""
     out = []
-    for project in runtime.store.projects():
-        with runtime.store.transaction(project, write=False) as state:
-            engine.settle(state, runtime.system_ctx(project))
+    for project in runtime.projects():
+        with runtime.unit_of_work(project, write=False) as (state, _ctx):
             users = sorted({r.created_by for r in state.resources.values()}
                            | {s.created_by for s in state.sessions.values()})
             out.append({
@@ -87,9 +86,7 @@ def short_status(status: str) -> str:
 
 def tenant(runtime: Runtime, project: str) -> dict[str, Any]:
     tenant_exists(runtime, project)
-    with runtime.store.transaction(project, write=False) as state:
-        ctx = runtime.system_ctx(project)
-        engine.settle(state, ctx)
+    with runtime.unit_of_work(project, write=False) as (state, ctx):
         now = ctx.now
         events = runtime.store.events.since(0, project, EVENT_SCAN)
         ops = list(state.operations.values())
@@ -98,14 +95,13 @@ def tenant(runtime: Runtime, project: str) -> dict[str, Any]:
             "now": rfc3339(now),
             "clock": runtime.clock.describe(),
             "seq": events[-1]["seq"] if events else 0,
-            "resources": [render.model_resources(state, state.resources[i])
-                          for i in reversed(state.resource_index.ids())],
-            "sessions": [_session(state, state.sessions[i]) for i in reversed(state.session_index.ids())],
+            "resources": [render.model_resources(state, r) for r in reversed(state.resources.ordered())],
+            "sessions": [_session(state, s) for s in reversed(state.sessions.ordered())],
             "operations": [_operation(op) for op in reversed(ops[-RECENT_OPERATIONS:])],
             "operations_total": len(ops),
             "losses": _losses(state, ops),
             "samples": _samples(ops),
-            "checkpoints": [_checkpoint(state.checkpoints[i]) for i in reversed(state.checkpoint_index.ids())],
+            "checkpoints": [_checkpoint(c) for c in reversed(state.checkpoints.ordered())],
             "timeline": _timeline(state, ops[-TIMELINE_OPERATIONS:], events),
             "events": events[-RECENT_EVENTS:],
             "faults": runtime.faults.describe(),
@@ -113,7 +109,7 @@ def tenant(runtime: Runtime, project: str) -> dict[str, Any]:
     return view
 
 
-def _session(state: TenantState, s: Any) -> dict[str, Any]:
+def _session(state: Tenant, s: Any) -> dict[str, Any]:
     out = render.session(state, s)
     out["queued_operations"] = len(s.queue or ())
     return out
@@ -124,16 +120,16 @@ def _operation(op: Any) -> dict[str, Any]:
                            "created_at": rfc3339(op.created_at), "updated_at": rfc3339(op.updated_at)}
     if op.output is not None and op.kind in FORWARD_BACKWARD:
         out["loss"] = op.output.get("loss")
-    elif op.output is not None and op.kind == "optim-step":
+    elif op.output is not None and op.kind == OperationKind.OPTIM_STEP:
         out["step"] = op.output.get("step")
-    elif op.output is not None and op.kind == "weights-sync":
+    elif op.output is not None and op.kind == OperationKind.WEIGHTS_SYNC:
         out["weights_version"] = op.output.get("weights_version")
     if op.error is not None:
         out["error"] = {"code": op.error.get("code"), "message": op.error.get("message")}
     return out
 
 
-def _losses(state: TenantState, ops: list[Any]) -> list[dict[str, Any]]:
+def _losses(state: Tenant, ops: list[Any]) -> list[dict[str, Any]]:
     """One curve per session: the loss of each completed forward-backward, in submission order."""
     curves: dict[str, list[float]] = {}
     for op in ops:
@@ -185,7 +181,7 @@ def _checkpoint(c: Any) -> dict[str, Any]:
             "created_at": rfc3339(c.created_at), "lora_rank": c.lora_rank}
 
 
-def _timeline(state: TenantState, ops: list[Any], events: list[dict[str, Any]]) -> dict[str, Any]:
+def _timeline(state: Tenant, ops: list[Any], events: list[dict[str, Any]]) -> dict[str, Any]:
     """Rows of status segments in virtual time: every resource and session, the latest operations.
 
     A segment runs from the transition into a status to the next one (``end`` null: still in it).
@@ -204,13 +200,12 @@ def _timeline(state: TenantState, ops: list[Any], events: list[dict[str, Any]]) 
         return {"id": record.id, "kind": kind, "label": label, "parent": parent, "segments": segments}
 
     rows = []
-    for rid in state.resource_index.ids():
-        r = state.resources[rid]
+    for r in state.resources.ordered():
         rows.append(row("model_resources", r, r.base_model, None))
         for sid in r.session_ids:
             s = state.sessions.get(sid)
             if s is not None:
-                rows.append(row("training_session", s, s.display_name or s.id, rid))
+                rows.append(row("training_session", s, s.display_name or s.id, r.id))
                 rows.extend(row("operation", op, op.kind, sid) for op in ops if op.session_id == sid)
     return {"rows": rows}
 

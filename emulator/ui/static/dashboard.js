@@ -372,7 +372,7 @@
       const what = e.op_kind ? `${e.kind} ${e.op_kind}` : e.kind;
       return [el("span", {class: "t"}, time(e.at)), `${what} ${shortId(e.id)} `,
               e.from ? `${short(e.from)} → ` : "", el("b", null, short(e.to)),
-              e.reason ? ` (${e.reason})` : "", project ? "" : el("span", {class: "muted"}, `  ${e.tenant}`)];
+              e.reason ? ` (${e.reason})` : "", project ? "" : el("span", {class: "muted"}, `  ${e.project}`)];
     }
     if (e.type === "fault") {
       return [el("span", {class: "t"}, "fault"), el("span", {class: "fault"}, `${e.rule} `), `${e.operation_id || e.path}`];

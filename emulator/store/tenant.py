@@ -1,0 +1,475 @@
+"""One project's state: the :class:`Tenant` aggregate, its typed parts, and what each part saw change.
+
+A tenant is what one project owns: its records (a :class:`Table` per kind, which knows its list order
+and when a record is final), its timeline of due transitions, its idempotency keys, its model registry,
+its GPU queue, its session models and published weights, and its output budget. Everything else about a
+request (who called, the time, the limits) comes with the domain's ``Ctx``.
+
+Each part notes its own changes as they happen, for the journal of ``--state-file``
+(:mod:`emulator.store.persistence`), which then writes exactly that: a table notes every record it hands
+out while the tenant is open for change (a write unit of work, or the timeline settling), and every record
+added, removed or :meth:`Table.changed`; the timeline notes the events added and done; and so on. A tenant
+that no journal reads (the default, in memory) notes nothing: :attr:`ChangeLog.enabled` is off and every
+note is one attribute test.
+
+Concurrency: the emulator runs on one event loop, and a unit of work never awaits, so a tenant is never
+seen half-changed; see ARCHITECTURE.md, "Concurrency".
+"""
+
+from __future__ import annotations
+
+import heapq
+import secrets
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from emulator.ids import IdFactory
+from emulator.store import records
+from emulator.store.records import (
+    Checkpoint,
+    ModelResource,
+    Operation,
+    OperationStatus,
+    Payload,
+    Session,
+    ShapingJob,
+)
+
+if TYPE_CHECKING:
+    from emulator.compute import SessionModel, Weights
+
+R = TypeVar("R")
+
+
+class EventSink(Protocol):
+    def transition(self, at: float, project: str, kind: str, obj_id: str, old: str | None, new: str,
+                   extra: dict[str, Any] | None) -> None: ...
+
+
+class ChangeLog:
+    """Two switches shared by a tenant's parts: ``enabled`` (a journal reads this tenant) and ``noting``
+    (records handed out now may be changed: a write unit of work, or the timeline settling)."""
+
+    __slots__ = ("enabled", "noting")
+
+    def __init__(self, enabled: bool = False) -> None:
+        self.enabled = enabled
+        self.noting = False
+
+
+class OrderedIndex:
+    """Ids in creation order; pages walk newest first from an ``after`` cursor."""
+
+    __slots__ = ("_ids", "_pos")
+
+    def __init__(self) -> None:
+        self._ids: list[str] = []
+        self._pos: dict[str, int] = {}
+
+    def add(self, obj_id: str) -> None:
+        self._pos[obj_id] = len(self._ids)
+        self._ids.append(obj_id)
+
+    def remove(self, obj_id: str) -> None:
+        pos = self._pos.pop(obj_id, None)
+        if pos is not None:
+            del self._ids[pos]
+            for i in range(pos, len(self._ids)):
+                self._pos[self._ids[i]] = i
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def ids(self) -> list[str]:
+        return list(self._ids)
+
+    def page(self, after: str | None, limit: int, keep: Callable[[str], bool] | None = None
+             ) -> tuple[list[str], bool] | None:
+        """Up to ``limit`` ids newest first, starting after ``after``; None if the cursor is unknown.
+
+        Returns (ids, has_more). Without a filter this touches ``limit + 1`` ids.
+        """
+        if after is None:
+            start = len(self._ids) - 1
+        else:
+            pos = self._pos.get(after)
+            if pos is None:
+                return None
+            start = pos - 1
+        out: list[str] = []
+        i = start
+        while i >= 0:
+            obj_id = self._ids[i]
+            i -= 1
+            if keep is None or keep(obj_id):
+                if len(out) == limit:
+                    return out, True
+                out.append(obj_id)
+        return out, False
+
+
+class Table(Generic[R]):
+    """One kind of record: by id, in creation order when the API lists it, and what a journal must write.
+
+    ``get`` and ``[]`` hand a record out to be read or changed; while the tenant is open for change they note
+    it, so the journal compares it with what it wrote last (records are plain objects the domain changes in
+    place). ``values()`` and ``ids()`` note nothing: they are for reading only. A record that the table calls
+    :meth:`final` can no longer change through the domain's rules; one that does anyway (an operation whose
+    large output is released) is handed to :meth:`changed`, so the journal writes it again.
+    """
+
+    __slots__ = ("name", "record_type", "_rows", "_index", "_log", "_final", "touched", "removed", "reopened")
+
+    def __init__(self, name: str, record_type: type[R], log: ChangeLog, *, listed: bool,
+                 final: Callable[[R], bool]) -> None:
+        self.name = name
+        self.record_type = record_type
+        self._rows: dict[str, R] = {}
+        self._index = OrderedIndex() if listed else None
+        self._log = log
+        self._final = final
+        self.touched: set[str] = set()     # handed out (or added) while open for change
+        self.removed: set[str] = set()
+        self.reopened: set[str] = set()    # final records that changed all the same
+
+    def get(self, obj_id: Any) -> R | None:
+        record = self._rows.get(obj_id)
+        if record is not None and self._log.noting:
+            self.touched.add(obj_id)
+        return record
+
+    def __getitem__(self, obj_id: str) -> R:
+        record = self._rows[obj_id]
+        if self._log.noting:
+            self.touched.add(obj_id)
+        return record
+
+    def peek(self, obj_id: str) -> R:
+        """A record, for reading only (nothing is noted); KeyError when there is none."""
+        return self._rows[obj_id]
+
+    def __contains__(self, obj_id: object) -> bool:
+        return obj_id in self._rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def values(self) -> Iterator[R]:
+        """Every record, for reading only (nothing is noted)."""
+        return iter(self._rows.values())
+
+    def ids(self) -> list[str]:
+        """Ids in creation order (for reading only)."""
+        return self._index.ids() if self._index is not None else list(self._rows)
+
+    def ordered(self) -> list[R]:
+        """Records in creation order (for reading only)."""
+        rows = self._rows
+        return [rows[i] for i in self._index.ids()] if self._index is not None else list(rows.values())
+
+    def add(self, record: R) -> R:
+        obj_id = record.id  # type: ignore[attr-defined]
+        self._rows[obj_id] = record
+        if self._index is not None:
+            self._index.add(obj_id)
+        if self._log.enabled:
+            self.touched.add(obj_id)
+            self.removed.discard(obj_id)
+        return record
+
+    def remove(self, obj_id: str) -> None:
+        if self._rows.pop(obj_id, None) is None:
+            return
+        if self._index is not None:
+            self._index.remove(obj_id)
+        if self._log.enabled:
+            self.touched.discard(obj_id)
+            self.reopened.discard(obj_id)
+            self.removed.add(obj_id)
+
+    def changed(self, record: R) -> None:
+        """``record`` changed although it is final, or outside a unit of work's noting: write it again."""
+        if self._log.enabled:
+            obj_id = record.id  # type: ignore[attr-defined]
+            self.touched.add(obj_id)
+            self.reopened.add(obj_id)
+
+    def final(self, record: R) -> bool:
+        return self._final(record)
+
+    def page(self, after: str | None, limit: int, keep: Callable[[R], bool] | None = None
+             ) -> tuple[list[R], bool] | None:
+        """A page newest first (see :meth:`OrderedIndex.page`), for reading only; None: unknown cursor."""
+        assert self._index is not None, f"{self.name} is not listed"
+        rows = self._rows
+        result = self._index.page(after, limit, None if keep is None else (lambda i: keep(rows[i])))
+        if result is None:
+            return None
+        ids, has_more = result
+        return [rows[i] for i in ids], has_more
+
+    def drain(self) -> tuple[set[str], set[str], set[str]]:
+        """(touched, removed, reopened) since the last drain; the journal writes them."""
+        out = (self.touched, self.removed, self.reopened)
+        self.touched, self.removed, self.reopened = set(), set(), set()
+        return out
+
+
+class TimelineEvent(StrEnum):
+    """What the timeline can hold: ``<kind>.<what happens>``; :attr:`table` is the table of the record."""
+
+    RESOURCE_DEQUEUE = "resource.dequeue"
+    RESOURCE_READY = "resource.ready"
+    RESOURCE_EXPIRE = "resource.expire"
+    RESOURCE_STOPPED = "resource.stopped"
+    SESSION_RUNNING = "session.running"
+    SESSION_STOPPED = "session.stopped"
+    OPERATION_START = "operation.start"
+    OPERATION_COMPLETE = "operation.complete"
+    SHAPING_PHASE = "shaping.phase"
+    SHAPING_CANCELLED = "shaping.cancelled"
+
+    @property
+    def table(self) -> str:
+        return EVENT_TABLES[self.value.partition(".")[0]]
+
+
+EVENT_TABLES: Mapping[str, str] = MappingProxyType({"resource": "resources", "session": "sessions",
+                                                     "operation": "operations", "shaping": "shaping_jobs"})
+
+Entry = tuple[float, int, str, str]  # (when, sequence number: ties run in scheduling order, event, record id)
+
+
+class Timeline:
+    """The transitions due later, in time order (a heap); notes what it gained and what became done."""
+
+    __slots__ = ("heap", "seq", "_log", "added", "done")
+
+    def __init__(self, log: ChangeLog) -> None:
+        self.heap: list[Entry] = []
+        self.seq = 0
+        self._log = log
+        self.added: dict[int, Entry] = {}   # scheduled since the last drain, and not done yet
+        self.done: list[int] = []           # sequence numbers of entries the journal holds that are done
+
+    def schedule(self, at: float, event: TimelineEvent, obj_id: str) -> None:
+        self.seq += 1
+        entry = (at, self.seq, event._value_, obj_id)
+        heapq.heappush(self.heap, entry)
+        if self._log.enabled:
+            self.added[self.seq] = entry
+
+    def pop_due(self, now: float) -> Entry | None:
+        heap = self.heap
+        if heap and heap[0][0] <= now:
+            entry = heapq.heappop(heap)
+            if self._log.enabled and self.added.pop(entry[1], None) is None:
+                self.done.append(entry[1])
+            return entry
+        return None
+
+    def load(self, entries: list[Entry], seq: int) -> None:
+        self.heap = list(entries)
+        heapq.heapify(self.heap)
+        self.seq = max(seq, max((e[1] for e in entries), default=0))
+
+    def entries(self) -> list[Entry]:
+        return sorted(self.heap)
+
+    def __len__(self) -> int:
+        return len(self.heap)
+
+    def drain(self) -> tuple[list[Entry], list[int]]:
+        out = (sorted(self.added.values()), self.done)
+        self.added, self.done = {}, []
+        return out
+
+
+class KeyedLog(Generic[R]):
+    """A mapping that notes its new and dropped keys (idempotency keys, the model registry)."""
+
+    __slots__ = ("_items", "_log", "added", "dropped")
+
+    def __init__(self, log: ChangeLog) -> None:
+        self._items: dict[Any, R] = {}
+        self._log = log
+        self.added: set[Any] = set()
+        self.dropped: set[Any] = set()
+
+    def get(self, key: Any) -> R | None:
+        return self._items.get(key)
+
+    def __getitem__(self, key: Any) -> R:
+        return self._items[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def items(self) -> Iterator[tuple[Any, R]]:
+        return iter(self._items.items())
+
+    def put(self, key: Any, value: R) -> None:
+        self._items[key] = value
+        if self._log.enabled:
+            self.added.add(key)
+            self.dropped.discard(key)
+
+    def drop(self, key: Any) -> None:
+        if self._items.pop(key, None) is not None and self._log.enabled:
+            self.added.discard(key)
+            self.dropped.add(key)
+
+    def load(self, items: Mapping[Any, R]) -> None:
+        self._items = dict(items)
+
+    def drain(self) -> tuple[dict[Any, R], set[Any]]:
+        out = ({k: self._items[k] for k in self.added if k in self._items}, self.dropped)
+        self.added, self.dropped = set(), set()
+        return out
+
+
+class Models:
+    """Each session's simulated model and the weights its generator samples from.
+
+    ``live``: the model a session trains (built on its first operation); ``published``: the weights its
+    generator applies (version, weights); ``staged``: weights published in the background, applied by the
+    next sample. Weights are immutable snapshots, replaced, never edited; a model's ``version`` moves when
+    it changes. ``files``: checkpoint files generated once (derived, not journaled).
+    """
+
+    __slots__ = ("live", "published", "staged", "files", "_log", "touched", "weights_touched")
+
+    def __init__(self, log: ChangeLog) -> None:
+        self.live: dict[str, SessionModel] = {}
+        self.published: dict[str, tuple[int, Weights]] = {}
+        self.staged: dict[str, tuple[int, Weights]] = {}
+        self.files: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
+        self._log = log
+        self.touched: set[str] = set()          # sessions whose model may have changed
+        self.weights_touched: set[str] = set()  # sessions whose published or staged weights changed
+
+    def model(self, session_id: str) -> SessionModel | None:
+        model = self.live.get(session_id)
+        if model is not None and self._log.noting:
+            self.touched.add(session_id)
+        return model
+
+    def put_model(self, session_id: str, model: SessionModel) -> None:
+        self.live[session_id] = model
+        if self._log.enabled:
+            self.touched.add(session_id)
+
+    def publish(self, session_id: str, version: int, weights: Weights) -> None:
+        self.published[session_id] = (version, weights)
+        self._weights_changed(session_id)
+
+    def stage(self, session_id: str, version: int, weights: Weights) -> None:
+        self.staged[session_id] = (version, weights)
+        self._weights_changed(session_id)
+
+    def apply_staged(self, session_id: str) -> tuple[int, Weights] | None:
+        """Make the staged weights the published ones; returns them (None when nothing was staged)."""
+        staged = self.staged.pop(session_id, None)
+        if staged is not None:
+            self.published[session_id] = staged
+            self._weights_changed(session_id)
+        return staged
+
+    def _weights_changed(self, session_id: str) -> None:
+        if self._log.enabled:
+            self.weights_touched.add(session_id)
+
+    def drain(self) -> tuple[set[str], set[str]]:
+        out = (self.touched, self.weights_touched)
+        self.touched, self.weights_touched = set(), set()
+        return out
+
+
+@dataclass(slots=True)
+class OutputBudget:
+    """The large operation outputs a tenant still keeps, oldest first (operation id, JSON bytes), and their
+    total; None until the domain first needs it (then built from the operations). Derived: not journaled."""
+
+    kept: deque[tuple[str, int]] | None = None
+    total: int = 0
+
+
+def _operation_final(op: Operation) -> bool:
+    return records.is_terminal(op.status, OperationStatus)
+
+
+def _payload_final(p: Payload) -> bool:
+    return p.released_by is not None  # uploaded bytes stay until an operation has read them
+
+
+def _never_final(record: Any) -> bool:
+    # Resources and sessions: a stopped session can still be renamed (PATCH), a stopped resource keeps
+    # being counted; shaping jobs are few. Their journal memo is a hash, which costs little.
+    return False
+
+
+def _always_final(record: Any) -> bool:
+    return True  # checkpoints never change once made
+
+
+class Tenant:
+    """Everything one project owns. Changed only inside a unit of work (``Runtime.unit_of_work``)."""
+
+    TABLES = ("resources", "sessions", "operations", "checkpoints", "payloads", "shaping_jobs")
+
+    def __init__(self, project: str, seed: int, events: EventSink, *, journaled: bool = False,
+                 epoch: str | None = None) -> None:
+        self.project = project
+        self.events = events
+        self.changes = ChangeLog(journaled)
+        log = self.changes
+        self.ids = IdFactory(seed, project)
+        # A random nonce of this incarnation of the tenant: presigned URLs are signed with it, so a URL of a
+        # tenant that was reset names nothing, even though the seeded ids come back the same.
+        self.epoch = epoch or secrets.token_hex(8)
+        self.resources: Table[ModelResource] = Table("resources", ModelResource, log, listed=True,
+                                                     final=_never_final)
+        self.sessions: Table[Session] = Table("sessions", Session, log, listed=True, final=_never_final)
+        self.operations: Table[Operation] = Table("operations", Operation, log, listed=False, final=_operation_final)
+        self.checkpoints: Table[Checkpoint] = Table("checkpoints", Checkpoint, log, listed=True, final=_always_final)
+        self.payloads: Table[Payload] = Table("payloads", Payload, log, listed=False, final=_payload_final)
+        self.shaping_jobs: Table[ShapingJob] = Table("shaping_jobs", ShapingJob, log, listed=True,
+                                                     final=_never_final)
+        self.timeline = Timeline(log)
+        # (session id, operation kind, key) -> operation id
+        self.idempotency: KeyedLog[str] = KeyedLog(log)
+        # model registry: ml_ id -> artifact info (what checkpoints and shaping jobs registered)
+        self.registry: KeyedLog[dict[str, Any]] = KeyedLog(log)
+        self.gpu_queue_tail: dict[str, float] = {}   # when the last queued resource leaves, per GPU type
+        self.gpu_queue: dict[str, list[str]] = {}    # PENDING resource ids in queue order (derived)
+        self.models = Models(log)
+        self.outputs = OutputBudget()
+        self.lora_configs: dict[tuple[Any, ...], dict[str, Any]] = {}  # interned, shared by sessions (derived)
+
+    def log(self, at: float, kind: str, obj_id: str, old: str | None, new: str, **extra: Any) -> None:
+        """A status change (or a creation, ``old`` None) for the event log, at its virtual time."""
+        self.events.transition(at, self.project, kind, obj_id, old, new, extra or None)
+
+    def table(self, name: str) -> Table[Any]:
+        table: Table[Any] = getattr(self, name)
+        return table
+
+    def tables(self) -> Iterator[Table[Any]]:
+        for name in self.TABLES:
+            yield getattr(self, name)
+
+    def forget_changes(self) -> None:
+        """Drop what the parts noted (a journal just wrote the whole tenant)."""
+        for table in self.tables():
+            table.drain()
+        self.timeline.drain()
+        self.idempotency.drain()
+        self.registry.drain()
+        self.models.drain()

@@ -1,0 +1,354 @@
+"""The journal of ``--state-file`` (issues 25 and 26): a line is the size of its change, a refused request writes
+nothing, every line is sealed and in sequence, a torn end is cut before the next append, and a write the disk
+refuses is undone and answered 503, never half-kept. A property test holds the journal to memory: after any
+sequence of requests, the file replays to exactly the state the server holds.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from starlette.testclient import TestClient
+
+from emulator.config import Config, ConfigError
+from emulator.runtime import Runtime
+from emulator.store.persistence import FileIO, seal
+from tests.conftest import make_client
+from tests.helpers import RL, ce_sample, create_resource, ready_resource, run_op, running_session
+
+
+def _runtime(path: Path, **config: Any) -> Runtime:
+    return Runtime(Config(clock="manual", state_file=str(path), **config))
+
+
+def _lines(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines()
+
+
+def _line_sizes_after(path: Path, action: Any) -> list[int]:
+    before = len(_lines(path))
+    action()
+    return [len(line) for line in _lines(path)[before:]]
+
+
+def _export(runtime: Runtime) -> dict[str, Any]:
+    doc = runtime.export_state()
+    doc.pop("clock")
+    return doc
+
+
+# --- the size of a line --------------------------------------------------------------------------------
+
+def _patch_line_bytes(tmp_path: Path, live_resources: int, grants: int) -> int:
+    runtime = _runtime(tmp_path / f"state-{live_resources}.jsonl")
+    with make_client(runtime) as client:
+        s = running_session(client)
+        for _ in range(live_resources - 1):
+            create_resource(client)
+        for _ in range(grants):
+            assert client.post(f"{RL}/training-sessions/{s['id']}/payloads/upload-url").status_code == 200
+        sizes = _line_sizes_after(runtime.persistence.file.path, lambda: client.patch(
+            f"{RL}/training-sessions/{s['id']}", json={"display_name": "renamed"}).raise_for_status())
+    assert len(sizes) == 1, sizes
+    return sizes[0]
+
+
+def test_a_patch_journals_one_line_the_size_of_its_change_whatever_the_tenant_holds(tmp_path: Path) -> None:
+    small = _patch_line_bytes(tmp_path, 10, 0)
+    large = _patch_line_bytes(tmp_path, 1000, 1000)  # and 1,000 open upload URLs (payloads made, not uploaded)
+    assert large <= 2 * small, (small, large)
+    assert large < 4096, large  # the session and the clock; nothing of the other resources or of the URLs
+
+
+def test_a_refused_request_writes_nothing(tmp_path: Path) -> None:
+    runtime = _runtime(tmp_path / "state.jsonl")
+    path = runtime.persistence.file.path
+    with make_client(runtime) as client:
+        ready_resource(client)
+        before = path.read_bytes()
+        for _ in range(5):
+            assert client.post(f"{RL}/model-resources", json={"base_model": "no/such-model"}).status_code == 400
+        assert client.post(f"{RL}/training-sessions", json={"model_resources_id": "nope"}).status_code == 404
+    assert path.read_bytes() == before
+
+
+def test_a_read_writes_nothing_and_its_settling_is_journaled_with_the_next_write(tmp_path: Path) -> None:
+    path = tmp_path / "state.jsonl"
+    runtime = Runtime(Config(clock="manual", profile="realistic", state_file=str(path)))
+    with make_client(runtime) as client:
+        r = create_resource(client)
+        client.post("/_emulator/clock/advance", json={"seconds": 600}).raise_for_status()
+        before = path.read_bytes()
+        assert client.get(f"{RL}/model-resources/{r['id']}").json()["status"].endswith("READY")
+        assert path.read_bytes() == before  # the read settled PENDING -> CREATING -> READY, and wrote nothing
+        create_resource(client)
+    restored = _runtime(path, profile="realistic")
+    with make_client(restored) as client:
+        assert client.get(f"{RL}/model-resources/{r['id']}").json()["status"].endswith("READY")
+
+
+# --- integrity ------------------------------------------------------------------------------------------
+
+def _journal_with_lines(tmp_path: Path, n: int = 4) -> Path:
+    path = tmp_path / "state.jsonl"
+    runtime = _runtime(path)
+    with make_client(runtime) as client:
+        for _ in range(n):
+            create_resource(client)
+    assert len(_lines(path)) == n + 1
+    return path
+
+
+def test_every_line_is_sealed_with_a_sequence_number_and_a_checksum(tmp_path: Path) -> None:
+    path = _journal_with_lines(tmp_path)
+    lines = _lines(path)
+    seqs = [orjson.loads(line)["seq"] for line in lines]
+    assert seqs == list(range(seqs[0], seqs[0] + len(lines)))
+    assert all(line.endswith(b'"}') and b',"crc":"' in line for line in lines)
+
+
+@pytest.mark.parametrize("damage", ["flip a byte", "delete a line", "swap two lines", "repeat a line"])
+def test_a_tampered_journal_is_refused_and_left_untouched(tmp_path: Path, damage: str) -> None:
+    path = _journal_with_lines(tmp_path)
+    lines = _lines(path)
+    if damage == "flip a byte":
+        lines[2] = lines[2].replace(b"MODEL_RESOURCES_STATUS_PENDING", b"MODEL_RESOURCES_STATUS_READY!!", 1)
+    elif damage == "delete a line":
+        del lines[2]
+    elif damage == "swap two lines":
+        lines[2], lines[3] = lines[3], lines[2]
+    else:
+        lines.insert(3, lines[2])
+    tampered = b"\n".join(lines) + b"\n"
+    path.write_bytes(tampered)
+    with pytest.raises(ConfigError, match="checksum|sequence number"):
+        _runtime(path)
+    assert path.read_bytes() == tampered
+
+
+def test_a_torn_last_line_is_cut_before_the_next_append(tmp_path: Path) -> None:
+    path = _journal_with_lines(tmp_path, 2)
+    whole = path.read_bytes()
+    torn_line = seal({"seq": 99, "project": "x"})[:25]
+    path.write_bytes(whole + torn_line)  # a crash mid-write: that request was never answered
+    runtime = _runtime(path)
+    assert path.read_bytes() == whole  # cut at start-up, before anything is appended
+    with make_client(runtime) as client:
+        made = [create_resource(client)["id"] for _ in range(3)]
+    restored = _runtime(path)  # loads: no fragment glued to a line
+    with make_client(restored) as client:
+        for rid in made:
+            assert client.get(f"{RL}/model-resources/{rid}").status_code == 200
+
+
+# --- a disk that refuses -----------------------------------------------------------------------------
+
+class FullDisk(FileIO):
+    """Writes half of what it is given, then fails with ENOSPC, while ``full`` is set."""
+
+    def __init__(self) -> None:
+        self.full = False
+
+    def write(self, fd: int, data: Any) -> int:
+        if self.full:
+            os.write(fd, bytes(data[: len(data) // 2]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(fd, data)
+
+
+def test_a_write_the_disk_refuses_is_undone_answered_503_and_never_half_kept(tmp_path: Path) -> None:
+    path = tmp_path / "state.jsonl"
+    runtime = _runtime(path)
+    disk = FullDisk()
+    assert runtime.persistence is not None
+    runtime.persistence.file.io = disk
+    with make_client(runtime) as client:
+        s = running_session(client)
+        url = f"{RL}/training-sessions/{s['id']}/operations/forward-backward"
+        body = {"samples": [ce_sample([1, 2, 3], [4, 5])], "loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}}
+        before = path.read_bytes()
+        disk.full = True
+        refused = client.post(url, json=body, headers={"Idempotency-Key": "K1"})
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["code"] == "storage_unavailable"
+        assert refused.headers["retry-after"]
+        assert path.read_bytes() == before  # the half line was cut off again
+        health = client.get("/_emulator/health")
+        assert health.status_code == 503 and health.json()["status"] == "degraded"
+        assert "No space left" in health.json()["state_file"]["error"]
+        # Nothing of the refused request is kept in memory either: the session has no operation, and the key
+        # is unused.
+        assert client.get(f"{RL}/training-sessions/{s['id']}").json()["step"] == "0"
+        disk.full = False
+        first = client.post(url, json=body, headers={"Idempotency-Key": "K1"})
+        assert first.status_code == 200
+        op_id = first.json()["id"]
+        assert client.get("/_emulator/health").json()["status"] == "ok"
+    restored = _runtime(path)
+    with make_client(restored) as client:
+        again = client.post(url, json=body, headers={"Idempotency-Key": "K1"})
+        assert again.json()["id"] == op_id  # the step ran once, before and after the restart
+
+
+def test_a_control_plane_write_the_disk_refuses_is_undone_too(tmp_path: Path) -> None:
+    path = tmp_path / "state.jsonl"
+    runtime = _runtime(path)
+    disk = FullDisk()
+    assert runtime.persistence is not None
+    runtime.persistence.file.io = disk
+    with make_client(runtime) as client:
+        r = ready_resource(client)
+        disk.full = True
+        assert client.post("/_emulator/reset", json={}).status_code == 503
+        disk.full = False
+        assert client.get(f"{RL}/model-resources/{r['id']}").status_code == 200  # the reset did not happen
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 256 KiB tmpfs (root only; skipped where mounting is not allowed)."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    if shutil.which("mount") is None or os.geteuid() != 0:
+        pytest.skip("needs root and mount(8) to make a small tmpfs")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(where)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_a_real_full_disk_refuses_writes_cleanly_and_loses_nothing_acknowledged(small_disk: Path) -> None:
+    path = small_disk / "state.jsonl"
+    runtime = _runtime(path)
+    acknowledged: list[str] = []
+    with make_client(runtime) as client:
+        s = running_session(client)
+        refused = 0
+        for i in range(400):  # metadata of ~1 KB a write fills 256 KiB
+            resp = client.patch(f"{RL}/training-sessions/{s['id']}", json={"metadata": {f"k{i}": "v" * 1000}})
+            if resp.status_code == 200:
+                acknowledged.append(f"k{i}")
+            else:
+                assert resp.status_code == 503, resp.text
+                refused += 1
+        assert refused, "the disk never filled"
+        kept = client.get(f"{RL}/training-sessions/{s['id']}").json()["metadata"]
+        assert sorted(kept) == sorted(acknowledged)  # memory holds exactly what was acknowledged
+    restored = _runtime(path)
+    with make_client(restored) as client:
+        assert sorted(client.get(f"{RL}/training-sessions/{s['id']}").json()["metadata"]) == sorted(acknowledged)
+
+
+def test_a_read_only_state_file_is_refused_at_start_up(small_disk: Path) -> None:
+    path = small_disk / "state.jsonl"
+    _runtime(path)  # creates it
+    remount = subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], capture_output=True)
+    if remount.returncode != 0:
+        pytest.skip(f"cannot remount read-only: {remount.stderr.decode().strip()}")
+    with pytest.raises(ConfigError, match="cannot be written"):
+        _runtime(path)
+
+
+# --- URLs survive a restart ---------------------------------------------------------------------------
+
+def test_a_download_url_issued_by_a_get_stays_valid_after_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "state.jsonl"
+    runtime = _runtime(path)
+    with make_client(runtime) as client:
+        s = running_session(client)
+        sid = s["id"]
+        done = run_op(client, sid, "inference-checkpoint", {})
+        ckpt = done["output"]["checkpoint"]["id"]
+        files = client.get(f"{RL}/checkpoints/{ckpt}/download", params={"variant": "CHECKPOINT_VARIANT_MERGED"}).json()["data"]
+        size = len(path.read_bytes())
+    assert len(path.read_bytes()) == size
+    restored = _runtime(path)  # as after kill -9: nothing more was written
+    with make_client(restored) as client:
+        got = client.get(files[0]["url"].replace("http://127.0.0.1:8765", ""))
+        assert got.status_code == 200 and len(got.content) == int(files[0]["size"])
+
+
+def test_a_reset_tenant_honours_none_of_its_old_urls(client: TestClient) -> None:
+    s = running_session(client)
+    url = client.post(f"{RL}/training-sessions/{s['id']}/payloads/upload-url").json()["upload_url"]
+    client.post("/_emulator/reset", json={}).raise_for_status()
+    running_session(client)  # the same seeded ids come back
+    resp = client.put(url.replace("http://127.0.0.1:8765", ""), content=b"{}")
+    assert resp.status_code == 404, resp.text
+
+
+def test_a_forged_url_names_nothing(client: TestClient) -> None:
+    s = running_session(client)
+    url = client.post(f"{RL}/training-sessions/{s['id']}/payloads/upload-url").json()["upload_url"]
+    token = url.rsplit("/", 1)[1]
+    claim, mac = token.split(".")
+    forged = claim + "." + ("A" if mac[0] != "A" else "B") + mac[1:]
+    assert client.put(f"/_files/payloads/{forged}", content=b"{}").status_code == 404
+
+
+# --- the journal is memory ---------------------------------------------------------------------------
+
+ACTIONS = st.lists(st.sampled_from(["resource", "session", "fb", "step", "sync", "sample", "ckpt", "patch",
+                                    "stop-session", "stop-resource", "advance", "read", "reset-one", "bad"]),
+                   min_size=1, max_size=25)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(actions=ACTIONS)
+def test_the_journal_replays_to_exactly_the_state_held_in_memory(tmp_path_factory: pytest.TempPathFactory,
+                                                                  actions: list[str]) -> None:
+    path = tmp_path_factory.mktemp("journal") / "state.jsonl"
+    runtime = Runtime(Config(clock="manual", profile="realistic", state_file=str(path)))
+    with make_client(runtime) as client:
+        resources: list[str] = []
+        sessions: list[str] = []
+        for i, action in enumerate(actions):
+            if action == "resource" or not resources:
+                resources.append(create_resource(client)["id"])
+            elif action == "session":
+                resp = client.post(f"{RL}/training-sessions", json={"model_resources_id": resources[-1]})
+                if resp.status_code == 200:
+                    sessions.append(resp.json()["id"])
+            elif action in ("fb", "step", "sync", "sample", "ckpt") and sessions:
+                kind, body = {
+                    "fb": ("forward-backward", {"samples": [ce_sample([1, 2, 3], [4, 5])],
+                                                "loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}}),
+                    "step": ("optim-step", {"adam_params": {"learning_rate": 1e-3}}),
+                    "sync": ("weights-sync", {"weight_sync_type": "WEIGHT_SYNC_TYPE_BACKGROUND_PUBLISH"}),
+                    "sample": ("sample", {"model_inputs": [{"chunks": [{"encoded_text": {"tokens": [1, 2]}}]}],
+                                          "sampling_params": {"max_tokens": 3}}),
+                    "ckpt": ("training-checkpoint", {}),
+                }[action]
+                client.post(f"{RL}/training-sessions/{sessions[-1]}/operations/{kind}", json=body,
+                            headers={"Idempotency-Key": f"k{i % 3}"})
+            elif action == "patch" and sessions:
+                client.patch(f"{RL}/training-sessions/{sessions[0]}", json={"metadata": {"i": str(i)}})
+            elif action == "stop-session" and sessions:
+                client.post(f"{RL}/training-sessions/{sessions.pop(0)}/stop")
+            elif action == "stop-resource":
+                client.post(f"{RL}/model-resources/{resources[0]}/stop", params={"force": "true"})
+            elif action == "advance":
+                client.post("/_emulator/clock/advance", json={"seconds": 7 * (i + 1)})
+            elif action == "read":
+                client.get(f"{RL}/model-resources")
+            elif action == "reset-one":
+                client.post("/_emulator/reset", json={"tenant": "test-token"})
+                resources, sessions = [], []
+            else:
+                client.post(f"{RL}/model-resources", json={"base_model": "nope"})
+        held = _export(runtime)
+    restored = Runtime(Config(clock="manual", profile="realistic", state_file=str(path)))
+    assert _export(restored) == held
