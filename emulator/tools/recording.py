@@ -4,9 +4,9 @@
 - ``python -m emulator record --upstream URL --out FILE --port P``: a recording proxy in front of
   another implementation (the real service or another emulator).
 - ``python -m emulator replay NAME|FILE --port P``: answers requests with the recorded responses (of
-  a shipped recording, ``fixtures/recordings/NAME.jsonl``, or of a file), in order: each request takes the first unused exchange with the same method, path and query. A
-  request with no answer gets 404 (``ErrorData``, code ``no_recorded_answer``) and is reported on
-  stderr and at ``GET /_emulator/replay``.
+  a shipped recording, ``fixtures/recordings/NAME.jsonl``, or of a file), in order: each request takes
+  the first unused exchange with the same method, path and query. A request with no answer gets 404
+  (``ErrorData``, code ``no_recorded_answer``) and is reported on stderr and at ``GET /_emulator/replay``.
 
 What a recording keeps, and what it changes:
 
@@ -20,8 +20,8 @@ What a recording keeps, and what it changes:
   though the emulator's answers do not: the server's address becomes :data:`CANONICAL_BASE_URL`, the
   client's self-description (User-Agent, ``X-Stainless-*``, Accept-Encoding...) is dropped, keeping
   only the request headers the API defines, and client-generated ``Idempotency-Key`` values (the SDK's
-  are random UUIDs) become ``key-N``. Replay reads none of these. So the same client against the same
-  seed on the manual clock records the same bytes.
+  are random UUIDs) become ``key-N``. Replay matches requests on none of these. So the same client
+  against the same seed on the manual clock records the same bytes.
 """
 
 from __future__ import annotations
