@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8765
 ARGS ?=
 
-.PHONY: serve test unit contract bench lint clean sync-spec screenshot
+.PHONY: serve test unit contract bench lint clean sync-spec screenshot recordings
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ bench: $(VENV)/.bench-installed
 # Regenerate docs/dashboard.png (the README's picture of /_emulator/ui); needs chromium installed.
 screenshot: $(STAMP)
 	$(BIN)/python -m tests.dashboard_screenshot
+
+# Re-record the demos of fixtures/recordings/ (tests/recordings.py) after an intended change in what the
+# emulator answers; tests/test_fixtures.py fails until they match. Review the diff before committing it.
+recordings: $(STAMP)
+	$(BIN)/python -m tests.recordings
 
 lint: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

@@ -1,7 +1,7 @@
 """Command line (``together-rl-emulator`` = ``python -m emulator``).
 
 - ``serve [--host H] [--port P] ...``: the emulator (``--port 0`` picks a free port).
-- ``replay FILE [--port P]``: answer requests from a recording.
+- ``replay NAME|FILE [--port P]``: answer requests from a recording (shipped, by name, or a file).
 - ``record --upstream URL --out FILE [--port P]``: a recording proxy.
 - ``coverage``: rewrite COVERAGE.md.
 
@@ -86,11 +86,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from emulator import fixture_files
     from emulator.tools.recording import ReplayApp, load_recording
 
-    try:
-        app = ReplayApp(load_recording(args.file))
-    except (OSError, ValueError) as exc:
+    try:  # a shipped recording by name (fixtures/recordings/NAME.jsonl), or a path
+        app = ReplayApp(load_recording(fixture_files.resolve("recordings", args.file)))
+    except (OSError, LookupError, ValueError) as exc:
         print(f"emulator replay: {exc}", file=sys.stderr)
         return 2
     code = _run(app, args.host, args.port, f"Replaying {args.file}")
@@ -137,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     add_server_arguments(sub.add_parser("serve", help="run the emulator"))
     replay = sub.add_parser("replay", help="answer requests from a JSONL recording")
-    replay.add_argument("file")
+    replay.add_argument("file", metavar="NAME|FILE",
+                        help="a shipped recording by name (fixtures/recordings/NAME.jsonl) or a JSONL file")
     replay.add_argument("--host", default="127.0.0.1")
     replay.add_argument("--port", type=_port, default=8765)
     record = sub.add_parser("record", help="recording proxy in front of another implementation")

@@ -161,12 +161,14 @@ OPTIONS: tuple[tuple[str, str, Callable[[str], Any] | None, str], ...] = (
     ("profile_file", "--profile-file", None, "YAML/JSON file overriding timing-profile durations"),
     ("limits_file", "--limits-file", None, "YAML/JSON file overriding the session caps and other limits the "
                                            "emulator infers (see emulator/domain/limits.py)"),
-    ("tokens_file", "--tokens-file", None, "YAML/JSON file mapping tokens to users and projects"),
+    ("tokens_file", "--tokens-file", None, "YAML/JSON file mapping tokens to users and projects, or the name of "
+                                           "a shipped one (fixtures/tokens)"),
     ("admin_token", "--admin-token", None, "required on /_emulator/* (mandatory when --host is not loopback)"),
     ("state_file", "--state-file", None, "keep state across restarts in this file (a journal; parent "
                                          "directories are created)"),
-    ("faults_file", "--faults", None, "YAML/JSON file of fault rules"),
-    ("scenario", "--scenario", None, "load a named fixture scenario (or a scenario YAML file) at start-up"),
+    ("faults_file", "--faults", None, "YAML/JSON file of fault rules, or the name of a shipped one "
+                                      "(fixtures/faults)"),
+    ("scenario", "--scenario", None, "load a named scenario (fixtures/scenarios) or a scenario YAML file at start-up"),
     ("record_file", "--record", None, "write every request and response to this JSONL file"),
     ("max_body_bytes", "--max-body-bytes", _int, "largest request body accepted (default 64 MiB); larger is 413"),
     ("log_level", "--log-level", None, f"server log level: {', '.join(LOG_LEVELS)} (default warning)"),

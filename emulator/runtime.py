@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Protocol
 
-from emulator import spec
+from emulator import fixture_files, spec
 from emulator.clock import Clock, parse_rfc3339
 from emulator.config import Config, ConfigError, load_data_file
 from emulator.domain import engine
@@ -147,9 +147,9 @@ class Runtime:
         self.faults = FaultSet(seed=config.seed, operations=spec.operation_ids(),
                                codes={k: spec.enum_values(v) for k, v in FAULT_CODES.items()})
         if config.faults_file:
-            try:
-                self.faults.load(load_data_file(config.faults_file, "--faults"))
-            except FaultError as exc:
+            try:  # a shipped fault file by name (fixtures/faults/NAME.yaml), or a path
+                self.faults.load(load_data_file(fixture_files.resolve("faults", config.faults_file), "--faults"))
+            except (FaultError, LookupError) as exc:
                 raise ConfigError(f"--faults {config.faults_file}: {exc}") from exc
         self.persistence: Persistence | None = None
         if config.state_file:

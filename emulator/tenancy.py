@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import threading
 
+from emulator import fixture_files
 from emulator.config import ConfigError, load_data_file
 from emulator.domain.context import Principal
 
@@ -25,7 +26,13 @@ class Tenancy:
 
     @classmethod
     def from_config(cls, tokens_file: str | None, admin_token: str | None) -> Tenancy:
-        return cls(load_tokens(tokens_file) if tokens_file else None, admin_token)
+        if not tokens_file:
+            return cls(None, admin_token)
+        try:  # a shipped tokens file by name (fixtures/tokens/NAME.yaml), or a path
+            path = fixture_files.resolve("tokens", tokens_file)
+        except LookupError as exc:
+            raise ConfigError(f"--tokens-file {tokens_file}: {exc}") from exc
+        return cls(load_tokens(path), admin_token)
 
     def principal_for(self, token: str) -> Principal | None:
         """The caller behind an API key, or None when the key is refused."""

@@ -1,8 +1,9 @@
-"""The installed package works without the source tree (issue 10).
+"""The installed package works without the source tree (issues 10 and 31).
 
 Builds the wheel, installs it into a fresh virtual environment, and from an unrelated directory runs
-the two console scripts: the emulator serves (specs, scenarios and the dashboard's assets come from the
-installed package) and a short contract run passes against it. Offline: the wheel is built without build
+the two console scripts: the emulator serves (specs, the dashboard's assets and every fixture of the
+top-level ``fixtures/``, loaded by name, come from the installed package) and a short contract run
+passes against it. Offline: the wheel is built without build
 isolation, and the fresh environment finds the third-party dependencies in this environment's
 site-packages through a ``.pth`` line (a ``.pth`` file in a directory added that way is not processed,
 so this checkout's own editable install stays invisible, which the test checks).
@@ -17,12 +18,15 @@ import subprocess
 import sys
 import zipfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 import emulator
+from emulator import fixture_files
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -65,13 +69,28 @@ def elsewhere(tmp_path: Path) -> Path:
     return path
 
 
+def _fixtures(kind: str) -> list[str]:
+    """The names of one kind of fixture, read from the source tree."""
+    ext = fixture_files.KINDS[kind]
+    return sorted(p.name.removesuffix(ext) for p in (ROOT / "fixtures" / kind).glob(f"*{ext}"))
+
+
 def test_wheel_carries_every_file_it_needs(wheel: Path) -> None:
-    names = set(zipfile.ZipFile(wheel).namelist())
-    needed = {"emulator/specs/openapi.yaml", "emulator/specs/admin.yaml",
-              "emulator/fixtures/scenarios/two-sessions-step-40.yaml", "emulator/ui/static/index.html",
+    archive = zipfile.ZipFile(wheel)
+    names = set(archive.namelist())
+    needed = {"emulator/specs/openapi.yaml", "emulator/specs/admin.yaml", "emulator/ui/static/index.html",
               "emulator/ui/static/vendor/uPlot.iife.min.js", "emulator/ui/static/vendor/LICENSE",
               "contract_tests/pytest.ini", "contract_tests/openapi.yaml"}
+    # pyproject.toml lists the packages: every module of the source tree must be in the wheel.
+    needed |= {p.relative_to(ROOT).as_posix() for top in ("emulator", "contract_tests")
+               for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts}
     assert needed <= names, needed - names
+    # The top-level fixtures/ is the one source: the wheel carries every file of it, byte for byte.
+    fixtures = {p.relative_to(ROOT / "fixtures").as_posix(): p for p in (ROOT / "fixtures").rglob("*") if p.is_file()}
+    assert {"README.md", "faults/bad-day.yaml", "scenarios/two-sessions-step-40.yaml",
+            "recordings/sdk-training-loop.jsonl", "tokens/team.yaml"} <= set(fixtures)
+    for rel, path in fixtures.items():
+        assert archive.read(f"emulator/fixtures/{rel}") == path.read_bytes(), rel
     assert any(re.fullmatch(r"together_rl_emulator-[^/]+\.dist-info/licenses/LICENSE", n) for n in names)
     assert {n.split("/")[0] for n in names if "/" in n and not n.split("/")[0].endswith(".dist-info")} == {
         "emulator", "contract_tests"}  # no generic top-level package such as bench
@@ -92,18 +111,33 @@ def test_console_scripts_print_their_version(venv: Path, elsewhere: Path) -> Non
         assert out == f"{script} {emulator.__version__}"
 
 
+@contextmanager
+def _installed(venv: Path, cwd: Path, *commands: list[str]) -> Iterator[list[str]]:
+    """Start ``together-rl-emulator COMMAND...`` once per command, all at once (each start takes a second
+    or two of imports); yields their URLs, and stops them."""
+    procs = [subprocess.Popen([str(venv / "bin" / "together-rl-emulator"), *cmd, "--port", "0"], cwd=cwd,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for cmd in commands]
+    try:
+        urls = []
+        for cmd, proc in zip(commands, procs):
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            if "listening on" not in line:
+                proc.kill()
+                raise AssertionError(f"{cmd}: {line}{proc.stderr.read() if proc.stderr else ''}")
+            urls.append(line.rsplit(" ", 1)[1].strip())
+        yield urls
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=20)
+
+
 @pytest.fixture
 def served(venv: Path, elsewhere: Path) -> Iterator[str]:
-    proc = subprocess.Popen([str(venv / "bin" / "together-rl-emulator"), "serve", "--port", "0", "--clock", "manual"],
-                            cwd=elsewhere, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert "listening on" in line, line + (proc.stderr.read() if proc.stderr else "")
-        yield line.rsplit(" ", 1)[1].strip()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+    with _installed(venv, elsewhere, ["serve", "--clock", "manual"]) as (url,):
+        yield url
 
 
 def test_installed_emulator_serves_from_an_unrelated_directory(served: str) -> None:
@@ -118,6 +152,59 @@ def test_installed_emulator_serves_from_an_unrelated_directory(served: str) -> N
         r = c.post("/v1/rl/model-resources", json={"base_model": "Qwen/Qwen3.8-27B"},
                    headers={"Authorization": "Bearer any-key"})
         assert r.status_code == 200, r.text
+
+
+def _resource_ids(url: str, token: str) -> list[str]:
+    resp = httpx.get(f"{url}/v1/rl/model-resources", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert resp.status_code == 200, resp.text
+    return [r["id"] for r in resp.json()["data"]]
+
+
+def test_installed_emulator_loads_every_scenario_fault_file_and_tokens_file_by_name(venv: Path,
+                                                                                     elsewhere: Path) -> None:
+    from emulator.config import Config
+    from emulator.runtime import Runtime
+    from emulator.tools.server import build_server_app
+
+    scenarios, faults, tokens = _fixtures("scenarios"), _fixtures("faults"), _fixtures("tokens")
+    assert scenarios and faults and tokens
+    commands = ([["serve", "--clock", "manual", "--scenario", n] for n in scenarios]
+                + [["serve", "--faults", n] for n in faults] + [["serve", "--tokens-file", n] for n in tokens])
+    with _installed(venv, elsewhere, *commands) as urls:
+        by_command = dict(zip(map(tuple, commands), urls))
+        for name in scenarios:
+            # The same seed and the same file seed the same ids as in this checkout.
+            runtime = Runtime(Config(clock="manual", scenario=name))
+            build_server_app(runtime)
+            principal = runtime.principal_for("demo-key")
+            assert principal is not None
+            state = runtime.store.get(principal.project)
+            expected = sorted(state.resources) if state is not None else []
+            url = by_command[("serve", "--clock", "manual", "--scenario", name)]
+            assert sorted(_resource_ids(url, "demo-key")) == expected, name
+        for name in faults:
+            rules = yaml.safe_load((ROOT / "fixtures" / "faults" / f"{name}.yaml").read_text())
+            listed = httpx.get(f"{by_command[('serve', '--faults', name)]}/_emulator/faults", timeout=30).json()
+            assert [r["name"] for r in listed["data"]] == [r["name"] for r in rules], name
+        for name in tokens:
+            url = by_command[("serve", "--tokens-file", name)]
+            listed_tokens = yaml.safe_load((ROOT / "fixtures" / "tokens" / f"{name}.yaml").read_text())["tokens"]
+            for token in listed_tokens:
+                _resource_ids(url, token)
+            refused = httpx.get(f"{url}/v1/rl/model-resources", headers={"Authorization": "Bearer not-listed"})
+            assert refused.status_code == 401, name
+
+
+def test_installed_emulator_replays_every_recording_by_name(venv: Path, elsewhere: Path) -> None:
+    from tests.recordings import RECORDINGS
+
+    names = _fixtures("recordings")
+    assert names and set(names) == set(RECORDINGS)
+    with _installed(venv, elsewhere, *(["replay", n] for n in names)) as urls:
+        for name, url in zip(names, urls):
+            RECORDINGS[name].drive(url)  # the recording's own client, against the replay
+            report = httpx.get(f"{url}/_emulator/replay", timeout=30).json()
+            assert report["unanswered"] == [] and report["unused"] == 0 and report["answered"] > 0, report
 
 
 def test_installed_contract_suite_passes_against_it(served: str, venv: Path, elsewhere: Path) -> None:

@@ -3,18 +3,31 @@
 - ``serve --record FILE`` wraps the whole app: every request and response, with the virtual time.
 - ``python -m emulator record --upstream URL --out FILE --port P``: a recording proxy in front of
   another implementation (the real service or another emulator).
-- ``python -m emulator replay FILE --port P``: answers requests with the recorded responses, in
-  order: each request takes the first unused exchange with the same method, path and query. A
-  request with no answer gets 404 (``ErrorData``, code ``no_recorded_answer``) and is reported on
-  stderr and at ``GET /_emulator/replay``.
+- ``python -m emulator replay NAME|FILE --port P``: answers requests with the recorded responses (of
+  a shipped recording, ``fixtures/recordings/NAME.jsonl``, or of a file), in order: each request takes
+  the first unused exchange with the same method, path and query. A request with no answer gets 404
+  (``ErrorData``, code ``no_recorded_answer``) and is reported on stderr and at ``GET /_emulator/replay``.
 
-The ``Authorization`` header is always redacted. Presigned URLs inside recorded bodies are
-rewritten to the replaying server's address.
+What a recording keeps, and what it changes:
+
+- The ``Authorization`` header is always redacted, and so are the tokens of the emulator's presigned
+  URLs (``/_files/...``, credentials too): each becomes ``redacted-token-N``, numbered in order of first
+  appearance, in response bodies and in the request paths that use them alike, so replay still serves
+  the files.
+- Replay rewrites the recorded ``base_url`` inside bodies to the replaying server's address.
+- A *canonical* recording (:class:`Recorder` with ``canonical=True``, what ``python -m tests.recordings``
+  makes for ``fixtures/recordings/``) also drops what varies from run to run or machine to machine
+  though the emulator's answers do not: the server's address becomes :data:`CANONICAL_BASE_URL`, the
+  client's self-description (User-Agent, ``X-Stainless-*``, Accept-Encoding...) is dropped, keeping
+  only the request headers the API defines, and client-generated ``Idempotency-Key`` values (the SDK's
+  are random UUIDs) become ``key-N``. Replay matches requests on none of these. So the same client
+  against the same seed on the manual clock records the same bytes.
 """
 
 from __future__ import annotations
 
 import base64
+import re
 import sys
 import threading
 from pathlib import Path
@@ -30,6 +43,12 @@ from emulator.ui import is_dashboard_path
 
 REDACTED = "Bearer <redacted>"
 SKIP_HEADERS = {"content-length", "date", "server", "transfer-encoding", "connection"}
+#: The server's address in a canonical recording (the default address of ``serve``).
+CANONICAL_BASE_URL = "http://127.0.0.1:8765"
+#: The request headers a canonical recording keeps: those the API defines.
+CANONICAL_REQUEST_HEADERS = {"authorization", "content-type", "idempotency-key", "x-emulator-fault"}
+# The token of a presigned URL of the emulator (emulator.http.files): /_files/payloads/T, /_files/checkpoints/T/F.
+_PRESIGNED = re.compile(rb"(/_files/(?:payloads|checkpoints)/)([A-Za-z0-9_.-]+)")
 
 
 def _encode_body(data: bytes) -> dict[str, str]:
@@ -45,30 +64,69 @@ def _decode_body(body: dict[str, str]) -> bytes:
     return body.get("text", "").encode("utf-8")
 
 
-def _request_headers(scope: Scope) -> dict[str, str]:
-    out = {}
-    for k, v in scope["headers"]:
-        name = k.decode("latin-1").lower()
-        if name in SKIP_HEADERS or name == "host":
-            continue
-        out[name] = REDACTED if name == "authorization" else v.decode("latin-1")
-    return out
-
-
 class Recorder:
-    def __init__(self, path: str, now: Any) -> None:
+    """Appends one JSON line per exchange to ``path``; ``now`` gives the virtual time of each.
+
+    ``canonical``: record the same bytes whenever the answers are the same (see the module docstring).
+    """
+
+    def __init__(self, path: str, now: Any, *, canonical: bool = False) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the server's life
         self._now = now
+        self._canonical = canonical
         self._lock = threading.Lock()
         self._seq = 0
+        # Placeholders, numbered in order of first appearance (under the lock, so in the file's order).
+        self._tokens: dict[bytes, bytes] = {}
+        self._keys: dict[str, str] = {}
 
-    def write(self, entry: dict[str, Any]) -> None:
+    def close(self) -> None:
         with self._lock:
-            self._seq += 1
-            entry = {"seq": self._seq, **entry}
-            self._file.write(orjson.dumps(entry).decode() + "\n")
-            self._file.flush()
+            self._file.close()
+
+    def _redact_tokens(self, data: bytes) -> bytes:
+        def placeholder(m: re.Match[bytes]) -> bytes:
+            token = self._tokens.setdefault(m.group(2), b"redacted-token-%d" % (len(self._tokens) + 1))
+            return m.group(1) + token
+
+        return _PRESIGNED.sub(placeholder, data)
+
+    def _request_headers(self, scope: Scope) -> dict[str, str]:
+        out = {}
+        for k, v in scope["headers"]:
+            name = k.decode("latin-1").lower()
+            if name in SKIP_HEADERS or name == "host":
+                continue
+            if self._canonical and name not in CANONICAL_REQUEST_HEADERS:
+                continue
+            value = v.decode("latin-1")
+            if name == "authorization":
+                value = REDACTED
+            elif name == "idempotency-key" and self._canonical:
+                value = self._keys.setdefault(value, f"key-{len(self._keys) + 1}")
+            out[name] = value
+        return out
+
+    def _entry(self, scope: Scope, request_body: bytes, status: int, headers: dict[str, str],
+               body: bytes) -> dict[str, Any]:
+        """The recorded form of one exchange; called under the lock, in the order of the file."""
+        host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
+        base_url = f"{scope.get('scheme', 'http')}://{host}"
+        path = self._redact_tokens(scope["path"].encode("utf-8")).decode("utf-8")
+        body = self._redact_tokens(body)
+        if self._canonical and host:
+            body = body.replace(base_url.encode(), CANONICAL_BASE_URL.encode())
+            base_url = CANONICAL_BASE_URL
+        return {
+            "at": rfc3339(self._now()),
+            "base_url": base_url,
+            "request": {"method": scope["method"], "path": path,
+                        "query": scope.get("query_string", b"").decode("latin-1"),
+                        "headers": self._request_headers(scope),
+                        "body": _encode_body(self._redact_tokens(request_body))},
+            "response": {"status": status, "headers": headers, "body": _encode_body(body)},
+        }
 
     async def exchange(self, app: Any, scope: Scope, receive: Receive, send: Send) -> None:
         """Run ``app`` for one HTTP request, recording what went in and came out."""
@@ -97,15 +155,11 @@ class Recorder:
             await send(message)
 
         await app(scope, recv, snd)
-        host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
-        self.write({
-            "at": rfc3339(self._now()),
-            "base_url": f"{scope.get('scheme', 'http')}://{host}",
-            "request": {"method": scope["method"], "path": scope["path"],
-                        "query": scope.get("query_string", b"").decode("latin-1"),
-                        "headers": _request_headers(scope), "body": _encode_body(b"".join(chunks))},
-            "response": {"status": status, "headers": headers, "body": _encode_body(b"".join(out))},
-        })
+        with self._lock:  # numbering (seq, placeholders) follows the order of the file
+            self._seq += 1
+            entry = {"seq": self._seq, **self._entry(scope, b"".join(chunks), status, headers, b"".join(out))}
+            self._file.write(orjson.dumps(entry).decode() + "\n")
+            self._file.flush()
 
 
 class RecordingApp:

@@ -1,4 +1,4 @@
-"""Named scenarios: seed states built by replaying API calls (``emulator/fixtures/scenarios/NAME.yaml``).
+"""Named scenarios: seed states built by replaying API calls (``fixtures/scenarios/NAME.yaml``).
 
 A scenario is data: a description, the API token whose project it fills, optional clock settings
 and fault rules, and a list of steps. A step calls one operation of ``openapi.yaml`` by its
@@ -9,20 +9,18 @@ effect on what the call makes), advances the clock (``advance``), or repeats nes
 Loading is a client of the emulator's own app, in process: every step is a real request through auth,
 validation, the unit of work and the journal, and the clock, reset and fault rules go through the control
 plane. Fault rules do not fire on a scenario's own requests (they count what clients do: "the next
-resource created fails" means a client's), except a step's ``effect``. So a scenario can never seed a state the real API could not produce, and what it seeds is
-journaled like anything a client does. Each answer is also checked against its response schema.
+resource created fails" means a client's), except a step's ``effect``. So a scenario can never seed a
+state the real API could not produce, and what it seeds is journaled like anything a client does. Each answer is also checked against its response schema.
 
 Loaded with ``serve --scenario NAME`` (or ``--scenario path/to/file.yaml``) or
-``POST /_emulator/scenarios/NAME``. The named scenarios ship inside the package and are read through
-``importlib.resources``, so an installed emulator has them too.
+``POST /_emulator/scenarios/NAME``. The named scenarios ship inside the package (the top-level
+``fixtures/``, found through :mod:`emulator.fixture_files`), so an installed emulator has them too.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from importlib import resources
-from importlib.resources.abc import Traversable
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -30,37 +28,26 @@ import orjson
 import yaml
 from connexion.json_schema import Draft4RequestValidator, Draft4ResponseValidator, resolve_refs
 
-from emulator import spec
+from emulator import fixture_files, spec
 from emulator.config import ConfigError, load_data_file
 from emulator.http.asgi import ASGIApp
 from emulator.http.faults import SCENARIO
 from emulator.runtime import Runtime
 
 _REF = re.compile(r"\{([A-Za-z_][\w-]*)((?:\.[\w-]+)+)\}")
-_NAME = re.compile(r"[\w-]+")
 
 
 class ScenarioError(ValueError):
     pass
 
 
-def _directory() -> Traversable:
-    return resources.files("emulator").joinpath("fixtures", "scenarios")
-
-
-def _named(name: str) -> Traversable | None:
-    if not _NAME.fullmatch(name):
-        return None
-    path = _directory().joinpath(f"{name}.yaml")
-    return path if path.is_file() else None
-
-
 def available() -> dict[str, str]:
     out = {}
-    for path in sorted(_directory().iterdir(), key=lambda p: p.name):
-        if path.name.endswith(".yaml"):
-            doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-            out[path.name.removesuffix(".yaml")] = str(doc.get("description", "")).strip()
+    for name in fixture_files.names("scenarios"):
+        path = fixture_files.named("scenarios", name)
+        assert path is not None
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        out[name] = str(doc.get("description", "")).strip()
     return out
 
 
@@ -86,7 +73,7 @@ def _operations() -> _Operations:
 
 def read(name: str) -> dict[str, Any]:
     """A named scenario, or a scenario file when ``name`` is a path to a YAML/JSON file."""
-    named = _named(name)
+    named = fixture_files.named("scenarios", name)
     if named is not None:
         try:
             doc = yaml.safe_load(named.read_text(encoding="utf-8"))

@@ -1,0 +1,68 @@
+"""The fixtures users load by name: scenarios, fault files, recordings and tokens files.
+
+Their one source is the repository's top-level ``fixtures/`` (``fixtures/README.md`` lists them). The
+wheel carries that directory as ``emulator/fixtures/`` (a package-dir mapping in ``pyproject.toml``), read
+through ``importlib.resources``; in a checkout (an editable install, or ``python -m emulator`` run from
+the repository) the package has no such directory and the top-level one is read instead.
+
+A plain name (letters, digits, ``-`` and ``_``) names a shipped fixture: ``--faults bad-day`` is
+``fixtures/faults/bad-day.yaml``. Anything else, or a plain name that no fixture has, is a path of the
+user's own. Named fixtures are read from the file system: pip installs packages as files, never zipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
+#: Each kind of fixture: its directory under ``fixtures/`` and the extension of its files.
+KINDS = {"scenarios": ".yaml", "faults": ".yaml", "recordings": ".jsonl", "tokens": ".yaml"}
+_NAME = re.compile(r"[\w-]+")
+
+
+def root() -> Traversable:
+    """``fixtures/``: the packaged copy in a wheel, else the checkout's top-level directory."""
+    packaged = resources.files("emulator").joinpath("fixtures")
+    if packaged.joinpath("README.md").is_file():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def directory(kind: str) -> Traversable:
+    if kind not in KINDS:
+        raise ValueError(f"no kind of fixture {kind!r}; kinds: {', '.join(KINDS)}")
+    return root().joinpath(kind)
+
+
+def names(kind: str) -> list[str]:
+    """The shipped fixtures of one kind, sorted."""
+    folder, ext = directory(kind), KINDS[kind]
+    if not folder.is_dir():
+        return []
+    return sorted(p.name.removesuffix(ext) for p in folder.iterdir() if p.name.endswith(ext) and p.is_file())
+
+
+def named(kind: str, name: str) -> Traversable | None:
+    """The shipped fixture ``name`` names, or None when ``name`` is not the plain name of one."""
+    if not _NAME.fullmatch(name):
+        return None
+    path = directory(kind).joinpath(name + KINDS[kind])
+    return path if path.is_file() else None
+
+
+def resolve(kind: str, value: str) -> str:
+    """The file to read for ``value``: the shipped fixture it names, else ``value`` itself as a path.
+
+    Raises :class:`LookupError`, naming the shipped fixtures, when ``value`` is a plain name that is
+    neither a shipped fixture nor an existing file (a mistyped name, most likely).
+    """
+    path = named(kind, value)
+    if path is not None:
+        return str(path)  # a file system path: see the module docstring
+    if _NAME.fullmatch(value) and not os.path.exists(value):
+        raise LookupError(f"no file {value!r}, and no shipped {kind} fixture of that name "
+                          f"(shipped: {', '.join(names(kind)) or 'none'})")
+    return value
