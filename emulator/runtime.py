@@ -31,6 +31,7 @@ from emulator.domain.limits import DEFAULT_LIMITS, Limits
 from emulator.domain.timing import Timing, load_timing
 from emulator.errors import NotFound, Unavailable
 from emulator.faults import FaultError, FaultSet
+from emulator.integrity import Integrity
 from emulator.store import Store, Tenant, snapshot
 from emulator.store.persistence import Persistence, StateFileError
 from emulator.tenancy import Tenancy
@@ -131,6 +132,7 @@ class Runtime:
         self.clock = Clock(config.clock, config.speed, config.start_time)
         self.rendered = RenderCache()
         self.state_checker = snapshot.Checker()
+        self.integrity = Integrity()
         overrides = load_data_file(config.profile_file, "--profile-file") if config.profile_file else None
         try:
             self.timing: Timing = load_timing(config.profile, overrides or None)
@@ -153,7 +155,8 @@ class Runtime:
                 raise ConfigError(f"--faults {config.faults_file}: {exc}") from exc
         self.persistence: Persistence | None = None
         if config.state_file:
-            self.persistence = Persistence(config.state_file, self.store, self.clock.describe, self.state_checker)
+            self.persistence = Persistence(config.state_file, self.store, self.clock.describe, self.state_checker,
+                                           self.integrity.check)
             try:
                 doc = self.persistence.open()
             except (StateFileError, OSError) as exc:
@@ -215,7 +218,7 @@ class Runtime:
         """Replace the whole state; a bad document raises :class:`snapshot.StateError` and changes nothing."""
         with self.lock:
             self._check_writable()
-            snapshot.import_state(self.store, doc, self.state_checker)
+            snapshot.import_state(self.store, doc, self.state_checker, self.integrity.check)
             self.rendered.clear()
             self._restore_clock(doc)
             if self.persistence is not None:

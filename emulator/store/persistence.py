@@ -249,11 +249,12 @@ class Persistence:
     the file refused, compacts."""
 
     def __init__(self, path: str | os.PathLike[str], store: Store, clock: Callable[[], dict[str, Any]],
-                 checker: snapshot.Checker) -> None:
+                 checker: snapshot.Checker, verify: Callable[[Tenant], None] | None = None) -> None:
         self.file = StateFile(path)
         self.store = store
         self.clock = clock
         self.checker = checker
+        self.verify = verify
         self.memos: dict[str, snapshot.TenantMemo] = {}   # what the file holds of each tenant, beyond its base
         self.last_error: str | None = None                # the last write the file refused, until one succeeds
         self.broken: str | None = None                    # memory may be ahead of the file: writes are refused
@@ -264,7 +265,7 @@ class Persistence:
         try:
             doc = self.file.load()
             if doc is not None:
-                snapshot.import_state(self.store, doc, self.checker)
+                snapshot.import_state(self.store, doc, self.checker, self.verify)
         except (StateFileError, snapshot.StateError) as exc:
             raise StateFileError(f"--state-file {path} cannot be used: {exc}. Move it away or pass another path; "
                                  "the emulator never overwrites a file it cannot read") from exc

@@ -16,6 +16,7 @@ Documents of version 2 (before journals carried changes by record) are upgraded 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import MISSING, asdict, fields
 from types import MappingProxyType
 from typing import Any
@@ -371,12 +372,16 @@ def upgrade(doc: Any) -> Any:
 
 # --- import -----------------------------------------------------------------------------------------
 
-def import_state(store: Store, doc: Any, checker: Checker) -> None:
-    """Replace the store's content with ``doc``; on any problem nothing changes (:class:`StateError`)."""
+def import_state(store: Store, doc: Any, checker: Checker, verify: Callable[[Tenant], None] | None = None) -> None:
+    """Replace the store's content with ``doc``; on any problem nothing changes (:class:`StateError`).
+    ``verify`` holds each built tenant to the rules of the layers above (it raises :class:`StateError`)."""
     doc = upgrade(doc)
     checker.check(doc)
     seed = int(doc.get("seed", store.seed))
     built = [build_tenant(store, project, data, seed) for project, data in doc["tenants"].items()]
+    if verify is not None:
+        for tenant in built:
+            verify(tenant)
     store.reset(None, seed=seed)
     for tenant in built:
         store.put(tenant)

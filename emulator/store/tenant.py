@@ -158,6 +158,10 @@ class Table(Generic[R]):
     def __len__(self) -> int:
         return len(self._rows)
 
+    def __iter__(self) -> Iterator[str]:
+        """Every id (as a dict iterates its keys), for reading only."""
+        return iter(self._rows)
+
     def values(self) -> Iterator[R]:
         """Every record, for reading only (nothing is noted)."""
         return iter(self._rows.values())
