@@ -352,3 +352,18 @@ def test_the_journal_replays_to_exactly_the_state_held_in_memory(tmp_path_factor
         held = _export(runtime)
     restored = Runtime(Config(clock="manual", profile="realistic", state_file=str(path)))
     assert _export(restored) == held
+
+
+def test_kill_9_with_a_filling_disk_loses_no_acknowledged_write_and_keeps_no_refused_one() -> None:
+    """bench.crash in small: three kill -9 runs of a server writing from three threads (on a small tmpfs where
+    this process may mount one); what was acknowledged is there after each restart, what was refused is not."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "bench.crash", "--runs", "3", "--seconds", "1.0"],
+                          capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("BENCH_JSON "))
+    got = orjson.loads(line.removeprefix("BENCH_JSON "))
+    assert got["acked"] > 0
+    assert (got["lost"], got["kept_refused"], got["not_loaded"]) == (0, 0, 0), got

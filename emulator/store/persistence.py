@@ -278,6 +278,7 @@ class Persistence:
                 if cut:
                     log.warning("--state-file %s: cut %d bytes of a last line the process died writing", path, cut)
             self.file.check_writable()
+            self._reset_changes()
         except OSError as exc:
             raise StateFileError(f"--state-file {path} cannot be written: {exc.strerror or exc}. The emulator "
                                  "needs to append to it (check permissions, free space and mounts)") from exc
@@ -335,12 +336,14 @@ class Persistence:
                 self._reset_changes()
 
     def _reset_changes(self) -> None:
-        """The file's one document holds the whole store: nothing a tenant noted is left to write."""
+        """The file holds the whole store as it is in memory: nothing a tenant noted is left to write, and
+        each memo knows every record (so a record touched later is written only if it changed)."""
         self.memos.clear()
         for project in self.store.projects():
             tenant = self.store.get(project)
             if tenant is not None:
                 tenant.forget_changes()
+                self.memos[project] = snapshot.memo_of(tenant)
 
     def _failed(self, exc: OSError, projects: list[str] | None) -> None:
         """The file refused a change: undo it in memory (reload what the file holds) and say so."""
@@ -360,15 +363,17 @@ class Persistence:
             assert doc is not None
             if projects is None:
                 snapshot.import_state(self.store, doc, self.checker)
-                self.memos.clear()
+                self._reset_changes()
             else:
                 for project in projects:
                     data = doc["tenants"].get(project)
+                    self.memos.pop(project, None)
                     if data is None:
                         self.store.drop(project)
                     else:
-                        self.store.put(snapshot.build_tenant(self.store, project, data))
-                    self.memos.pop(project, None)
+                        tenant = snapshot.build_tenant(self.store, project, data)
+                        self.store.put(tenant)
+                        self.memos[project] = snapshot.memo_of(tenant)
         except (OSError, StateFileError, snapshot.StateError, AssertionError) as exc:
             self.broken = str(exc)
             log.error("--state-file %s: cannot be read back (%s); writes are refused", self.file.path, exc)

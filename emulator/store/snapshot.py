@@ -95,6 +95,22 @@ class TenantMemo:
         self.scalars: dict[str, Any] = {}
 
 
+def memo_of(tenant: Tenant) -> TenantMemo:
+    """What a journal holds of ``tenant`` when it holds all of it (just loaded, or just written whole): a
+    record touched later is written only if it really changed, even right after a restart."""
+    memo = TenantMemo()
+    for table in tenant.tables():
+        seen = memo.records[table.name]
+        for record in table.values():
+            seen[record.id] = None if table.final(record) else hash(orjson.dumps(records.to_dict(record)))
+    memo.models = {sid: (model, model.version) for sid, model in tenant.models.live.items()}
+    memo.published = dict(tenant.models.published)
+    memo.staged = dict(tenant.models.staged)
+    memo.scalars = {"ids_counter": tenant.ids.counter, "timeline_seq": tenant.timeline.seq,
+                    "gpu_queue_tail": dict(tenant.gpu_queue_tail)}
+    return memo
+
+
 def tenant_change(tenant: Tenant, memo: TenantMemo) -> dict[str, Any]:
     """What changed in ``tenant`` since its journal last wrote it (its parts' change logs, checked against
     ``memo``), and update the memo; empty when nothing did. :func:`apply_change` replays it."""
@@ -462,5 +478,5 @@ def _check_references(tenant: Tenant, project: str, data: dict[str, Any]) -> Non
 
 
 __all__ = ["RECORD_TYPES", "STATE_FORMAT", "STATE_VERSION", "Checker", "StateError", "TenantMemo", "TenantReplay",
-           "build_tenant", "export_state", "export_tenant", "import_state", "state_schema", "tenant_change",
-           "upgrade"]
+           "build_tenant", "export_state", "export_tenant", "import_state", "memo_of", "state_schema",
+           "tenant_change", "upgrade"]
