@@ -53,6 +53,7 @@ class Config:
     max_body_bytes: int = 64 * 1024 * 1024
     log_level: str = "warning"
     access_log: bool = False
+    strict: bool = False                # refuse (400) what the real service accepts and ignores (documented)
     keep_alive_timeout: float = 5.0     # idle seconds before a keep-alive connection is closed
     header_timeout: float = 10.0        # seconds a client may take to send a request's line and headers
     body_timeout: float = 60.0          # seconds a client may pause while sending a request body
@@ -183,7 +184,9 @@ OPTIONS: tuple[tuple[str, str, Callable[[str], Any] | None, str], ...] = (
 FLAGS = (
     ("validate_responses", "--validate-responses", "validate every response against openapi.yaml (on in tests)"),
     ("access_log", "--access-log", "print one line per request: method, path, operation, status, duration, "
-                                   "tenant, fault"),
+                                   "tenant, fault, warnings"),
+    ("strict", "--strict", "refuse with 400 the fields the real service accepts and ignores (by default they are "
+                           "dropped with an X-Emulator-Warning header)"),
 )
 
 

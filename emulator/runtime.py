@@ -169,9 +169,10 @@ class Runtime:
     def principal_for(self, api_key: str) -> Principal | None:
         return self.tenancy.principal_for(api_key)
 
-    def ctx(self, principal: Principal) -> Ctx:
+    def ctx(self, principal: Principal, warnings: list[str] | None = None) -> Ctx:
+        """A domain context; ``warnings`` is the list the request answers as ``X-Emulator-Warning``."""
         return Ctx(now=self.clock.now(), principal=principal, timing=self.timing, seed=self.store.seed,
-                   limits=self.limits)
+                   limits=self.limits, strict=self.config.strict, warnings=[] if warnings is None else warnings)
 
     def unit_of_work(self, who: Principal | str, *, write: bool) -> UnitOfWork:
         """The tenant of ``who`` (a caller, or a project for work no caller asked for: the dashboard, a

@@ -35,4 +35,8 @@ def extend_model_resources_expiry(req: Request) -> Reply:
 
 @stateless
 def estimate_model_resources_cost(req: Request) -> Reply:
-    return 200, domain.estimate_cost(req.json())
+    # It checks the body as a create would (base_weights_ref against the project's registry): a read unit of work,
+    # which never creates a tenant and changes nothing.
+    assert req.principal is not None
+    with req.runtime.unit_of_work(req.principal, write=False) as (tenant, _ctx):
+        return 200, domain.estimate_cost(tenant, req.json())

@@ -32,6 +32,7 @@ from emulator.compute.losses import compute, parse_loss
 from emulator.compute.optim import OptState, optim_step
 from emulator.compute.sampling import generate, parse_sampling_params, topk_row
 from emulator.compute.spec import MAX_SAMPLE_TOKENS, MAX_TOPK_PROMPT_LOGPROBS, ModelSpec
+from emulator.compute.tokenizers import numeric_piece, piece_function
 from emulator.compute.weights import GradAccum, Weights, all_finite, backward, flat_keys
 
 STATE_FORMAT = "together-rl-emulator/session-model"
@@ -173,8 +174,8 @@ class SessionModel:
         if len(prompts) * num_samples * cfg.max_tokens > MAX_SAMPLE_TOKENS:
             raise ComputeError(RESOURCE_EXHAUSTED,
                                f"this request could generate more than {MAX_SAMPLE_TOKENS} tokens; split it")
-        eos = weights.base.eos
-        groups = generate(weights, prompts, num_samples, cfg, eos)
+        groups = generate(weights, prompts, num_samples, cfg, self.spec.ends,
+                          piece_function(self.spec.tokenizer) if cfg.stop else numeric_piece)
         # log-probs of every sampled token, by the same function forward-backward uses
         prevs: list[np.ndarray] = []
         targets: list[np.ndarray] = []

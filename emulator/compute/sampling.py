@@ -13,11 +13,13 @@ Conventions (where a real engine's behaviour depends on its tokenizer or kernels
   lowest ids survive).
 * ``top_k`` <= 0 (or -1) is off; ``top_p`` in (0, 1]; both are applied after temperature (top-k
   first, then top-p on the renormalised remainder, keeping the smallest prefix reaching ``top_p``).
-* Text: there is no tokenizer, so token ``t`` decodes to ``" " + str(t)`` (a space, then its decimal
+* Text: where the model's real tokenizer is installed (:mod:`emulator.compute.tokenizers`), tokens
+  decode to its text; otherwise token ``t`` decodes to ``" " + str(t)`` (a space, then its decimal
   id): tokens ``[5, 12]`` read ``" 5 12"``. A ``stop`` string ends the sequence as soon as it occurs
   in the decoded completion (it may span tokens, and may end inside a token's text, like a real
-  detokenizer); the token that completed it is kept. The model's end token (``eos_token_id``,
-  default ``vocab_size - 1``) also ends it and is kept. Both report ``STOP_REASON_STOP``;
+  detokenizer; matched on the UTF-8 bytes, so a character split across tokens matches once whole);
+  the token that completed it is kept. The model's end tokens (``ModelSpec.ends``: Qwen's
+  ``<|im_end|>`` and ``<|endoftext|>``) also end it and are kept. Both report ``STOP_REASON_STOP``;
   reaching ``max_tokens`` reports ``STOP_REASON_LENGTH``.
 * ``max_tokens`` defaults to 16. ``seed``: ``sampling_params.seed`` wins over the operation's seed;
   each (seed, prompt tokens, sample index) has its own random stream, so a completion does not
@@ -38,6 +40,7 @@ from emulator.compute.base import hash_tokens, seed_to_u64
 from emulator.compute.errors import invalid
 from emulator.compute.inputs import parse_float, parse_int
 from emulator.compute.spec import DEFAULT_MAX_TOKENS
+from emulator.compute.tokenizers import TokenBytes, numeric_piece
 from emulator.compute.weights import RowSet, Weights, tail_tokens, unique_inverse
 
 GREEDY_BELOW = 1e-5
@@ -241,8 +244,9 @@ def greedy(rs: RowSet) -> np.ndarray:
 # --- generation --------------------------------------------------------------------------------------
 
 def generate(weights: Weights, prompts: list[np.ndarray], num_samples: int, cfg: SamplingConfig,
-             eos: int) -> list[list[tuple[list[int], str]]]:
-    """Token lists and stop reasons, ``num_samples`` per prompt."""
+             ends: frozenset[int], piece: TokenBytes = numeric_piece) -> list[list[tuple[list[int], str]]]:
+    """Token lists and stop reasons, ``num_samples`` per prompt. ``ends``: the tokens that end a sequence;
+    ``piece``: each token's text (UTF-8 bytes), for the stop strings."""
     seqs: list[tuple[int, int]] = [(i, j) for i in range(len(prompts)) for j in range(num_samples)]
     n = len(seqs)
     out_tokens: list[list[int]] = [[] for _ in range(n)]
@@ -256,8 +260,9 @@ def generate(weights: Weights, prompts: list[np.ndarray], num_samples: int, cfg:
         hashes = [hash_tokens(p) for p in prompts]
         u_all = np.stack([np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed64, hashes[i], j])))
                           .random(cfg.max_tokens) for i, j in seqs])
-    texts = [""] * n
-    max_stop = max((len(s) for s in cfg.stop), default=0)
+    texts = [b""] * n
+    stops = [st.encode() for st in cfg.stop]
+    max_stop = max((len(st) for st in stops), default=0)
     active = np.arange(n)
     for step in range(cfg.max_tokens):
         if active.size == 0:
@@ -273,14 +278,14 @@ def generate(weights: Weights, prompts: list[np.ndarray], num_samples: int, cfg:
         for s, tok in zip(active.tolist(), toks.tolist()):
             out_tokens[s].append(tok)
             last[s] = tok
-            if tok == eos:
+            if tok in ends:
                 reasons[s] = STOP
                 continue
-            if cfg.stop:
+            if stops:
                 before = len(texts[s])
-                texts[s] += f" {tok}"
+                texts[s] += piece(tok)
                 window = texts[s][max(0, before - max_stop + 1):]
-                if any(st in window for st in cfg.stop):
+                if any(st in window for st in stops):
                     reasons[s] = STOP
                     continue
                 if len(texts[s]) > 4 * max_stop + 64:   # only the tail can still matter

@@ -22,7 +22,10 @@ class ModelSpec:
     with the same ``seed`` and ``vocab_size`` start from identical models, so the domain should
     derive it from the base model when sessions of one base model are meant to agree.
     ``eos_token_id`` (optional, an addition to the agreed interface) overrides the default end
-    token ``vocab_size - 1``.
+    token ``vocab_size - 1``: the one the base model prefers in some rows. ``end_token_ids`` are every
+    token that ends generation (default: the end token alone); a real model may have several (Qwen:
+    ``<|im_end|>`` and ``<|endoftext|>``). ``tokenizer`` names the real tokenizer that decodes the ids
+    (:mod:`emulator.compute.tokenizers`); without one, token ``t`` reads ``" " + str(t)``.
     """
 
     vocab_size: int
@@ -35,6 +38,17 @@ class ModelSpec:
     seed: int
     optimizer: str
     eos_token_id: int | None = None
+    end_token_ids: tuple[int, ...] = ()
+    tokenizer: str | None = None
+
+    def __post_init__(self) -> None:
+        # (from JSON a list: a frozen value needs a tuple)
+        object.__setattr__(self, "end_token_ids", tuple(int(t) for t in self.end_token_ids))
+
+    @property
+    def ends(self) -> frozenset[int]:
+        """Every token that ends a generated sequence."""
+        return frozenset((self.eos, *self.end_token_ids))
 
     @property
     def is_lora(self) -> bool:
@@ -72,8 +86,9 @@ class ModelSpec:
             raise invalid(f"lora_alpha must be > 0, got {self.lora_alpha}")
         if self.optimizer not in ("adam", "muon"):
             raise invalid(f"optimizer must be 'adam' or 'muon', got {self.optimizer!r}")
-        if not 0 <= self.eos < int(self.vocab_size):
-            raise invalid(f"eos_token_id {self.eos} is outside [0, {self.vocab_size})")
+        for token in self.ends:
+            if not 0 <= token < int(self.vocab_size):
+                raise invalid(f"end token {token} is outside [0, {self.vocab_size})")
 
 
 # --- base model shape ------------------------------------------------------------------------------

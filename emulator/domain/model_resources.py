@@ -39,6 +39,8 @@ def catalog_model(base_model: str, param: str = "base_model") -> CatalogModel:
 
 
 def _validated_settings(tenant: Tenant, body: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a create, or of the resource an estimate prices: one rule for each field, whichever
+    asks (a create and an estimate of the same body answer the same 400, or neither does)."""
     model = catalog_model(body["base_model"])
     lora_enabled = body.get("lora_enabled")
     lora_enabled = True if lora_enabled is None else bool(lora_enabled)
@@ -57,7 +59,8 @@ def _validated_settings(tenant: Tenant, body: dict[str, Any]) -> dict[str, Any]:
     optimizer = body.get("optimizer_config") or {"adam": {}}
     optimizer = {k: v for k, v in optimizer.items() if v is not None} or {"adam": {}}
     if "adam" in optimizer and "muon" in optimizer:
-        raise Invalid("optimizer_config takes one of adam or muon", param="optimizer_config")
+        # "set one of adam or muon" (a protobuf oneof: its JSON parser refuses a second member) [inferred]
+        raise Invalid("optimizer_config takes one of adam or muon, not both", param="optimizer_config")
     timeout = body.get("inactive_timeout")
     timeout = DEFAULT_INACTIVE_TIMEOUT if timeout is None else int(timeout)
     if not 300 <= timeout <= 86400:
@@ -134,15 +137,10 @@ def extend_expiry(tenant: Tenant, ctx: Ctx, resource_id: str, seconds: int) -> M
     return r
 
 
-def estimate_cost(body: dict[str, Any]) -> dict[str, Any]:
-    model = catalog_model(body["base_model"])
-    lora_enabled = body.get("lora_enabled")
-    if lora_enabled is False and model.full_max_batch_size is None:
-        raise Invalid(f"{model.base_model} does not support full-weight training", param="lora_enabled")
-    compute = body.get("compute_config") or {}
-    replicas = compute.get("num_generator_replicas")
-    replicas = DEFAULT_GENERATOR_REPLICAS if replicas is None else int(replicas)
-    gpus = model.trainer_gpus * (2 if lora_enabled is False else 1) + replicas * model.trainer_gpus
+def estimate_cost(tenant: Tenant, body: dict[str, Any]) -> dict[str, Any]:
+    s = _validated_settings(tenant, body)
+    model, replicas = s["model"], s["num_generator_replicas"]
+    gpus = model.trainer_gpus * (1 if s["lora_enabled"] else 2) + replicas * model.trainer_gpus
     return {"currency": "USD", "price_per_hour": round(gpus * model.price_per_gpu_hour, 2)}
 
 

@@ -14,9 +14,11 @@ the next sample applies them. Samples always use the applied version.
 Differences from the real API [inferred]: submitting to a session that is not RUNNING answers an
 operation that is already FAILED with ``SESSION_NOT_ACTIVE``; sampling on a resource with zero
 generator replicas is refused with 400; PIPELINE behaves like BACKGROUND_PUBLISH (a sample never
-switches versions mid-sequence, so there is always one policy segment); a forward-backward whose
-``loss`` carries the ``*_params`` object of another loss type is refused with 400 (the SDK documents
-each as "only valid when type is" its loss and refuses it client-side; the real server may drop it).
+switches versions mid-sequence, so there is always one policy segment).
+
+Documented drops (``Ctx.ignored``: dropped with an ``X-Emulator-Warning``; 400 under ``--strict``): a
+forward-backward's ``loss.*_params`` of another loss type (the SDK: "only valid when type is" its loss,
+and "the server would otherwise drop it silently"), a sample's ``return_routed_experts`` on a dense model.
 
 Output retention [emulator choice; the real retention is undocumented]: an operation's output is kept
 for a GET however late, except large ones (4 KiB of JSON or more: samples, per-token logprobs), of
@@ -94,7 +96,7 @@ def submit(tenant: Tenant, ctx: Ctx, session_id: str, kind: OperationKind, body:
         raise FailedPrecondition(f"model resource {r.id} has no generator replicas (num_generator_replicas=0); "
                                  "it cannot sample", param="session_id")
     effective, payload_id = _resolve_payload(tenant, s, body)
-    _check_request(kind, effective)
+    effective = _check_request(ctx, s, kind, effective)
     now = ctx.now
     op = Operation(id=tenant.ids.uuid("operation"), session_id=s.id, kind=kind._value_, status=Op.PENDING._value_,
                    created_at=now, updated_at=now, body=effective, body_hash=digest,
@@ -140,18 +142,28 @@ def _resolve_payload(tenant: Tenant, s: Session, body: dict[str, Any]) -> tuple[
     return uploaded, payload.id
 
 
-def _check_request(kind: OperationKind, body: dict[str, Any]) -> None:
-    """Request rules refused with 400 before any operation exists (schema validation does not reach an
-    uploaded payload's body, and cannot tie a params object to the loss type)."""
+def _check_request(ctx: Ctx, s: Session, kind: OperationKind, body: dict[str, Any]) -> dict[str, Any]:
+    """The body to run, without the fields the real service drops (documented; each warned about, or refused
+    under --strict, through :meth:`Ctx.ignored`). Checked before any operation exists: schema validation does
+    not reach an uploaded payload's body, and cannot tie a params object to the loss type."""
+    if kind is K.SAMPLE and body.get("return_routed_experts") and not BY_NAME[s.base_model].moe:
+        # The SDK: "Only supported for mixture-of-experts models; ignored for other models."
+        ctx.ignored("return_routed_experts", f"{s.base_model} is not a mixture-of-experts model")
+        return {k: v for k, v in body.items() if k != "return_routed_experts"}
     loss = body.get("loss") if kind is K.FORWARD_BACKWARD else None
     if not isinstance(loss, dict):
-        return
+        return body
     loss_type = loss.get("type")
+    dropped = []
     for key, reads in LOSS_PARAMS.items():
-        # The SDK's LossConfig: "Only valid when `type` is LOSS_TYPE_...". A null is an omitted field.
+        # The SDK's LossConfig: "Only valid when `type` is LOSS_TYPE_..."; its client refuses the mix, noting
+        # that "the server would otherwise drop it silently". A null is an omitted field.
         if loss.get(key) is not None and loss_type != reads:
-            raise Invalid(f"loss.{key} is only valid when loss.type is {reads}, not {loss_type}",
-                                 param=f"loss.{key}")
+            ctx.ignored(f"loss.{key}", f"it is read only when loss.type is {reads}, not {loss_type}")
+            dropped.append(key)
+    if not dropped:
+        return body
+    return {**body, "loss": {k: v for k, v in loss.items() if k not in dropped}}
 
 
 def get(tenant: Tenant, session_id: str, kind: OperationKind, operation_id: str) -> Operation:

@@ -41,7 +41,9 @@ def _spec(seed: int, base_model: str, lora_rank: int | None, lora_alpha: float |
     # (A real LoRA adapter starts at zero, so its seed does not change the starting model either.)
     return ModelSpec(vocab_size=cat.vocab_size, max_seq_length=max_seq, max_batch_size=max_batch,
                      context_length=cat.context_length, lora_rank=lora_rank, lora_alpha=lora_alpha,
-                     train_unembed=train_unembed, seed=derive_int(seed, base_model), optimizer=optimizer)
+                     train_unembed=train_unembed, seed=derive_int(seed, base_model), optimizer=optimizer,
+                     eos_token_id=cat.chat_end_token_id, end_token_ids=cat.end_token_ids,
+                     tokenizer=cat.tokenizer)
 
 
 def checkpoint_spec(ckpt: Checkpoint) -> ModelSpec:

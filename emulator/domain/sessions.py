@@ -7,7 +7,9 @@ their resource; a resource holds at most ``max_lora_sessions`` LoRA sessions or 
 session (429 beyond; the numbers come from :mod:`emulator.domain.limits`, overridable). A session
 that resumes a LoRA checkpoint inherits the checkpoint's LoRA config: a ``lora_config`` the caller
 gives must keep its rank, alpha and train_unembed (400 naming both values), may change dropout, and
-its seed is ignored (documented), so the checkpoint's seed stays.
+its seed is ignored (documented), so the checkpoint's seed stays. A ``lora_config.seed`` that is ignored
+(on a resume, or on a full-weight resource: documented) comes back as an ``X-Emulator-Warning``, or 400
+under ``--strict`` (``Ctx.ignored``).
 
 Differences from the real API [inferred]: a session may be created while its resource is still
 PENDING/CREATING and stays CREATING until the resource is READY; stopping a session that is
@@ -32,7 +34,7 @@ DEFAULT_LORA = {"rank": 8, "alpha": 16, "dropout": 0.0, "train_unembed": True}
 _DEFAULT_KEY = tuple(sorted(DEFAULT_LORA.items()))  # the key _lora_config interns the default config under
 
 
-def _lora_config(tenant: Tenant, r: Any, given: dict[str, Any] | None, ckpt: Checkpoint | None
+def _lora_config(tenant: Tenant, ctx: Ctx, r: Any, given: dict[str, Any] | None, ckpt: Checkpoint | None
                  ) -> dict[str, Any] | None:
     if not given and ckpt is None and r.lora_enabled:  # the usual create: the default config, interned once
         cfg = tenant.lora_configs.get(_DEFAULT_KEY)
@@ -40,6 +42,11 @@ def _lora_config(tenant: Tenant, r: Any, given: dict[str, Any] | None, ckpt: Che
             return cfg
     # Unknown keys are ignored (the schema allows them; kept, an unhashable value broke the config key below).
     given = {k: v for k, v in (given or {}).items() if v is not None and (k in DEFAULT_LORA or k == "seed")}
+    if "seed" in given and (ckpt is not None or not r.lora_enabled):
+        # The SDK: the seed is "Ignored when LoRA is disabled or the session resumes from a checkpoint".
+        ctx.ignored("lora_config.seed", "LoRA is disabled on this model resource" if not r.lora_enabled
+                    else "the session resumes from a checkpoint, whose adapter (and seed) it continues")
+        given = {k: v for k, v in given.items() if k != "seed"}
     if not r.lora_enabled:
         if given:
             raise Invalid("lora_config is only valid on a LoRA-enabled model resource", param="lora_config")
@@ -78,7 +85,7 @@ def create(tenant: Tenant, ctx: Ctx, body: dict[str, Any]) -> Session:
         _check_resume(r, ckpt, load_optimizer)
         if ckpt.type == "CHECKPOINT_TYPE_TRAINING" and load_optimizer is not False:
             step = ckpt.step
-    lora = _lora_config(tenant, r, body.get("lora_config"), ckpt)
+    lora = _lora_config(tenant, ctx, r, body.get("lora_config"), ckpt)
     display_name = body.get("display_name")
     if display_name is not None and len(display_name) > 128:
         raise Invalid("display_name must be at most 128 characters", param="display_name")

@@ -1,6 +1,7 @@
 """``--access-log``: one line per request on stderr.
 
-``METHOD path operationId status duration_ms tenant=<project> key=<redacted> fault=<rule>``. The inner
+``METHOD path operationId status duration_ms tenant=<project> key=<redacted> fault=<rule>``, then
+``warning="..."`` for each field the request sent that the emulator accepted and ignored. The inner
 layers note what they learn (operation, tenant, fault) in a small record the outermost layer placed in
 the scope; the API key itself is never printed, only its first four characters.
 """
@@ -57,4 +58,6 @@ class AccessLog:
             line = (f"{scope['method']} {path} {record.get('operation_id') or '-'} {status or '-'} {ms:.1f}ms "
                     f"tenant={record.get('tenant') or '-'} key={redact(record.get('token'))} "
                     f"fault={record.get('fault') or '-'}")
+            for warning in record.get("warnings") or ():
+                line += f" warning={warning!r}"
             print(line, file=self.out or sys.stderr, flush=True)

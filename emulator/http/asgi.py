@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -14,11 +15,14 @@ __all__ = ["ASGIApp", "Message", "Receive", "Scope", "Send", "base_url", "declar
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
-async def send_json(send: Send, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+async def send_json(send: Send, status: int, body: bytes, headers: Mapping[str, str | list[str]] | None = None
+                    ) -> None:
     raw = list(JSON_HEADERS)
     raw.append((b"content-length", str(len(body)).encode()))
     for name, value in (headers or {}).items():
-        raw.append((name.lower().encode("latin-1"), value.encode("latin-1")))
+        key = name.lower().encode("latin-1")
+        for one in ([value] if isinstance(value, str) else value):  # a list: the header once per value
+            raw.append((key, one.encode("latin-1", errors="replace")))
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
 

@@ -19,8 +19,10 @@ import orjson
 
 from emulator.api import handler_for
 from emulator.api.request import READ_METHODS, Request
+from emulator.clock import rfc3339
 from emulator.domain import fault_effects
 from emulator.errors import Invalid, NotFound
+from emulator.http.access_log import note
 from emulator.http.asgi import (
     Receive,
     Scope,
@@ -38,6 +40,20 @@ from emulator.http.validation import PARSED_BODY, PARSED_QUERY
 from emulator.runtime import Runtime
 
 _MISSING = object()
+
+
+WARNING_HEADER = "X-Emulator-Warning"
+
+
+def warned(scope: Scope, runtime: Runtime, request: Request, op: str) -> None:
+    """Where a request's warnings (what the domain accepted and ignored, :meth:`Ctx.ignored`) are seen besides
+    its headers: the access log and the event log (the dashboard's)."""
+    warnings = request.ctx.warnings
+    note(scope, warnings=warnings)
+    project = request.principal.project if request.principal is not None else None
+    for message in warnings:
+        runtime.store.events.append({"type": "warning", "at": rfc3339(request.ctx.now), "project": project,
+                                     "operation_id": op, "message": message})
 
 
 class RawHeaders(Mapping[str, str]):
@@ -122,7 +138,10 @@ class Dispatcher:
                     # must be marked (an operation to fail, a resource to hold in the queue) before it happens.
                     fault_effects.apply(tenant, ctx, effect, op, request.path, body, payload)
         status = result[0]
-        extra = result[2] if len(result) > 2 else None  # type: ignore[misc]
+        extra: Mapping[str, str | list[str]] | None = result[2] if len(result) > 2 else None  # type: ignore[misc]
+        if request.ctx is not None and request.ctx.warnings:
+            extra = {**(extra or {}), WARNING_HEADER: list(request.ctx.warnings)}
+            warned(scope, self.runtime, request, op)
         if isinstance(payload, (bytes, bytearray)):
             await send_json(send, status, bytes(payload), extra)
         else:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from emulator.api import render
 from emulator.clock import rfc3339
+from emulator.compute import tokenizers
+from emulator.domain.catalog import BY_NAME
 from emulator.errors import Invalid, NotFound
 from emulator.store.records import OperationKind
 
@@ -100,7 +102,7 @@ def tenant(runtime: Runtime, project: str) -> dict[str, Any]:
             "operations": [_operation(op) for op in reversed(ops[-RECENT_OPERATIONS:])],
             "operations_total": len(ops),
             "losses": _losses(state, ops),
-            "samples": _samples(ops),
+            "samples": _samples(state, ops),
             "checkpoints": [_checkpoint(c) for c in reversed(state.checkpoints.ordered())],
             "timeline": _timeline(state, ops[-TIMELINE_OPERATIONS:], events),
             "events": events[-RECENT_EVENTS:],
@@ -154,20 +156,36 @@ def _tokens(model_input: dict[str, Any]) -> list[Any]:
     return [t for chunk in model_input.get("chunks") or () for t in (chunk.get("encoded_text") or {}).get("tokens") or ()]
 
 
-def _samples(ops: list[Any]) -> list[dict[str, Any]]:
-    """The latest completed sample operations: each prompt with its completions."""
+def _text(tokens: list[Any], tokenizer: str | None) -> str | None:
+    """The tokens' text under the model's real tokenizer, or None where it is not installed (the ids say it
+    all: the emulator's own text is the ids)."""
+    if not tokenizers.available(tokenizer):
+        return None
+    try:
+        return tokenizers.decode([int(t) for t in tokens], tokenizer)
+    except (TypeError, ValueError):  # a prompt of the wrong shape still shows its ids
+        return None
+
+
+def _samples(state: Tenant, ops: list[Any]) -> list[dict[str, Any]]:
+    """The latest completed sample operations: each prompt with its completions, and their text where the
+    model's tokenizer is installed."""
     out = []
     for op in reversed(ops):
         if op.kind != "sample" or op.output is None:
             continue
+        session = state.sessions.get(op.session_id)
+        model = BY_NAME.get(session.base_model) if session is not None else None
+        tokenizer = model.tokenizer if model is not None else None
         prompts = [_tokens(mi) for mi in op.body.get("model_inputs") or ()]
         results = op.output.get("results") or ()
         out.append({
             "id": op.id, "session_id": op.session_id, "at": rfc3339(op.updated_at),
             "weights_version": next((seg.get("version") for r in results for seg in r.get("policy_segments") or ()),
                                     None),
-            "results": [{"prompt": prompt,
-                         "sequences": [{"tokens": seq.get("tokens"), "stop_reason": seq.get("stop_reason")}
+            "results": [{"prompt": prompt, "prompt_text": _text(prompt, tokenizer),
+                         "sequences": [{"tokens": seq.get("tokens"), "stop_reason": seq.get("stop_reason"),
+                                        "text": _text(seq.get("tokens") or [], tokenizer)}
                                        for seq in r.get("sequences") or ()]}
                         for prompt, r in zip(prompts, results)],
         })

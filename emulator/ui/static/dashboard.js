@@ -178,15 +178,22 @@
       timeCell(op.created_at), timeCell(op.updated_at))));
     fill("samples", v.samples.map((smp) => el("tr", {dataset: {id: smp.id}},
       timeCell(smp.at), idCell(smp.session_id), el("td", {class: "num"}, smp.weights_version),
-      el("td", {class: "mono"}, smp.results.map((r) => el("div", {class: "seq"}, r.prompt.join(" ")))),
+      el("td", {class: "mono"}, smp.results.map((r) => el("div", {class: "seq"}, r.prompt.join(" "),
+        textOf(r.prompt_text)))),
       el("td", {class: "mono"}, smp.results.flatMap((r) => r.sequences.map((seq) => el("div", {class: "seq"},
         `${seq.tokens.join(" ")} `,
-        el("span", {class: "muted"}, `(${(seq.stop_reason || "").replace("STOP_REASON_", "").toLowerCase()})`))))))));
+        el("span", {class: "muted"}, `(${(seq.stop_reason || "").replace("STOP_REASON_", "").toLowerCase()})`),
+        textOf(seq.text))))))));
     fill("checkpoints", v.checkpoints.map((c) => el("tr", {dataset: {id: c.id}},
       idCell(c.id), idCell(c.session_id), el("td", null, c.type.replace("CHECKPOINT_TYPE_", "").toLowerCase()),
       el("td", {class: "num"}, c.step), timeCell(c.created_at))));
     drawLoss(v.losses);
     drawTimeline();
+  }
+
+  // The text the ids decode to, under the model's real tokenizer (absent where it is not installed).
+  function textOf(text) {
+    return text == null ? "" : el("div", {class: "text"}, JSON.stringify(text));
   }
 
   function result(op) {
@@ -373,6 +380,10 @@
       return [el("span", {class: "t"}, time(e.at)), `${what} ${shortId(e.id)} `,
               e.from ? `${short(e.from)} → ` : "", el("b", null, short(e.to)),
               e.reason ? ` (${e.reason})` : "", project ? "" : el("span", {class: "muted"}, `  ${e.project}`)];
+    }
+    if (e.type === "warning") {
+      return [el("span", {class: "t"}, time(e.at)), el("span", {class: "warning"}, "warning "),
+              `${e.operation_id}: ${e.message}`, project ? "" : el("span", {class: "muted"}, `  ${e.project}`)];
     }
     if (e.type === "fault") {
       return [el("span", {class: "t"}, "fault"), el("span", {class: "fault"}, `${e.rule} `), `${e.operation_id || e.path}`];
