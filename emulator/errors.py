@@ -8,6 +8,8 @@ a cap is reached), never how HTTP says it: :mod:`emulator.http.errors` maps each
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class EmulatorError(Exception):
     code: str | None = None
@@ -40,6 +42,17 @@ class Conflict(EmulatorError):
     """The request contradicts an earlier one: an ``Idempotency-Key`` reused with another body."""
 
     code = "idempotency_key_reused"
+
+
+class Exists(EmulatorError):
+    """The object already exists (the Files API: the same content, name and purpose). ``extra``: fields the
+    answer carries next to ``error`` (the existing file's ``file_id``, which the SDK reads)."""
+
+    code = "already_exists"
+
+    def __init__(self, message: str, *, code: str | None = None, extra: dict[str, Any] | None = None) -> None:
+        super().__init__(message, code=code)
+        self.extra = extra or {}
 
 
 class Capacity(EmulatorError):

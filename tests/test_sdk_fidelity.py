@@ -100,6 +100,13 @@ SPEC_ONLY_SCHEMAS: dict[str, str] = {
     "NullableInt64Input": "as Int64Input, also accepting null (LoraConfigParam.seed, docs/api-surface.md E.4.8)",
     "PayloadUploadUrlResponse": "SDK-private endpoint (`post_training/_payloads.py`), no generated type",
     "PayloadDownloadUrlResponse": "SDK-private endpoint (`post_training/_payloads.py`), no generated type",
+    # The Files API's types live outside together.types.post_training; tests/test_files.py compares them with
+    # together.types.file_* and drives them through the SDK's client.files.
+    **{name: "Files API (together.types.file_*; tests/test_files.py)" for name in (
+        "FileResponse", "FileList", "FileDeleteResponse", "FilePurpose", "FileValidationReport")},
+    "FileUploadParams": "the form the SDK's UploadManager posts (lib/resources/files.py), no generated type",
+    "FileUploadStarted": "the 302's body, which the SDK does not read (it reads the headers) [inferred]",
+    "FileExistsError": "ErrorData plus the file_id the SDK's UploadManager reads from a 409",
 }
 
 

@@ -13,6 +13,7 @@ from types import ModuleType
 from emulator.api import (
     admin,
     checkpoints,
+    files,
     model_resources,
     operations,
     payloads,
@@ -38,7 +39,8 @@ def _collect(*modules: ModuleType) -> dict[str, Handler]:
     return out
 
 
-_BY_SNAKE = _collect(model_resources, sessions, operations, payloads, checkpoints, supported_models, shaping, admin)
+_BY_SNAKE = _collect(model_resources, sessions, operations, payloads, checkpoints, supported_models, shaping, files,
+                     admin)
 
 
 _BY_OPERATION: dict[str, Handler | None] = {}

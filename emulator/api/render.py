@@ -17,6 +17,7 @@ from emulator.store import Tenant
 from emulator.store.records import (
     Checkpoint,
     CheckpointType,
+    File,
     ModelResource,
     Operation,
     OperationKind,
@@ -190,6 +191,16 @@ def shaping_job(job: ShapingJob) -> dict[str, Any]:
     }
     if job.results is not None:
         out["results"] = job.results
+    return out
+
+
+def file(f: File) -> dict[str, Any]:
+    """A Files API file as the SDK's ``FileResponse`` reads it (``created_at`` in Unix seconds, as documented)."""
+    out: dict[str, Any] = {"id": f.id, "object": "file", "created_at": int(f.created_at), "filename": f.filename,
+                           "bytes": f.size, "purpose": f.purpose, "FileType": f.file_type,
+                           "processing_status": f.processing_status}
+    if f.validation_report is not None:
+        out["validation_report"] = f.validation_report
     return out
 
 

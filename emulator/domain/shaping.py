@@ -6,8 +6,10 @@ inference checkpoints; 400 otherwise), estimate, list, get, cancel and events. A
 documented events; cancel moves it to ``cancel_requested`` and then ``cancelled``.
 
 Differences from the real API: no real quantization happens; the result is a new registry entry;
-402 (cannot pay) never happens unless a fault rule injects it; calibration files are not checked
-beyond their id format.
+402 (cannot pay) never happens unless a fault rule injects it. A calibration file is checked as
+documented (create and estimate alike; :func:`emulator.domain.files.check_calibration`): it must exist in
+the project's Files API files, have finished uploading, have passed validation as a conversation dataset,
+be non-empty and at most 64 MiB, with purpose ``calibration`` or ``fine-tune``; otherwise 400.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from emulator.clock import rfc3339
+from emulator.domain import files
 from emulator.domain.common import lookup, transition
 from emulator.domain.context import Ctx
 from emulator.errors import FailedPrecondition, Invalid
@@ -45,6 +48,9 @@ def _resolve_inputs(tenant: Tenant, body: dict[str, Any]) -> tuple[dict[str, Any
     if revision and revision != artifact["revision_id"]:
         raise Invalid(f"revision {revision!r} does not belong to model {model_id}",
                              param="inputs.model_revision_id")
+    calibration = inputs.get("calibration_file_id")
+    if calibration:
+        files.check_calibration(tenant, calibration, "inputs.calibration_file_id")
     return inputs, artifact
 
 

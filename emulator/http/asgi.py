@@ -17,7 +17,9 @@ JSON_HEADERS = [(b"content-type", b"application/json")]
 
 async def send_json(send: Send, status: int, body: bytes, headers: Mapping[str, str | list[str]] | None = None
                     ) -> None:
-    raw = list(JSON_HEADERS)
+    # (a content-type among ``headers`` replaces JSON's: a file's content is bytes)
+    typed = headers is not None and any(name.lower() == "content-type" for name in headers)
+    raw = [] if typed else list(JSON_HEADERS)
     raw.append((b"content-length", str(len(body)).encode()))
     for name, value in (headers or {}).items():
         key = name.lower().encode("latin-1")

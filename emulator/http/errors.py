@@ -32,6 +32,7 @@ SEMANTIC: Mapping[type[errors.EmulatorError], tuple[int, str]] = MappingProxyTyp
     errors.FailedPrecondition: (400, "invalid_request_error"),
     errors.Conflict: (400, "idempotency_error"),
     errors.NotFound: (404, "not_found_error"),
+    errors.Exists: (409, "conflict_error"),
     errors.Capacity: (429, "rate_limit_error"),
     errors.Unavailable: (503, "server_error"),
 })
@@ -60,7 +61,10 @@ def headers_of(exc: errors.EmulatorError) -> dict[str, str]:
 def _semantic(exc: Exception, scope: Scope) -> Rendered:
     assert isinstance(exc, errors.EmulatorError)
     status, type_ = status_of(exc)
-    return status, orjson.dumps(error_body(exc.message, type_, exc.param, exc.code)), headers_of(exc)
+    body = error_body(exc.message, type_, exc.param, exc.code)
+    if isinstance(exc, errors.Exists):  # (fields a client reads next to the error: the existing file's id)
+        body = {**body, **exc.extra}
+    return status, orjson.dumps(body), headers_of(exc)
 
 
 def _transport(exc: Exception, scope: Scope) -> Rendered:

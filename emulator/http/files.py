@@ -2,7 +2,7 @@
 
 Emulates the real service's presigned URLs (docs/api-surface.md A.4, A.5.3): ``PUT`` and ``GET``
 ``/_files/payloads/<token>`` for large-payload offload, ``GET /_files/checkpoints/<token>/<file>`` for
-checkpoint downloads. The token is the only credential, like a presigned URL's signature; tokens are
+checkpoint downloads, ``PUT /_files/uploads/<token>`` for the bytes of a Files API upload. The token is the only credential, like a presigned URL's signature; tokens are
 signed, expire, and an upload URL works once (:mod:`emulator.store.presigned`). Each request runs in a
 unit of work of the tenant the URL names (an upload is a write, journaled before it is answered).
 Errors are ``ErrorData``: an unknown, forged or revoked token is 404, an expired or used one 403.
@@ -10,7 +10,7 @@ Errors are ``ErrorData``: an unknown, forged or revoked token is 404, an expired
 
 from __future__ import annotations
 
-from emulator.domain import checkpoints, payloads
+from emulator.domain import checkpoints, files, payloads
 from emulator.errors import NotFound
 from emulator.http.asgi import Receive, Scope, Send, read_body, send_json
 from emulator.http.envelope import Forbidden, MethodNotAllowed
@@ -20,6 +20,7 @@ from emulator.store.presigned import Grant, GrantRefused
 
 PAYLOADS = "/_files/payloads/"
 CHECKPOINTS = "/_files/checkpoints/"
+UPLOADS = "/_files/uploads/"
 
 
 class FileServer:
@@ -35,6 +36,11 @@ class FileServer:
                 await self._download_payload(path[len(PAYLOADS):], method, send)
             else:
                 raise MethodNotAllowed(method, path, ["GET", "HEAD", "PUT"])
+            return
+        if path.startswith(UPLOADS) and "/" not in path[len(UPLOADS):]:
+            if method != "PUT":
+                raise MethodNotAllowed(method, path, ["PUT"])
+            await self._upload_file(path[len(UPLOADS):], receive, send)
             return
         token, _, name = path[len(CHECKPOINTS):].partition("/") if path.startswith(CHECKPOINTS) else ("", "", "")
         if token and name and "/" not in name:
@@ -70,6 +76,24 @@ class FileServer:
                 if payload.data is not None or payload.released_by is not None:
                     raise Forbidden("this upload URL was already used; request a new one", code="url_refused")
                 payloads.put(tenant, grant.object_id, data)
+        except NotFound as exc:
+            if exc.code != "unknown_tenant":
+                raise
+            raise NotFound("no such object (unknown or revoked URL)", code="no_such_object") from exc
+        await send_json(send, 200, b"{}")
+
+    async def _upload_file(self, token: str, receive: Receive, send: Send) -> None:
+        grant = self._grant(token, ("file-upload",))
+        data = await read_body(receive)
+        try:
+            with self.runtime.unit_of_work(grant.project, write=True) as (tenant, _ctx):
+                self._check_tenant(tenant, grant)
+                f = tenant.files.get(grant.object_id)
+                if f is None:  # deleted since
+                    raise NotFound("no such object", code="no_such_object")
+                if f.data is not None:
+                    raise Forbidden("this upload URL was already used; request a new one", code="url_refused")
+                files.upload(tenant, grant.object_id, data)
         except NotFound as exc:
             if exc.code != "unknown_tenant":
                 raise

@@ -1,6 +1,7 @@
 """Presigned URLs: signed tokens that grant one kind of access to one object, for a while.
 
-Emulates the object-store URLs of the real service (payload upload and download, checkpoint files): the
+Emulates the object-store URLs of the real service (payload upload and download, checkpoint files, Files
+API uploads): the
 token is the only credential, like a presigned URL's signature. A token says what it grants (project,
 kind, object, variant, expiry in virtual time) and carries an HMAC of that under the state's secret, so
 nothing is stored per URL: a URL costs no memory and no journal bytes, survives a restart with the state
@@ -10,7 +11,8 @@ token also names the tenant's epoch, a nonce of the tenant's incarnation, so a t
 honours none of its old URLs even though its seeded ids come back.
 
 Refusals: an unknown, forged or foreign token is 404 (as for an unknown object), an expired one 403.
-Whether an upload URL was already used is the payload's business (it has data), decided by the caller.
+Whether an upload URL was already used is the payload's (or file's) business (it has data), decided by the
+caller.
 
 Differences from the real API: the lifetime of the real URLs is not documented; one hour is the common
 default of S3-style presigned URLs [inferred].
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 TTL_SECONDS = 3600.0
-KINDS = MappingProxyType({"payload-upload": "u", "payload-download": "d", "checkpoint": "c"})
+KINDS = MappingProxyType({"payload-upload": "u", "payload-download": "d", "checkpoint": "c", "file-upload": "f"})
 _KIND_OF_CODE = MappingProxyType({code: kind for kind, code in KINDS.items()})
 _MAC_BYTES = 16
 

@@ -245,6 +245,27 @@ class ShapingJob:
     phase: int = 0
 
 
+FILE_STATUSES = ("PENDING", "QUEUED", "RUNNING", "COMPLETED", "FAILED", "INVALID_FORMAT")
+
+
+@dataclass(slots=True)
+class File:
+    """A file of the Files API (``client.files``): created by ``POST /v1/files``, its bytes uploaded to a
+    presigned URL, then validated by ``POST /v1/files/{id}/preprocess``."""
+
+    id: str
+    filename: str
+    purpose: str
+    file_type: str
+    created_at: float
+    created_by: str = ""
+    checksum: str | None = None
+    size: int = 0                           # answered as ``bytes``
+    data: bytes | None = None               # None until uploaded
+    processing_status: str = "PENDING"
+    validation_report: dict[str, Any] | None = None
+
+
 def to_dict(record: Any) -> dict[str, Any]:
     out = {}
     for f in fields(record):

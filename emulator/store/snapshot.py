@@ -34,7 +34,8 @@ STATE_FORMAT = "together-rl-emulator/state"
 STATE_VERSION = 3
 RECORD_TYPES = MappingProxyType({"resources": records.ModelResource, "sessions": records.Session,
                                  "operations": records.Operation, "checkpoints": records.Checkpoint,
-                                 "payloads": records.Payload, "shaping_jobs": records.ShapingJob})
+                                 "payloads": records.Payload, "shaping_jobs": records.ShapingJob,
+                                 "files": records.File})
 
 
 class StateError(ValueError):
@@ -259,6 +260,7 @@ _ENUMS: dict[type, dict[str, list[str]]] = {
                         "kind": [k.value for k in records.OperationKind]},
     records.Checkpoint: {"type": [t.value for t in records.CheckpointType]},
     records.ShapingJob: {"status": [s.value for s in records.ShapingStatus]},
+    records.File: {"processing_status": list(records.FILE_STATUSES)},
 }
 
 

@@ -31,6 +31,7 @@ from emulator.ids import IdFactory
 from emulator.store import records
 from emulator.store.records import (
     Checkpoint,
+    File,
     ModelResource,
     Operation,
     OperationStatus,
@@ -426,7 +427,7 @@ def _always_final(record: Any) -> bool:
 class Tenant:
     """Everything one project owns. Changed only inside a unit of work (``Runtime.unit_of_work``)."""
 
-    TABLES = ("resources", "sessions", "operations", "checkpoints", "payloads", "shaping_jobs")
+    TABLES = ("resources", "sessions", "operations", "checkpoints", "payloads", "shaping_jobs", "files")
 
     def __init__(self, project: str, seed: int, events: EventSink, *, journaled: bool = False,
                  epoch: str | None = None) -> None:
@@ -446,6 +447,8 @@ class Tenant:
         self.payloads: Table[Payload] = Table("payloads", Payload, log, listed=False, final=_payload_final)
         self.shaping_jobs: Table[ShapingJob] = Table("shaping_jobs", ShapingJob, log, listed=True,
                                                      final=_never_final)
+        # The Files API's files (a shaping job's calibration dataset); their bytes live in the record.
+        self.files: Table[File] = Table("files", File, log, listed=True, final=_never_final)
         self.timeline = Timeline(log)
         # (session id, operation kind, key) -> operation id
         self.idempotency: KeyedLog[str] = KeyedLog(log)

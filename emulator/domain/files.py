@@ -1,0 +1,183 @@
+"""The Files API as the SDK's ``client.files`` uses it: upload, list, retrieve, content, delete.
+
+Emulates the flow of ``together==3.1.1``'s ``UploadManager`` for one file: ``POST /v1/files`` (a form:
+``purpose``, ``file_name``, ``file_type``, ``checksum``) creates the file and answers 302 with a presigned
+upload URL in ``Location`` and the id in ``X-Together-File-Id``; the client PUTs the bytes there (the
+emulator's ``/_files/uploads/<token>``, no auth, once); ``POST /v1/files/{id}/preprocess`` validates them
+and answers the file. A file belongs to its project (tenant), like every other record.
+
+Validation (``processing_status``, ``validation_report``): a ``jsonl`` file is valid when every non-empty
+line is a JSON object and the rows share one format: ``CONVERSATION`` (a ``messages`` array of objects
+with a string ``role``, and an optional ``tools`` array), ``INSTRUCTION`` (``prompt`` and ``completion``)
+or ``GENERAL`` (``text``); otherwise ``INVALID_FORMAT`` with the first problem. ``csv`` and ``parquet``
+files are kept unvalidated (``COMPLETED``, no report) [emulator choice].
+
+What a shaping job asks of its calibration file (the SDK: "rejected unless the file exists in the request
+project, has finished uploading, has passed files API validation as a conversation dataset, is not
+empty, and is at most 64 MiB", purpose ``calibration`` or ``fine-tune``): :func:`check_calibration`.
+
+Differences [inferred; undocumented]: validation finishes within the preprocess call (the real pipeline
+may pass through ``QUEUED``/``RUNNING``); a second upload of the same bytes (same checksum), name and
+purpose answers 409 ``{"file_id"}``, which the SDK turns into the existing file ("uploads are
+idempotent"); the 302's body is the new file's id; multipart uploads (files over 5 GB) and the direct
+``/v1/files/upload`` form are not emulated, and a file's size is bounded by ``--max-body-bytes``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from emulator.domain.common import lookup
+from emulator.domain.context import Ctx
+from emulator.errors import Exists, Invalid
+from emulator.store import Tenant
+from emulator.store.records import File
+
+PURPOSES = ("fine-tune", "calibration", "eval", "batch-api")
+FILE_TYPES = ("jsonl", "csv", "parquet")
+CALIBRATION_PURPOSES = ("calibration", "fine-tune")
+CALIBRATION_MAX_BYTES = 64 * 1024 * 1024
+
+
+def create(tenant: Tenant, ctx: Ctx, form: dict[str, Any]) -> File:
+    """A new file awaiting its bytes (the first step of an upload)."""
+    purpose = _field(form, "purpose")
+    if purpose not in PURPOSES:
+        raise Invalid(f"purpose must be one of {', '.join(PURPOSES)}, not {purpose!r}", param="purpose")
+    name = _field(form, "file_name")
+    file_type = form.get("file_type") or name.rpartition(".")[2]
+    if file_type not in FILE_TYPES:
+        raise Invalid(f"file_type must be one of {', '.join(FILE_TYPES)}, not {file_type!r}",
+                             param="file_type")
+    checksum = form.get("checksum") or None
+    if checksum is not None:
+        for f in tenant.files.values():
+            if (f.checksum, f.filename, f.purpose) == (checksum, name, purpose) and f.data is not None:
+                raise Exists(f"file {f.id} has the same name, purpose and content", code="file_exists",
+                               extra={"file_id": f.id})
+    f = File(id="file-" + tenant.ids.uuid("file"), filename=name, purpose=purpose, file_type=file_type,
+             created_at=ctx.now, created_by=ctx.principal.user, checksum=checksum)
+    return tenant.files.add(f)
+
+
+def _field(form: dict[str, Any], name: str) -> str:
+    value = form.get(name)
+    if not isinstance(value, str) or not value:
+        raise Invalid(f"{name}: the form field is required", param=name)
+    return value
+
+
+def upload(tenant: Tenant, file_id: str, data: bytes) -> None:
+    """The bytes PUT to the file's presigned URL."""
+    f = tenant.files.get(file_id)
+    if f is not None:
+        f.data, f.size = data, len(data)
+
+
+def preprocess(tenant: Tenant, file_id: str) -> File:
+    f = get(tenant, file_id)
+    if f.data is None:
+        raise Invalid(f"file {f.id} has not been uploaded: PUT its bytes to the upload URL first", param="id")
+    if f.file_type != "jsonl":
+        f.processing_status, f.validation_report = "COMPLETED", None
+        return f
+    report = validate_jsonl(f.data)
+    report["file_id"] = f.id
+    f.validation_report = report
+    f.processing_status = "COMPLETED" if report["valid"] else "INVALID_FORMAT"
+    return f
+
+
+def validate_jsonl(data: bytes) -> dict[str, Any]:
+    """The validation report of a JSONL dataset (see the module docstring)."""
+    formats: set[str] = set()
+    has_tools = False
+    lines = 0
+    for number, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        lines += 1
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            return _invalid(f"line {number} is not valid JSON: {exc}")
+        if not isinstance(row, dict):
+            return _invalid(f"line {number} is not a JSON object")
+        kind, problem = _row_format(row)
+        if problem:
+            return _invalid(f"line {number}: {problem}")
+        formats.add(kind)
+        has_tools = has_tools or bool(row.get("tools"))
+    if lines == 0:
+        return _invalid("the file has no rows")
+    if len(formats) > 1:
+        return _invalid(f"rows mix dataset formats ({', '.join(sorted(formats))})")
+    return {"valid": True, "dataset_format": formats.pop(), "nlines": lines, "dataset_has_tools": has_tools}
+
+
+def _row_format(row: dict[str, Any]) -> tuple[str, str | None]:
+    if "messages" in row:
+        messages = row["messages"]
+        if not isinstance(messages, list) or not messages:
+            return "", "messages must be a non-empty array"
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                return "", f"messages[{i}] must be an object with a string role"
+        if "tools" in row and not isinstance(row["tools"], list):
+            return "", "tools must be an array"
+        return "CONVERSATION", None
+    if "prompt" in row and "completion" in row:
+        return "INSTRUCTION", None
+    if isinstance(row.get("text"), str):
+        return "GENERAL", None
+    return "", "a row needs messages, prompt and completion, or text"
+
+
+def _invalid(message: str) -> dict[str, Any]:
+    return {"valid": False, "error_type": "INVALID_FORMAT", "error": message}
+
+
+def get(tenant: Tenant, file_id: str) -> File:
+    return lookup(tenant.files, file_id, "file", "id")
+
+
+def list_(tenant: Tenant) -> list[File]:
+    return list(reversed(tenant.files.ordered()))
+
+
+def content(tenant: Tenant, file_id: str) -> bytes:
+    f = get(tenant, file_id)
+    if f.data is None:
+        raise Invalid(f"file {f.id} has not been uploaded", param="id")
+    return f.data
+
+
+def delete(tenant: Tenant, file_id: str) -> File:
+    f = get(tenant, file_id)
+    tenant.files.remove(f.id)
+    return f
+
+
+def check_calibration(tenant: Tenant, file_id: str, param: str) -> None:
+    """A shaping job's calibration file, as documented; a 400 naming the first rule it breaks."""
+    f = tenant.files.get(file_id)
+    if f is None:
+        raise Invalid(f"calibration file {file_id!r} does not exist in this project", param=param)
+    if f.purpose not in CALIBRATION_PURPOSES:
+        raise Invalid(f"calibration file {f.id} has purpose {f.purpose!r}; upload it with purpose "
+                             "'calibration' (or 'fine-tune')", param=param)
+    if f.data is None:
+        raise Invalid(f"calibration file {f.id} has not finished uploading", param=param)
+    report = f.validation_report or {}
+    if f.processing_status != "COMPLETED" or report.get("dataset_format") != "CONVERSATION":
+        why = report.get("error") or (f"its format is {report['dataset_format']}" if report.get("dataset_format")
+                                      else f"its processing_status is {f.processing_status}")
+        raise Invalid(f"calibration file {f.id} has not passed validation as a conversation dataset "
+                             f"(jsonl rows with messages): {why}", param=param)
+    if f.size == 0 or not report.get("nlines"):
+        raise Invalid(f"calibration file {f.id} is empty", param=param)
+    if f.size > CALIBRATION_MAX_BYTES:
+        raise Invalid(f"calibration file {f.id} is {f.size} bytes; at most 64 MiB ({CALIBRATION_MAX_BYTES}) "
+                             "is allowed", param=param)

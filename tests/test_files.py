@@ -1,0 +1,234 @@
+"""The Files API that the SDK's ``client.files`` uses, and the shaping job's calibration-file rules (issue 23)."""
+
+from __future__ import annotations
+
+import json
+import os
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from starlette.testclient import TestClient
+
+from emulator.config import Config
+from emulator.domain.files import CALIBRATION_MAX_BYTES, validate_jsonl
+from emulator.runtime import Runtime
+from tests.conftest import make_client
+from tests.helpers import assert_error
+
+SDK_KEY = f"files-key-{os.getpid()}"
+CONVERSATION = "\n".join(json.dumps({"messages": [{"role": "user", "content": f"question {i}"},
+                                                   {"role": "assistant", "content": "answer"}]})
+                         for i in range(4)) + "\n"
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def upload(c: TestClient, content: bytes, *, purpose: str = "calibration", name: str = "data.jsonl",
+           checksum: str | None = None) -> dict[str, Any]:
+    """The SDK's three steps by hand: the form (302), the PUT to the presigned URL, preprocess."""
+    form = {"purpose": purpose, "file_name": name, "file_type": name.rpartition(".")[2]}
+    if checksum:
+        form["checksum"] = checksum
+    started = c.post("/v1/files", files={k: (None, v) for k, v in form.items()}, follow_redirects=False)
+    assert started.status_code == 302, started.text
+    file_id = started.headers["x-together-file-id"]
+    assert started.json() == {"id": file_id}
+    put = c.put(started.headers["location"], content=content, headers={"Authorization": ""})
+    assert put.status_code == 200, put.text
+    done = c.post(f"/v1/files/{file_id}/preprocess")
+    assert done.status_code == 200, done.text
+    return dict(done.json())
+
+
+# --- through the SDK --------------------------------------------------------------------------------------
+
+@pytest.mark.sdk
+def test_sdk_files_upload_list_retrieve_content_delete(sdk_env: str, tmp_path: Path) -> None:
+    from together import NotFoundError, Together
+
+    client = Together(_strict_response_validation=True)
+    path = _write(tmp_path, "calibration.jsonl", CONVERSATION)
+    f = client.files.upload(path, purpose="calibration")
+    assert f.id.startswith("file-") and f.bytes == len(CONVERSATION) and f.filename == "calibration.jsonl"
+    assert (f.purpose, f.file_type, f.processing_status) == ("calibration", "jsonl", "COMPLETED")
+    got = client.files.retrieve(f.id)
+    assert got.validation_report is not None and got.validation_report.valid
+    assert (got.validation_report.dataset_format, got.validation_report.nlines) == ("CONVERSATION", 4)
+    assert f.id in [x.id for x in client.files.list().data]
+    assert client.files.content(f.id).read() == CONVERSATION.encode()
+    # The same content, name and purpose again: the SDK is handed the existing file (the server's 409).
+    assert client.files.upload(path, purpose="calibration").id == f.id
+    deleted = client.files.delete(f.id)
+    assert deleted.id == f.id and deleted.deleted is True
+    with pytest.raises(NotFoundError):
+        client.files.retrieve(f.id)
+
+
+@pytest.mark.sdk
+def test_sdk_shaping_job_checks_its_calibration_file(sdk_env: str, tmp_path: Path) -> None:
+    from together import BadRequestError, Together
+    from together.post_training import ModelResourcesClient
+
+    client = Together()
+    resources = ModelResourcesClient.create(base_model="Qwen/Qwen3.8-27B", interval=0.1, ready_timeout=30)
+    session = resources.create_session(interval=0.1, timeout=30)
+    model_id = session.create_inference_checkpoint().registration.adapter.id  # type: ignore[union-attr]
+    session.stop()
+    resources.stop()
+    shaping = client.post_training.prepare_for_fp4_inference
+    with pytest.raises(BadRequestError, match="does not exist in this project"):
+        shaping.create(inputs={"model_object_id": model_id, "calibration_file_id": "file-nope"})
+    general = client.files.upload(_write(tmp_path, "general.jsonl", '{"text": "plain"}\n'), purpose="calibration")
+    with pytest.raises(BadRequestError, match="conversation dataset"):
+        shaping.estimate_cost(inputs={"model_object_id": model_id, "calibration_file_id": general.id})
+    good = client.files.upload(_write(tmp_path, "chat.jsonl", CONVERSATION), purpose="calibration")
+    job = shaping.create(inputs={"model_object_id": model_id, "calibration_file_id": good.id})
+    assert job.params is not None and job.params.inputs.calibration_file_id == good.id
+
+
+# --- the rules, over HTTP ---------------------------------------------------------------------------------
+
+def _shaping_model(c: TestClient) -> str:
+    from tests.helpers import run_op, running_session
+
+    s = running_session(c)
+    ckpt = run_op(c, s["id"], "inference-checkpoint")["output"]["checkpoint"]
+    return str(ckpt["registration"]["adapter"]["id"])
+
+
+def _shape(c: TestClient, model_id: str, file_id: str) -> Any:
+    return c.post("/v1/shaping/prepare-for-fp4-inference",
+                  json={"inputs": {"model_object_id": model_id, "calibration_file_id": file_id}})
+
+
+def test_calibration_file_rules(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    model_id = _shaping_model(client)
+    param = "inputs.calibration_file_id"
+
+    def refused(file_id: str, words: str) -> None:
+        for path in ("", "/estimate"):
+            err = assert_error(client.post(f"/v1/shaping/prepare-for-fp4-inference{path}",
+                                           json={"inputs": {"model_object_id": model_id,
+                                                            "calibration_file_id": file_id}}), 400)
+            assert err["param"] == param and words in err["message"], err
+
+    refused("file-nope", "does not exist")
+    wrong_purpose = upload(client, CONVERSATION.encode(), purpose="eval", name="eval.jsonl")
+    refused(wrong_purpose["id"], "purpose 'eval'")
+    started = client.post("/v1/files", files={"purpose": (None, "calibration"), "file_name": (None, "late.jsonl")},
+                          follow_redirects=False)
+    refused(started.headers["x-together-file-id"], "has not finished uploading")
+    broken = upload(client, b'{"messages": [{"role": "user", "content": "hi"}]}\nnot json\n', name="broken.jsonl")
+    assert broken["processing_status"] == "INVALID_FORMAT" and "line 2" in broken["validation_report"]["error"]
+    refused(broken["id"], "line 2 is not valid JSON")
+    refused(upload(client, b"", name="empty.jsonl")["id"], "no rows")
+    csv = upload(client, b"a,b\n1,2\n", name="table.csv")
+    assert csv["processing_status"] == "COMPLETED" and "validation_report" not in csv
+    refused(csv["id"], "conversation dataset")
+    # Over 64 MiB (bounded here by lowering the limit, not by sending 64 MiB).
+    monkeypatch.setattr("emulator.domain.files.CALIBRATION_MAX_BYTES", len(CONVERSATION) - 1)
+    big = upload(client, CONVERSATION.encode(), name="big.jsonl")
+    refused(big["id"], "at most 64 MiB")
+    monkeypatch.setattr("emulator.domain.files.CALIBRATION_MAX_BYTES", CALIBRATION_MAX_BYTES)
+    for purpose in ("calibration", "fine-tune"):
+        ok = upload(client, CONVERSATION.encode(), purpose=purpose, name=f"{purpose}.jsonl")
+        assert _shape(client, model_id, ok["id"]).status_code == 200
+
+
+def test_files_are_tenant_scoped_and_delete_revokes_the_upload(runtime: Runtime, client: TestClient) -> None:
+    mine = upload(client, CONVERSATION.encode())
+    with make_client(runtime, "someone-else") as other:
+        assert other.get("/v1/files").json() == {"data": []}
+        assert_error(other.get(f"/v1/files/{mine['id']}"), 404)
+        assert_error(other.get(f"/v1/files/{mine['id']}/content"), 404)
+        assert_error(other.delete(f"/v1/files/{mine['id']}"), 404)
+    started = client.post("/v1/files", files={"purpose": (None, "calibration"), "file_name": (None, "x.jsonl")},
+                          follow_redirects=False)
+    file_id = started.headers["x-together-file-id"]
+    assert_error(client.get(f"/v1/files/{file_id}/content"), 400)   # not uploaded yet
+    assert_error(client.post(f"/v1/files/{file_id}/preprocess"), 400)
+    assert client.delete(f"/v1/files/{file_id}").status_code == 200
+    assert_error(client.put(started.headers["location"], content=b"{}", headers={"Authorization": ""}), 404)
+    assert [f["id"] for f in client.get("/v1/files").json()["data"]] == [mine["id"]]
+
+
+def test_upload_url_works_once(client: TestClient) -> None:
+    started = client.post("/v1/files", files={"purpose": (None, "fine-tune"), "file_name": (None, "a.jsonl")},
+                          follow_redirects=False)
+    url = started.headers["location"]
+    assert client.put(url, content=CONVERSATION.encode(), headers={"Authorization": ""}).status_code == 200
+    assert_error(client.put(url, content=b"again", headers={"Authorization": ""}), 403)
+
+
+@pytest.mark.parametrize(("form", "param"), [
+    ({"file_name": "a.jsonl"}, "purpose"),
+    ({"purpose": "nope", "file_name": "a.jsonl"}, "purpose"),
+    ({"purpose": "calibration"}, "file_name"),
+    ({"purpose": "calibration", "file_name": "a.txt"}, "file_type"),
+])
+def test_upload_form_is_checked(client: TestClient, form: dict[str, str], param: str) -> None:
+    resp = client.post("/v1/files", files={k: (None, v) for k, v in form.items()}, follow_redirects=False)
+    assert assert_error(resp, 400)["param"] == param
+
+
+def test_a_body_that_is_not_a_form_is_400(client: TestClient) -> None:
+    resp = client.post("/v1/files", content=b"purpose=calibration",
+                       headers={"Content-Type": "multipart/form-data; boundary=xyz"})
+    assert_error(resp, 400)
+    resp = client.post("/v1/files", content=b"x", headers={"Content-Type": "multipart/form-data"})
+    assert_error(resp, 400)
+
+
+def test_files_survive_export_and_import(runtime: Runtime, client: TestClient) -> None:
+    f = upload(client, CONVERSATION.encode())
+    doc = client.get("/_emulator/state").json()
+    fresh = Runtime(Config(clock="manual", validate_responses=True))
+    with make_client(fresh) as c:
+        assert c.put("/_emulator/state", json=doc).status_code == 200
+        assert c.get(f"/v1/files/{f['id']}").json() == f
+        assert c.get(f"/v1/files/{f['id']}/content").content == CONVERSATION.encode()
+
+
+def test_validation_report_formats() -> None:
+    assert validate_jsonl(b'{"prompt": "a", "completion": "b"}\n')["dataset_format"] == "INSTRUCTION"
+    assert validate_jsonl(b'{"messages": [{"role": "user", "content": "x"}], "tools": []}\n')["dataset_format"] \
+        == "CONVERSATION"
+    mixed = validate_jsonl(b'{"text": "a"}\n{"prompt": "a", "completion": "b"}\n')
+    assert not mixed["valid"] and "mix" in mixed["error"]
+    assert "role" in validate_jsonl(b'{"messages": [{"content": "x"}]}\n')["error"]
+
+
+def test_the_spec_names_the_sdks_file_fields() -> None:
+    """FileResponse of openapi.yaml against the SDK's together.types.FileResponse (aliases included)."""
+    from together.types import FileDeleteResponse, FileResponse
+    from together.types.file_purpose import FilePurpose
+
+    spec = yaml.safe_load((Path(__file__).parents[1] / "openapi.yaml").read_text())["components"]["schemas"]
+
+    def wire_fields(model: Any) -> dict[str, bool]:
+        return {(info.alias or name): info.is_required() for name, info in model.model_fields.items()}
+
+    sdk = wire_fields(FileResponse)
+    assert set(spec["FileResponse"]["properties"]) == set(sdk)
+    assert set(spec["FileResponse"]["required"]) == {k for k, req in sdk.items() if req}
+    assert set(spec["FilePurpose"]["enum"]) == set(typing.get_args(FilePurpose))
+    assert set(spec["FileDeleteResponse"]["properties"]) == set(wire_fields(FileDeleteResponse))
+
+
+def test_files_survive_a_restart_with_the_state_file(tmp_path: Path) -> None:
+    state_file = str(tmp_path / "state.jsonl")
+    with make_client(Runtime(Config(clock="manual", state_file=state_file))) as c:
+        f = upload(c, CONVERSATION.encode())
+    with make_client(Runtime(Config(clock="manual", state_file=state_file))) as c:
+        assert c.get(f"/v1/files/{f['id']}").json() == f
+        assert c.get(f"/v1/files/{f['id']}/content").content == CONVERSATION.encode()
+        assert c.delete(f"/v1/files/{f['id']}").status_code == 200
+    with make_client(Runtime(Config(clock="manual", state_file=state_file))) as c:
+        assert_error(c.get(f"/v1/files/{f['id']}"), 404)
