@@ -1,0 +1,142 @@
+"""The Files API as the SDK's ``client.files`` uses it, and the shaping job's calibration file (issue 23).
+
+The upload is the SDK's own three steps: ``uploadFile`` (a multipart form) answers 302 with the presigned
+upload URL in ``Location`` and the id in ``X-Together-File-Id``; the bytes go to that URL by PUT without
+credentials; ``preprocessFile`` validates them. Then the file reads back (retrieve, list, content) as
+uploaded, is invisible to another tenant, and is gone after ``deleteFile``. A shaping job naming a file
+that does not exist in the project is refused, as the SDK documents ("rejected unless the file exists in
+the request project, ...").
+
+Every test here creates a file, which costs nothing on the real service but lasts: they are ``real_safe``
+and delete what they upload.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from typing import Any
+
+import pytest
+import requests
+
+from contract_tests import lifecycle as lc
+from contract_tests import spec
+from contract_tests.client import Api, Reply, verify
+from contract_tests.lifecycle import ContractViolation
+from contract_tests.report import RESULTS
+
+pytestmark = [pytest.mark.real_safe]
+
+CONVERSATION = "".join(json.dumps({"messages": [{"role": "user", "content": f"contract question {i}"},
+                                                {"role": "assistant", "content": "an answer"}]}) + "\n"
+                       for i in range(3)).encode()
+
+
+def _judged(api: Api, operation_id: str, resp: requests.Response, where: str) -> Reply:
+    """A raw response judged like :meth:`Api.call` judges its own: schema, then the error envelope."""
+    try:
+        body: Any = resp.json()
+    except ValueError:
+        body = resp.text
+    reply = Reply(resp.status_code, body, operation_id, where, api=api)
+    failure = spec.validate_response(operation_id, resp)
+    if failure:
+        reply.violations.append(ContractViolation("response_schema_conformance", f"{where} answered "
+                                                  f"{resp.status_code} with a body that does not match the "
+                                                  f"documented schema: {failure[:1500]}"))
+    if resp.status_code >= 400:
+        try:
+            lc.check_error_envelope(resp.status_code, body, where)
+        except ContractViolation as exc:
+            reply.violations.append(exc)
+    broken = [v for v in reply.violations if v.check == "response_schema_conformance"]
+    RESULTS.record(operation_id, "response_schema_conformance", not broken, str(broken[0]) if broken else None)
+    api.pending.extend(reply.violations)
+    return reply
+
+
+def start_upload(api: Api, content: bytes, name: str, purpose: str = "calibration") -> requests.Response:
+    form = {"purpose": purpose, "file_name": name, "file_type": "jsonl",
+            "checksum": hashlib.md5(content + uuid.uuid4().bytes).hexdigest()}  # unique: no 409 from an old run
+    resp = api.http.post(api.target.base_url + "/v1/files", files={k: (None, v) for k, v in form.items()},
+                         headers={"Authorization": f"Bearer {api.token}"}, allow_redirects=False, timeout=60)
+    reply = _judged(api, "uploadFile", resp, "POST /v1/files")
+    api.expect(reply, (302,), "an upload starts with a 302 to where the bytes go", "upload_redirects")
+    verify("uploadFile", "upload_redirects", bool(resp.headers.get("Location"))
+           and bool(resp.headers.get("X-Together-File-Id")),
+           f"POST /v1/files answered 302 without Location or X-Together-File-Id: {dict(resp.headers)}")
+    return resp
+
+
+def upload(api: Api, content: bytes, name: str = "contract.jsonl") -> dict[str, Any]:
+    started = start_upload(api, content, name)
+    file_id = started.headers["X-Together-File-Id"]
+    put = requests.put(started.headers["Location"], data=content, timeout=60)  # presigned: no credentials
+    verify("uploadFile", "presigned_upload", put.status_code == 200,
+           f"PUT to the upload URL answered {put.status_code}: {put.text[:300]}")
+    done = api.call("preprocessFile", "POST", f"/v1/files/{file_id}/preprocess").ok()
+    verify("preprocessFile", "file_round_trip", done.get("id") == file_id and done.get("bytes") == len(content),
+           f"preprocess answered {done} for file {file_id} of {len(content)} bytes")
+    return dict(done)
+
+
+def test_file_upload_read_back_and_delete(api: Api) -> None:
+    f = upload(api, CONVERSATION)
+    fid = f["id"]
+    try:
+        got = api.call("retrieveFile", "GET", f"/v1/files/{fid}").ok()
+        verify("retrieveFile", "file_round_trip",
+               (got["id"], got["bytes"], got["filename"], got["purpose"]) == (fid, len(CONVERSATION), "contract.jsonl",
+                                                                             "calibration"),
+               f"the file reads back as {got}, not as uploaded")
+        listed = api.call("listFiles", "GET", "/v1/files").ok()
+        verify("listFiles", "file_round_trip", fid in [x["id"] for x in listed["data"]],
+               f"GET /v1/files does not list the uploaded file {fid}")
+        content = api.http.get(api.target.base_url + f"/v1/files/{fid}/content", timeout=60,
+                               headers={"Authorization": f"Bearer {api.token}", "Accept": "application/binary"})
+        _judged(api, "getFileContent", content, f"GET /v1/files/{fid}/content").ok()
+        verify("getFileContent", "file_round_trip", content.content == CONVERSATION,
+               f"the content of {fid} is not the uploaded bytes ({len(content.content)} bytes back)")
+    finally:
+        deleted = api.call("deleteFile", "DELETE", f"/v1/files/{fid}").ok()
+    verify("deleteFile", "file_round_trip", deleted.get("id") == fid and deleted.get("deleted") is True,
+           f"DELETE answered {deleted}")
+    api.expect(api.call("retrieveFile", "GET", f"/v1/files/{fid}"), (404,), "a deleted file is not found",
+               "unknown_id_404")
+
+
+def test_files_are_tenant_scoped(api: Api, second_api: Api) -> None:
+    fid = upload(api, CONVERSATION, "scoped.jsonl")["id"]
+    try:
+        theirs = second_api.call("listFiles", "GET", "/v1/files").ok()
+        verify("listFiles", "tenant_isolation", fid not in {x["id"] for x in theirs["data"]},
+               f"another project lists the file {fid}")
+        for op, method, path in (("retrieveFile", "GET", f"/v1/files/{fid}"),
+                                 ("getFileContent", "GET", f"/v1/files/{fid}/content"),
+                                 ("deleteFile", "DELETE", f"/v1/files/{fid}")):
+            second_api.expect(second_api.call(op, method, path), (403, 404),
+                              "another project's file is invisible", "tenant_isolation")
+    finally:
+        api.call("deleteFile", "DELETE", f"/v1/files/{fid}").ok()
+
+
+def test_upload_form_is_checked(api: Api) -> None:
+    resp = api.http.post(api.target.base_url + "/v1/files", files={"file_name": (None, "x.jsonl")},
+                         headers={"Authorization": f"Bearer {api.token}"}, allow_redirects=False, timeout=60)
+    api.expect(_judged(api, "uploadFile", resp, "POST /v1/files"), (400, 422),
+               "an upload form without purpose is refused", "invalid_input_refused")
+
+
+@pytest.mark.creates_resources
+def test_shaping_refuses_a_calibration_file_that_does_not_exist(api: Api) -> None:
+    """The documented rule, from the side that needs no model: whatever the model, a calibration file id that
+    names no file of the project is refused (400); never a job."""
+    body = {"inputs": {"model_object_id": "ml_" + uuid.uuid4().hex[:21],
+                       "calibration_file_id": f"file-{uuid.uuid4()}"}}
+    for op, path in (("createShapingJob", "/v1/shaping/prepare-for-fp4-inference"),
+                     ("estimateShapingJob", "/v1/shaping/prepare-for-fp4-inference/estimate")):
+        api.expect(api.call(op, "POST", path, json=body), (400, 404),
+                   "a shaping job naming a calibration file that does not exist is refused",
+                   "invalid_input_refused")
