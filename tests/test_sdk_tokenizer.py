@@ -69,7 +69,14 @@ def _catalog_vocab(models: Any) -> None:
 
 def test_sdk_trains_on_a_real_chat_and_samples_until_im_end(sdk_env: str) -> None:
     from together import Together
-    from together.post_training import AdamParams, LossConfig, ModelInput, ModelResourcesClient, Sample, SamplingParams
+    from together.post_training import (
+        AdamParams,
+        LossConfig,
+        ModelInput,
+        ModelResourcesClient,
+        Sample,
+        SamplingParams,
+    )
 
     prompt, completion = chat_tokens()
     tokens = prompt + completion

@@ -42,13 +42,13 @@ def _qwen35() -> list[bytes] | None:
     ranks: dict[int, bytes] = {}
     for line in path.read_bytes().splitlines():
         if line:
-            token, rank = line.split()
-            ranks[int(rank)] = base64.b64decode(token)
-    for rank, text in package.QWEN3_5_SPECIAL_TOKENS:
-        ranks[int(rank)] = text.encode()
+            encoded, rank = line.split()
+            ranks[int(rank)] = base64.b64decode(encoded)
+    for special, text in package.QWEN3_5_SPECIAL_TOKENS:
+        ranks[int(special)] = text.encode()
     out = [b""] * (max(ranks) + 1)
-    for rank, data in ranks.items():
-        out[rank] = data
+    for token, data in ranks.items():
+        out[token] = data
     return out
 
 

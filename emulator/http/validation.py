@@ -209,7 +209,9 @@ def parse_form(raw: bytes, content_type: str) -> dict[str, Any]:
         name = part.get_param("name", header="content-disposition")
         if not isinstance(name, str):
             raise Invalid("a form part has no name", code="invalid_form")
-        data = part.get_payload(decode=True) or b""
+        data = part.get_payload(decode=True)
+        if not isinstance(data, bytes):
+            data = b""
         try:
             form[name] = data.decode("utf-8")
         except UnicodeDecodeError:
