@@ -189,3 +189,18 @@ def test_create_and_estimate_refuse_the_same_bodies(client: TestClient, body: di
     estimated = client.post(f"{RL}/model-resources/estimate-cost", json=full)
     assert created.status_code == estimated.status_code == 400, (created.text, estimated.text)
     assert created.json()["error"]["param"] == estimated.json()["error"]["param"]
+
+
+def test_strict_comes_from_the_flag_or_the_environment() -> None:
+    import argparse
+
+    from emulator.config import add_server_arguments, config_from_args
+    from emulator.domain.context import Principal
+
+    parser = argparse.ArgumentParser()
+    add_server_arguments(parser)
+    assert config_from_args(parser.parse_args([]), {}).strict is False
+    assert config_from_args(parser.parse_args(["--strict"]), {}).strict is True
+    assert config_from_args(parser.parse_args([]), {"EMULATOR_STRICT": "1"}).strict is True
+    runtime = Runtime(config_from_args(parser.parse_args([]), {"EMULATOR_STRICT": "true"}))
+    assert runtime.ctx(Principal("u", "p")).strict is True

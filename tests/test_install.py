@@ -152,6 +152,10 @@ def test_installed_emulator_serves_from_an_unrelated_directory(served: str) -> N
         r = c.post("/v1/rl/model-resources", json={"base_model": "Qwen/Qwen3.8-27B"},
                    headers={"Authorization": "Bearer any-key"})
         assert r.status_code == 200, r.text
+        # The Files API's upload form (multipart, parsed by the request validation) from the wheel too.
+        up = c.post("/v1/files", files={"purpose": (None, "calibration"), "file_name": (None, "c.jsonl")},
+                    headers={"Authorization": "Bearer any-key"})
+        assert up.status_code == 302 and up.headers["location"].startswith(served + "/_files/uploads/"), up.text
 
 
 def _resource_ids(url: str, token: str) -> list[str]:
