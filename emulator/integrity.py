@@ -7,7 +7,7 @@ it: base models of the catalog, LoRA settings within the model's limits, an ``in
 accepts, a session's queue of its own unfinished operations in order, every unfinished operation's body
 one its endpoint accepts (the spec's request schema, as request validation reads it), every completed
 output the shape its kind answers, stored API objects (optimizer config, metadata, errors, registrations,
-shaping jobs) as the spec's schemas describe them, checkpoints whose model loads, idempotency keys naming
+shaping jobs, Files API files) as the spec's schemas describe them, checkpoints whose model loads, idempotency keys naming
 their own kind of operation. A document that breaks one is refused with its path, before anything changes,
 so an accepted import serves every read (``tests/test_import_fuzz.py`` mutates exported states to hold it).
 """
@@ -81,6 +81,8 @@ class _Validators:
                              CheckpointType.INFERENCE: Draft4ResponseValidator(
                                  schemas["InferenceCheckpoint"]["properties"]["registration"])}
         self.shaping = {name: Draft4ResponseValidator(job[name]) for name in ("params", "events", "results")}
+        file = schemas["FileResponse"]["properties"]
+        self.file = {name: Draft4ResponseValidator(file[name]) for name in ("purpose", "FileType", "validation_report")}
         self.error_codes = {"resource": frozenset(schemas["ModelResourcesErrorCode"]["enum"]),
                             "session": frozenset(schemas["SessionErrorCode"]["enum"]),
                             "operation": frozenset(schemas["OperationErrorCode"]["enum"])}
@@ -135,7 +137,7 @@ class _Check:
 
     def run(self) -> None:
         for check in (self.resources, self.sessions, self.operations, self.checkpoints, self.shaping_jobs,
-                      self.registry, self.idempotency):
+                      self.files, self.registry, self.idempotency):
             check()
 
     def model(self, base_model: Any, what: str) -> Any:
@@ -268,6 +270,19 @@ class _Check:
                 raise self.fail(f"{what}: phase {job.phase} is not within 0-{len(shaping.PHASES)}")
             configuration = job.params.get("configuration") or {}
             self.model(configuration.get("base_model_name"), f"{what}.params.configuration")
+
+    def files(self) -> None:
+        """A file's fields are the spec's FileResponse values, its size is its bytes', a validated one was uploaded."""
+        for f in self.t.files.values():
+            what = f"file {f.id}"
+            self.valid(self.v.file["purpose"], f.purpose, f"{what}.purpose")
+            self.valid(self.v.file["FileType"], f.file_type, f"{what}.file_type")
+            if f.validation_report is not None:
+                self.valid(self.v.file["validation_report"], f.validation_report, f"{what}.validation_report")
+            if f.size != (len(f.data) if f.data is not None else 0):
+                raise self.fail(f"{what}: size {f.size} is not the size of its data")
+            if f.data is None and (f.processing_status != "PENDING" or f.validation_report is not None):
+                raise self.fail(f"{what}: it was never uploaded, so it cannot be {f.processing_status}")
 
     def registry(self) -> None:
         for key, entry in self.t.registry.items():

@@ -232,3 +232,15 @@ def test_files_survive_a_restart_with_the_state_file(tmp_path: Path) -> None:
         assert c.delete(f"/v1/files/{f['id']}").status_code == 200
     with make_client(Runtime(Config(clock="manual", state_file=state_file))) as c:
         assert_error(c.get(f"/v1/files/{f['id']}"), 404)
+
+
+def test_an_import_with_an_impossible_file_is_refused(client: TestClient) -> None:
+    upload(client, CONVERSATION.encode())
+    doc = client.get("/_emulator/state").json()
+    (tenant,) = doc["tenants"].values()
+    tenant["files"][0]["size"] += 1
+    err = assert_error(client.put("/_emulator/state", json=doc), 400)
+    assert "is not the size of its data" in err["message"]
+    tenant["files"][0]["size"] -= 1
+    tenant["files"][0]["purpose"] = "nope"
+    assert "purpose" in assert_error(client.put("/_emulator/state", json=doc), 400)["message"]
