@@ -11,7 +11,9 @@ A rule (YAML/JSON, ``--faults FILE`` or ``POST /_emulator/faults``)::
                 "session_error": "TRAINING_SESSION_ERROR_CODE_SESSION_FAILED",
                 "queue_position": 4}}
 
-Every ``match`` key is optional; ``path`` is a glob. ``status`` answers an ``ErrorData`` error (with
+Every ``match`` key is optional; ``path`` is a glob; ``tenant`` is an API key. Rule names are unique per
+tenant: rules scoped to different tenants (``match.tenant``) may share a name, so parallel users of
+one emulator manage their own rules (``/_emulator/faults`` with a tenant) without meeting each other's. ``status`` answers an ``ErrorData`` error (with
 ``Retry-After`` when given) instead of running the request; the state effects run the request and
 then: fail the submitted operation with the code, put the resource or session (from the path, the
 body's ``model_resources_id`` or the created object) into ERROR with the code, or hold a created
@@ -101,6 +103,11 @@ def validate_rule(rule: Any, index: int, operations: Collection[str] = (),
     return {"name": str(name or f"rule-{index + 1}"), "match": match, "trigger": trigger, "effect": effect}
 
 
+def _key(rule: dict[str, Any]) -> tuple[str | None, str]:
+    """Rule names are unique per tenant (``match.tenant``); rules of no tenant share one namespace."""
+    return rule["match"].get("tenant"), rule["name"]
+
+
 class FaultSet:
     """The active rules and their trigger counters (part of the runtime, resettable)."""
 
@@ -110,53 +117,75 @@ class FaultSet:
         self.operations = frozenset(operations)
         self.codes = dict(codes or {})
         self.rules: list[dict[str, Any]] = []
-        self.counts: dict[str, int] = {}
+        self.counts: dict[tuple[str | None, str], int] = {}   # by (tenant, name)
         self._lock = threading.Lock()
 
-    def load(self, rules: Any) -> list[dict[str, Any]]:
-        """Add rules (one, a list, or ``{"rules": [...]}``); all or none: one bad rule adds nothing."""
+    def load(self, rules: Any, tenant: str | None = None) -> list[dict[str, Any]]:
+        """Add rules (one, a list, or ``{"rules": [...]}``); all or none: one bad rule adds nothing. With
+        ``tenant`` (an API key) every rule is scoped to it: ``match.tenant`` is set, and may not name another."""
         if isinstance(rules, dict) and "rules" in rules:
             rules = rules["rules"]
         if isinstance(rules, dict):
             rules = [rules]
         if not isinstance(rules, list):
             raise FaultError("faults must be a rule, a list of rules or {'rules': [...]}")
-        start = len(self.rules)
-        checked = [validate_rule(rule, start + i, self.operations, self.codes) for i, rule in enumerate(rules)]
-        names = {r["name"] for r in self.rules}
-        for rule in checked:
-            if rule["name"] in names:
-                raise FaultError(f"a fault rule named {rule['name']!r} already exists")
-            names.add(rule["name"])
         with self._lock:
+            start = len(self.rules)
+            checked = [validate_rule(rule, start + i, self.operations, self.codes) for i, rule in enumerate(rules)]
+            if tenant is not None:
+                for rule in checked:
+                    given = rule["match"].get("tenant")
+                    if given is not None and given != tenant:
+                        raise FaultError(f"fault rule {rule['name']!r}: match.tenant names another tenant than "
+                                         "the one these rules are added for")
+                    rule["match"] = {**rule["match"], "tenant": tenant}
+            names = {_key(r) for r in self.rules}
+            for rule in checked:
+                if _key(rule) in names:
+                    raise FaultError(f"a fault rule named {rule['name']!r} already exists"
+                                     + (" for this tenant" if _key(rule)[0] else ""))
+                names.add(_key(rule))
             self.rules.extend(checked)
         return checked
 
-    def clear(self) -> None:
+    def clear(self, tenant: str | None = None) -> None:
+        """Remove every rule, or (``tenant``) every rule scoped to that API key."""
         with self._lock:
-            self.rules.clear()
-            self.counts.clear()
+            if tenant is None:
+                self.rules.clear()
+                self.counts.clear()
+            else:
+                self.rules[:] = [rule for rule in self.rules if rule["match"].get("tenant") != tenant]
+                self.counts = {k: n for k, n in self.counts.items() if k[0] != tenant}
 
-    def remove(self, name: str) -> bool:
-        """Drop the rule called ``name`` and its counter; False when there is none."""
+    def remove(self, name: str, tenant: str | None = None) -> bool:
+        """Drop the rules called ``name`` (with ``tenant``: only that tenant's) and their counters; False when
+        there is none."""
         with self._lock:
-            kept = [rule for rule in self.rules if rule["name"] != name]
-            if len(kept) == len(self.rules):
+            gone = [rule for rule in self.rules
+                    if rule["name"] == name and (tenant is None or rule["match"].get("tenant") == tenant)]
+            if not gone:
                 return False
-            self.rules[:] = kept
-            self.counts.pop(name, None)
+            self.rules[:] = [rule for rule in self.rules if not any(rule is g for g in gone)]
+            for rule in gone:
+                self.counts.pop(_key(rule), None)
             return True
 
-    def describe(self) -> list[dict[str, Any]]:
-        return [{**rule, "matched": self.counts.get(rule["name"], 0)} for rule in self.rules]
+    def describe(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        """Every rule with how often it matched, or (``tenant``) the rules scoped to that API key."""
+        return [{**rule, "matched": self.counts.get(_key(rule), 0)} for rule in list(self.rules)
+                if tenant is None or rule["match"].get("tenant") == tenant]
 
     def pick(self, operation_id: str | None, method: str, path: str, token: str | None,
              forced: str | None) -> dict[str, Any] | None:
         with self._lock:
             if forced:
-                for rule in self.rules:
-                    if rule["name"] == forced:
-                        return rule
+                # The caller's own rule of that name first, then a rule of no tenant; never another tenant's.
+                named = [rule for rule in self.rules if rule["name"] == forced
+                         and rule["match"].get("tenant") in (token, None)]
+                named.sort(key=lambda rule: rule["match"].get("tenant") is None)
+                if named:
+                    return named[0]
                 raise Invalid(f"X-Emulator-Fault names no fault rule {forced!r}", param="X-Emulator-Fault")
             for rule in self.rules:
                 m = rule["match"]
@@ -168,8 +197,9 @@ class FaultSet:
                     continue
                 if "tenant" in m and m["tenant"] != token:
                     continue
-                n = self.counts.get(rule["name"], 0) + 1
-                self.counts[rule["name"]] = n
+                key = _key(rule)
+                n = self.counts.get(key, 0) + 1
+                self.counts[key] = n
                 if self._fires(rule, n):
                     return rule
         return None

@@ -35,6 +35,7 @@ from emulator.integrity import Integrity
 from emulator.store import Store, Tenant, snapshot
 from emulator.store.persistence import Persistence, StateFileError
 from emulator.tenancy import Tenancy
+from emulator.tenant_clocks import TenantClocks
 
 # Error codes a fault effect may name: the API's own enums, so a typo cannot load silently.
 FAULT_CODES = {"operation_fails": "OperationErrorCode", "resource_error": "ModelResourcesErrorCode",
@@ -48,7 +49,7 @@ class ScenarioLibrary(Protocol):
 
     def available(self) -> dict[str, str]: ...
 
-    async def load(self, name: str) -> dict[str, Any]: ...
+    async def load(self, name: str, tenant: str | None = None) -> dict[str, Any]: ...
 
 
 class RenderCache:
@@ -135,9 +136,12 @@ class Runtime:
         self.integrity = Integrity()
         overrides = load_data_file(config.profile_file, "--profile-file") if config.profile_file else None
         try:
-            self.timing: Timing = load_timing(config.profile, overrides or None)
+            timing = load_timing(config.profile, overrides or None)
         except ValueError as exc:
             raise ConfigError(f"--profile-file {config.profile_file}: {exc}") from exc
+        # The global clock and profile, and the tenants that have their own (tenant-scoped time).
+        self.clocks = TenantClocks(self.clock, timing, {"name": config.profile, "overrides": dict(overrides or {})},
+                                   self.holds_state)
         self.limits: Limits = DEFAULT_LIMITS
         if config.limits_file:
             data = load_data_file(config.limits_file, "--limits-file")
@@ -155,14 +159,27 @@ class Runtime:
                 raise ConfigError(f"--faults {config.faults_file}: {exc}") from exc
         self.persistence: Persistence | None = None
         if config.state_file:
-            self.persistence = Persistence(config.state_file, self.store, self.clock.describe, self.state_checker,
+            self.persistence = Persistence(config.state_file, self.store, self.describe_clocks, self.state_checker,
                                            self.integrity.check)
             try:
                 doc = self.persistence.open()
             except (StateFileError, OSError) as exc:
                 raise ConfigError(str(exc)) from exc
             if doc is not None:
-                self._restore_clock(doc)
+                try:
+                    self._restore_clock(doc)
+                except snapshot.StateError as exc:
+                    raise ConfigError(f"--state-file {config.state_file}: {exc}") from exc
+
+    @property
+    def timing(self) -> Timing:
+        """The global timing profile (a tenant may have its own: :attr:`clocks`)."""
+        return self.clocks.timing
+
+    def holds_state(self, project: str) -> bool:
+        """Whether a tenant holds records (its virtual time may then never go back behind them)."""
+        tenant = self.store.get(project)
+        return tenant is not None and (len(tenant.timeline) > 0 or any(len(t) for t in tenant.tables()))
 
     # --- callers and their context -------------------------------------------------------------------
 
@@ -170,9 +187,17 @@ class Runtime:
         return self.tenancy.principal_for(api_key)
 
     def ctx(self, principal: Principal, warnings: list[str] | None = None) -> Ctx:
-        """A domain context; ``warnings`` is the list the request answers as ``X-Emulator-Warning``."""
-        return Ctx(now=self.clock.now(), principal=principal, timing=self.timing, seed=self.store.seed,
-                   limits=self.limits, strict=self.config.strict, warnings=[] if warnings is None else warnings)
+        """A domain context; ``warnings`` is the list the request answers as ``X-Emulator-Warning``. Time, timing
+        and seed are the tenant's own when it has them (tenant-scoped time), else the global ones."""
+        project = principal.project
+        own = self.clocks.tenants.get(project)  # a tenant with a clock or profile of its own
+        if own is None:
+            now, timing = self.clock.now(), self.clocks.timing
+        else:
+            now = (own.clock or self.clock).now()
+            timing = own.timing if own.timing is not None else self.clocks.timing
+        return Ctx(now=now, principal=principal, timing=timing, seed=self.store.seed_for(project), limits=self.limits,
+                   strict=self.config.strict, warnings=[] if warnings is None else warnings)
 
     def unit_of_work(self, who: Principal | str, *, write: bool) -> UnitOfWork:
         """The tenant of ``who`` (a caller, or a project for work no caller asked for: the dashboard, a
@@ -188,14 +213,22 @@ class Runtime:
 
     # --- control-plane changes (each journaled) ------------------------------------------------------
 
-    def reset(self, project: str | None = None, seed: int | None = None) -> None:
-        """Forget one project's state, or everyone's (and reseed)."""
+    def reset(self, project: str | None = None, seed: int | None = None, *, keep_settings: bool = False) -> None:
+        """Forget one project's state, or everyone's (and reseed). A project's own clock, profile and seed go
+        with it, unless ``keep_settings``; ``seed`` gives it a seed of its own."""
         with self.lock:
             self._check_writable()
-            self.store.reset(project, seed)
+            if project is not None and keep_settings:
+                own_seed = self.store.seed_for(project)
+                seed = seed if seed is not None else (own_seed if own_seed != self.store.seed else None)
+            else:
+                self.clocks.forget(project)
+            tenant = self.store.reset(project, seed)
             self.rendered.clear()
             if self.persistence is not None:
                 self.persistence.record_reset(project)
+                if tenant is not None:  # a tenant with a seed of its own: written at once, with its seed
+                    self.persistence.commit(tenant)
 
     def clock_changed(self) -> None:
         """Journal the clock after a control-plane change (a restart never goes back in virtual time)."""
@@ -213,17 +246,81 @@ class Runtime:
     def export_state(self) -> dict[str, Any]:
         with self.lock:
             self.settle()
-            return snapshot.export_state(self.store, self.clock.describe())
+            return snapshot.export_state(self.store, self.describe_clocks())
+
+    def describe_clocks(self) -> dict[str, Any]:
+        """The global clock, with every tenant's own clock and profile (the ``clock`` of a state document)."""
+        out = self.clock.describe()
+        tenants = self.clocks.export()
+        if tenants:
+            out["tenants"] = tenants
+        return out
 
     def import_state(self, doc: Any) -> None:
         """Replace the whole state; a bad document raises :class:`snapshot.StateError` and changes nothing."""
         with self.lock:
             self._check_writable()
+            tenant_clocks = self._tenant_clocks(doc)
             snapshot.import_state(self.store, doc, self.state_checker, self.integrity.check)
             self.rendered.clear()
-            self._restore_clock(doc)
+            self._restore_clock(doc, tenant_clocks)
             if self.persistence is not None:
                 self.persistence.rewrite()
+
+    def export_tenant(self, project: str) -> dict[str, Any]:
+        """One tenant's state document: the format of the whole state with that tenant only, its seed, and the
+        clock and profile it reads (no URL secret: its presigned URLs are not carried over)."""
+        with self.lock:
+            tenants = {}
+            if self.store.get(project) is not None:
+                self.settle(project)
+                tenant = self.store.get(project)
+                assert tenant is not None
+                tenants[project] = snapshot.export_tenant(tenant)
+            clock = self.clocks.describe(project)
+            del clock["scope"]
+            own = self.clocks.tenants.get(project)
+            if own is not None and own.profile is not None:
+                clock["profile"] = dict(own.profile)
+            return {"format": snapshot.STATE_FORMAT, "version": snapshot.STATE_VERSION,
+                    "seed": self.store.seed_for(project), "clock": clock, "tenants": tenants}
+
+    def import_tenant(self, project: str, doc: Any) -> None:
+        """Replace one tenant with the single tenant of ``doc`` (exported from any project). The tenant's clock
+        is set to the document's: its records are the document's, so no time goes back behind them. Checked
+        completely first (:class:`snapshot.StateError`); nothing changes on a refusal."""
+        with self.lock:
+            self._check_writable()
+            doc = snapshot.upgrade(doc)
+            self.state_checker.check(doc)
+            if len(doc["tenants"]) > 1:
+                raise snapshot.StateError(f"a tenant's document holds one tenant, not {len(doc['tenants'])} "
+                                          "(import the whole state without a tenant)")
+            seed = int(doc.get("seed", self.store.seed))
+            built = [snapshot.build_tenant(self.store, project, dict(data, epoch=None), seed)
+                     for data in doc["tenants"].values()]
+            for tenant in built:
+                self.integrity.check(tenant)
+            clock = doc.get("clock") or {}
+            entry = {k: v for k, v in clock.items() if k in ("now", "mode", "speed", "profile")}
+            own = self._tenant_clocks({"clock": {"tenants": {project: entry}}}).get(project)
+            self.clocks.forget(project)
+            self.store.reset(project, None if seed == self.store.seed else seed)
+            for tenant in built:
+                self.store.put(tenant)
+            if own is not None and (own.clock is not None or own.timing is not None):
+                self.clocks.restore({project: own}, [project])
+            self.rendered.clear()
+            if self.persistence is not None:
+                self.persistence.rewrite()
+
+    @staticmethod
+    def _tenant_clocks(doc: Any) -> Any:
+        clock = doc.get("clock") if isinstance(doc, dict) else None
+        try:
+            return TenantClocks.check_entries(clock.get("tenants") if isinstance(clock, dict) else None)
+        except ValueError as exc:
+            raise snapshot.StateError(str(exc)) from exc
 
     def projects(self) -> list[str]:
         return self.store.projects()
@@ -232,12 +329,13 @@ class Runtime:
         if self.persistence is not None:
             self.persistence.check_writable()
 
-    def _restore_clock(self, doc: dict[str, Any]) -> None:
+    def _restore_clock(self, doc: dict[str, Any], tenant_clocks: Any = None) -> None:
         now = (doc.get("clock") or {}).get("now")
         if now:
             at = parse_rfc3339(now)
             if at > self.clock.now():
                 self.clock.set_time(at)
+        self.clocks.restore(self._tenant_clocks(doc) if tenant_clocks is None else tenant_clocks)
 
 
 __all__ = ["Runtime", "ScenarioLibrary", "UnitOfWork", "Unavailable"]

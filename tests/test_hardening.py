@@ -477,7 +477,8 @@ def test_admin_token_is_not_an_api_key() -> None:
     with make_client(runtime, token="admin-secret") as client:
         error = assert_error(client.get(f"{RL}/model-resources"), 401)
         assert "admin token" in error["message"]
-        assert client.get("/_emulator/health").status_code == 200  # still opens the control plane
+        assert client.get("/_emulator/clock").status_code == 200  # still opens the control plane
     with make_client(runtime, token="tenant-key") as client:
         assert client.get(f"{RL}/model-resources").status_code == 200
-        assert_error(client.get("/_emulator/health"), 401)
+        assert_error(client.get("/_emulator/clock"), 401)
+        assert client.get("/_emulator/health").json() == {"status": "ok"}  # liveness needs no admin token

@@ -295,7 +295,7 @@ def test_stream_sends_clock_faults_and_the_log(client: TestClient, runtime: Runt
     assert names[:3] == ["log", "clock", "faults"]
     assert transitions(events)[0] == ("model_resources", "PENDING")
     clock = next(data for name, data, _ in events if name == "clock")
-    assert clock == runtime.clock.describe()
+    assert clock == {**runtime.clock.describe(), "scope": "global"}
 
 
 def test_stream_settles_the_tenant_when_the_manual_clock_moves(realistic_client: TestClient,

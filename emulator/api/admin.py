@@ -1,13 +1,25 @@
-"""Handlers of the control plane (``emulator/specs/admin.yaml``, served under ``/_emulator``)."""
+"""Handlers of the control plane (``emulator/specs/admin.yaml``, served under ``/_emulator``).
+
+Most calls can be scoped to one tenant, named by its API key in the ``X-Emulator-Tenant`` header or the
+``tenant`` query parameter (a header or query, never only the body, so that a balancer can route a
+tenant's control calls to the process that holds the tenant). Scoped, a call touches that tenant only:
+its own virtual clock and timing profile (:mod:`emulator.tenant_clocks`), its reset and seed, its fault
+rules, its events and its state document. Unscoped, it acts on the global clock and profile (which
+every tenant without its own follows) or on the whole emulator, as before tenants had their own.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from emulator.api.request import Reply, Request
 from emulator.clock import ClockError, parse_rfc3339
 from emulator.errors import Invalid, NotFound
 from emulator.faults import FaultError
-from emulator.runtime import ScenarioLibrary
+from emulator.runtime import Runtime, ScenarioLibrary
 from emulator.store import snapshot
+
+TENANT_HEADER = "x-emulator-tenant"
 
 
 def _project(req: Request, token: str | None, param: str = "tenant") -> str | None:
@@ -20,8 +32,22 @@ def _project(req: Request, token: str | None, param: str = "tenant") -> str | No
     return project
 
 
+def _tenant(req: Request, body_too: bool = False) -> tuple[str, str] | None:
+    """(API key, project) of the tenant the call is scoped to: ``X-Emulator-Tenant`` or ``?tenant=`` (and,
+    for reset, the body's ``tenant``, its older form); None when the call is not scoped."""
+    token = req.headers.get(TENANT_HEADER) or req.query_str("tenant")
+    param = "X-Emulator-Tenant" if req.headers.get(TENANT_HEADER) else "tenant"
+    if not token and body_too and req.json().get("tenant"):
+        token = str(req.json()["tenant"])
+    if not token:
+        return None
+    project = _project(req, token, param)
+    assert project is not None
+    return token, project
+
+
 def admin_health(req: Request) -> Reply:
-    """``ok``; ``degraded`` (503) while the state file refuses writes, naming why."""
+    """``ok``; ``degraded`` (503) while the state file refuses writes, naming why. No admin token needed."""
     persistence = req.runtime.persistence
     if persistence is None:
         return 200, {"status": "ok"}
@@ -29,91 +55,206 @@ def admin_health(req: Request) -> Reply:
     return (200 if storage["ok"] else 503), {"status": "ok" if storage["ok"] else "degraded", "state_file": storage}
 
 
+# --- the clock -------------------------------------------------------------------------------------------
+
+def _at(value: Any, param: str = "now") -> float | None:
+    if not value:
+        return None
+    try:
+        return parse_rfc3339(str(value))
+    except ValueError as exc:
+        raise Invalid(f"{param}: not an RFC 3339 time: {exc}", param=param) from exc
+
+
+def _set_clock(runtime: Runtime, project: str | None, body: dict[str, Any], where: str = "") -> None:
+    at = _at(body.get("now"), f"{where}now")
+    try:
+        if project is not None:
+            runtime.clocks.set_clock(project, mode=body.get("mode"), speed=body.get("speed"), now=at)
+        else:
+            runtime.clock.configure(mode=body.get("mode"), speed=body.get("speed"))
+            if at is not None:
+                runtime.clock.set_time(at)
+    except ClockError as exc:
+        raise Invalid(f"{where.rstrip('.') + ': ' if where else ''}{exc}") from exc
+
+
 def admin_get_clock(req: Request) -> Reply:
-    return 200, req.runtime.clock.describe()
+    tenant = _tenant(req)
+    return 200, req.runtime.clocks.describe(tenant[1] if tenant else None)
 
 
 def admin_set_clock(req: Request) -> Reply:
-    body = req.json()
-    clock = req.runtime.clock
-    try:
-        at = parse_rfc3339(body["now"]) if body.get("now") else None
-    except ValueError as exc:
-        raise Invalid(f"now: not an RFC 3339 time: {exc}", param="now") from exc
-    try:
-        clock.configure(mode=body.get("mode"), speed=body.get("speed"))
-        if at is not None:
-            clock.set_time(at)
-    except ClockError as exc:
-        raise Invalid(str(exc)) from exc
+    tenant = _tenant(req)
+    project = tenant[1] if tenant else None
+    with req.runtime.lock:
+        _set_clock(req.runtime, project, req.json())
     req.runtime.clock_changed()
-    return 200, clock.describe()
+    return 200, req.runtime.clocks.describe(project)
 
 
 def admin_advance_clock(req: Request) -> Reply:
+    tenant = _tenant(req)
+    seconds = float(req.json()["seconds"])
     try:
-        req.runtime.clock.advance(float(req.json()["seconds"]))
+        if tenant is not None:
+            req.runtime.clocks.advance(tenant[1], seconds)
+        else:
+            req.runtime.clock.advance(seconds)
     except ClockError as exc:
         raise Invalid(f"seconds: {exc}", param="seconds") from exc
     req.runtime.clock_changed()
-    return 200, req.runtime.clock.describe()
+    return 200, req.runtime.clocks.describe(tenant[1] if tenant else None)
+
+
+def admin_drop_clock(req: Request) -> Reply:
+    tenant = _tenant(req)
+    if tenant is None:
+        raise Invalid("name the tenant whose own clock goes (X-Emulator-Tenant or ?tenant=); the global "
+                             "clock cannot be removed", param="tenant")
+    try:
+        with req.runtime.lock:
+            req.runtime.clocks.drop_clock(tenant[1])
+    except ClockError as exc:
+        raise Invalid(str(exc)) from exc
+    req.runtime.clock_changed()
+    return 200, req.runtime.clocks.describe(tenant[1])
+
+
+# --- timing profiles -------------------------------------------------------------------------------------
+
+def _set_profile(runtime: Runtime, project: str | None, body: Any, param: str = "profile") -> None:
+    if not isinstance(body, dict):
+        raise Invalid(f"{param}: an object {{profile, overrides}}", param=param)
+    try:
+        runtime.clocks.set_profile(project, body.get("profile"), body.get("overrides"))
+    except ValueError as exc:
+        raise Invalid(f"{param}: {exc}", param=param) from exc
+
+
+def admin_get_profile(req: Request) -> Reply:
+    tenant = _tenant(req)
+    return 200, req.runtime.clocks.describe_profile(tenant[1] if tenant else None)
+
+
+def admin_set_profile(req: Request) -> Reply:
+    tenant = _tenant(req)
+    project = tenant[1] if tenant else None
+    _set_profile(req.runtime, project, req.json())
+    req.runtime.clock_changed()  # (profiles travel with the clocks in a state document)
+    return 200, req.runtime.clocks.describe_profile(project)
+
+
+def admin_drop_profile(req: Request) -> Reply:
+    tenant = _tenant(req)
+    if tenant is None:
+        raise Invalid("name the tenant whose own profile goes (X-Emulator-Tenant or ?tenant=)",
+                             param="tenant")
+    req.runtime.clocks.drop_profile(tenant[1])
+    req.runtime.clock_changed()
+    return 200, req.runtime.clocks.describe_profile(tenant[1])
+
+
+# --- reset and seed --------------------------------------------------------------------------------------
+
+def _reset(runtime: Runtime, project: str | None, seed: int | None, body: dict[str, Any]) -> None:
+    """Forget one tenant (its state, events, URLs, own clock, profile and seed; ``keep_settings``: its state
+    only) or every tenant, then give the fresh tenant (or the global clock and profile) what the body asks
+    for. Fault rules stay."""
+    if body.get("clock") is not None and not isinstance(body["clock"], dict):
+        raise Invalid("clock: an object {mode, speed, now}", param="clock")
+    runtime.reset(project, seed, keep_settings=bool(body.get("keep_settings")) and project is not None)
+    if body.get("clock") is not None:
+        with runtime.lock:
+            _set_clock(runtime, project, body["clock"], "clock.")
+    if body.get("profile") is not None:
+        _set_profile(runtime, project, body["profile"])
+    if body.get("clock") is not None or body.get("profile") is not None:
+        runtime.clock_changed()
 
 
 def admin_reset(req: Request) -> Reply:
     body = req.json()
-    project = _project(req, body.get("tenant"))
-    req.runtime.reset(project, seed=body.get("seed"))
-    return 200, {"reset": project or "all"}
+    tenant = _tenant(req, body_too=True)
+    project = tenant[1] if tenant else None
+    seed = body.get("seed")
+    _reset(req.runtime, project, None if seed is None else int(seed), body)
+    return 200, {"reset": project or "all", "seed": req.runtime.store.seed_for(project) if project
+                 else req.runtime.store.seed}
 
 
 def admin_set_seed(req: Request) -> Reply:
-    seed = req.json().get("seed", req.runtime.config.seed)
-    req.runtime.reset(None, seed=int(seed))
+    tenant = _tenant(req)
+    body = req.json()
+    if tenant is not None:  # reset the tenant with its own seed (none: the global one)
+        seed = body.get("seed")
+        _reset(req.runtime, tenant[1], None if seed is None else int(seed), {})
+        return 200, {"seed": req.runtime.store.seed_for(tenant[1])}
+    _reset(req.runtime, None, int(body.get("seed", req.runtime.config.seed)), {})
     return 200, {"seed": req.runtime.store.seed}
 
 
+# --- events and state ------------------------------------------------------------------------------------
+
 def admin_list_events(req: Request) -> Reply:
-    project = _project(req, req.query_str("tenant"))
-    req.runtime.settle()  # transitions that are due have happened by now
+    tenant = _tenant(req)
+    project = tenant[1] if tenant else None
+    if project is None or project in req.runtime.projects():
+        req.runtime.settle(project)  # transitions that are due have happened by now
     events = req.runtime.store.events.since(req.query_int("since", 0), project, req.query_int("limit", 1000))
     return 200, {"data": events}
 
 
 def admin_export_state(req: Request) -> Reply:
-    return 200, req.runtime.export_state()
+    tenant = _tenant(req)
+    if tenant is None:
+        return 200, req.runtime.export_state()
+    return 200, req.runtime.export_tenant(tenant[1])
 
 
 def admin_import_state(req: Request) -> Reply:
+    tenant = _tenant(req)
     try:
-        req.runtime.import_state(req.body)
+        if tenant is None:
+            req.runtime.import_state(req.body)
+        else:
+            req.runtime.import_tenant(tenant[1], req.body)
     except snapshot.StateError as exc:
         raise Invalid(f"state document refused: {exc}", code="invalid_state") from exc
     return 200, {"imported": True}
 
 
+# --- fault rules -----------------------------------------------------------------------------------------
+
 def admin_list_faults(req: Request) -> Reply:
-    return 200, {"data": req.runtime.faults.describe()}
+    tenant = _tenant(req)
+    return 200, {"data": req.runtime.faults.describe(tenant[0] if tenant else None)}
 
 
 def admin_add_faults(req: Request) -> Reply:
+    tenant = _tenant(req)
     try:
-        added = req.runtime.faults.load(req.body)
+        added = req.runtime.faults.load(req.body, tenant=tenant[0] if tenant else None)
     except FaultError as exc:
         raise Invalid(str(exc), code="invalid_fault_rule") from exc
     return 200, {"data": added}
 
 
 def admin_clear_faults(req: Request) -> Reply:
-    req.runtime.faults.clear()
+    tenant = _tenant(req)
+    req.runtime.faults.clear(tenant[0] if tenant else None)
     return 200, {"data": []}
 
 
 def admin_remove_fault(req: Request) -> Reply:
+    tenant = _tenant(req)
     name = req.path["name"]
-    if not req.runtime.faults.remove(name):
-        raise NotFound(f"no fault rule named {name!r}", param="name")
-    return 200, {"data": req.runtime.faults.describe()}
+    if not req.runtime.faults.remove(name, tenant[0] if tenant else None):
+        raise NotFound(f"no fault rule named {name!r}" + (" for this tenant" if tenant else ""), param="name")
+    return 200, {"data": req.runtime.faults.describe(tenant[0] if tenant else None)}
 
+
+# --- scenarios -------------------------------------------------------------------------------------------
 
 def _scenarios(req: Request) -> ScenarioLibrary:
     library = req.runtime.scenarios
@@ -128,11 +269,12 @@ def admin_list_scenarios(req: Request) -> Reply:
 
 async def admin_load_scenario(req: Request) -> Reply:
     library = _scenarios(req)
+    tenant = _tenant(req)
     name = req.path["name"]
     if name not in library.available():
         raise NotFound(f"no scenario {name!r}; available: {', '.join(library.available())}", param="name")
     try:
-        result = await library.load(name)
+        result = await library.load(name, tenant[0] if tenant else None)
     except ValueError as exc:
         raise Invalid(str(exc), code="invalid_scenario") from exc
     return 200, result

@@ -3,7 +3,10 @@
 ``METHOD path operationId status duration_ms tenant=<project> key=<redacted> fault=<rule>``, then
 ``warning="..."`` for each field the request sent that the emulator accepted and ignored. The inner
 layers note what they learn (operation, tenant, fault) in a small record the outermost layer placed in
-the scope; the API key itself is never printed, only its first four characters.
+the scope; the API key itself is never printed, only its first four characters. No header is printed,
+and the values of query parameters that carry a secret (the dashboard's ``admin_token``, an
+``api_key``, a control-plane ``tenant``: anything named like a token, key or tenant) are replaced by
+``***``, so the admin token and API keys never reach a log.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import sys
 import time
 from typing import Any, TextIO
+from urllib.parse import unquote_plus
 
 from emulator.http.asgi import ASGIApp, Message, Receive, Scope, Send
 
@@ -21,6 +25,20 @@ def note(scope: Scope, **values: Any) -> None:
     record = scope.get(RECORD)
     if record is not None:
         record.update(values)
+
+
+def _secret(name: str) -> bool:
+    name = name.lower()
+    return "token" in name or "key" in name or "tenant" in name or "secret" in name or "password" in name
+
+
+def redact_query(query: str) -> str:
+    """The query string with the value of every secret-bearing parameter replaced by ``***``."""
+    parts = []
+    for part in query.split("&"):
+        name, eq, _value = part.partition("=")
+        parts.append(f"{name}=***" if eq and _secret(unquote_plus(name)) else part)
+    return "&".join(parts)
 
 
 def redact(token: str | None) -> str:
@@ -54,7 +72,7 @@ class AccessLog:
         finally:
             ms = (time.perf_counter() - started) * 1000
             query = scope.get("query_string", b"").decode("latin-1")
-            path = scope["path"] + (f"?{query}" if query else "")
+            path = scope["path"] + (f"?{redact_query(query)}" if query else "")
             line = (f"{scope['method']} {path} {record.get('operation_id') or '-'} {status or '-'} {ms:.1f}ms "
                     f"tenant={record.get('tenant') or '-'} key={redact(record.get('token'))} "
                     f"fault={record.get('fault') or '-'}")

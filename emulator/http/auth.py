@@ -3,7 +3,7 @@
 The key maps to a principal (:mod:`emulator.tenancy`) that later layers find in the scope; a missing,
 malformed or refused key is a 401 before any validation, as on the real service. The control plane
 (``/_emulator``) needs the admin token (``X-Emulator-Admin-Token``, or as the bearer token) only when
-``--admin-token`` is set.
+``--admin-token`` is set, and never for ``/_emulator/health``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ from emulator.http.envelope import Unauthenticated
 from emulator.tenancy import Tenancy
 
 PRINCIPAL = "emulator_principal"
+# Liveness answers without the admin token (as LocalStack's and WireMock's health checks do): probes and
+# load balancers poll it, and it tells nothing about any tenant.
+OPEN_ADMIN_OPERATIONS = frozenset({"adminHealth"})
 
 
 def principal(scope: Scope) -> Principal | None:
@@ -57,7 +60,8 @@ class AuthMiddleware:
             if logged:
                 note(scope, operation_id=op)
             if is_admin_operation(op):
-                check_admin(scope, self.tenancy)
+                if op not in OPEN_ADMIN_OPERATIONS:
+                    check_admin(scope, self.tenancy)
             else:
                 caller = scope["extensions"][PRINCIPAL] = self._principal(scope)
                 if logged:

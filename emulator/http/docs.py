@@ -1,9 +1,12 @@
-"""Swagger UI for the vendor spec at ``/docs``, and the spec itself at ``/openapi.json``.
+"""Swagger UI at ``/docs`` for the vendor spec and at ``/docs/admin`` for the control plane's spec, and
+the root page ``/``, which points to them, the dashboard and the control plane (JSON, or a small HTML
+page for a browser).
 
-Kept off the hot path and built on its first request (connexion's Swagger UI middleware serves the
-page and its assets). The served spec lists the address the page was loaded from first, so "Try it
-out" talks to this emulator. Only GET and HEAD are allowed; anything that is not a page or an asset is
-a 404, always in ``ErrorData``.
+The vendor spec is served at ``/openapi.json``, the control plane's (``admin.yaml``) at
+``/docs/admin/openapi.json``; each page offers both in its spec selector. Kept off the hot path and
+built on its first request (connexion's Swagger UI middleware serves the pages and their assets). A
+served spec lists the address the page was loaded from first, so "Try it out" talks to this emulator.
+Only GET and HEAD are allowed; anything that is not a page or an asset is a 404, always in ``ErrorData``.
 """
 
 from __future__ import annotations
@@ -13,44 +16,108 @@ from connexion.middleware import ConnexionMiddleware
 from connexion.middleware.swagger_ui import SwaggerUIMiddleware
 from connexion.options import SwaggerUIOptions
 
+import emulator
 from emulator import spec
 from emulator.errors import NotFound
-from emulator.http.asgi import Message, Receive, Scope, Send, base_url, send_json
+from emulator.http.asgi import Message, Receive, Scope, Send, base_url, header, send_json
 from emulator.http.envelope import MethodNotAllowed
 
 SPEC_PATH = "/openapi.json"
 UI_PATH = "/docs"
+ADMIN_UI_PATH = "/docs/admin"
+ADMIN_SPEC_PATH = "/docs/admin/openapi.json"
+_VENDOR_ENTRY = {"url": SPEC_PATH, "name": "Together RL API (openapi.yaml)"}
+_ADMIN_ENTRY = {"url": ADMIN_SPEC_PATH, "name": "Emulator control plane /_emulator (admin.yaml)"}
+
+
+ROOT_PATH = "/"
+LINKS = {
+    "docs": UI_PATH + "/",
+    "openapi": SPEC_PATH,
+    "dashboard": "/_emulator/ui",
+    "control_plane": "/_emulator",
+    "control_plane_docs": ADMIN_UI_PATH + "/",
+    "health": "/_emulator/health",
+}
+_TITLES = {
+    "docs": "Swagger UI of the Together RL API (openapi.yaml)",
+    "openapi": "the API's spec as JSON",
+    "dashboard": "the dashboard: tenants, statuses on a virtual timeline, loss curves, clock, faults",
+    "control_plane": "the emulator's control plane (clock, reset, seed, faults, scenarios, state, events)",
+    "control_plane_docs": "Swagger UI of the control plane (admin.yaml)",
+    "health": "liveness",
+}
 
 
 def is_docs_path(path: str) -> bool:
-    return path == SPEC_PATH or path == UI_PATH or path.startswith(UI_PATH + "/")
+    return path == ROOT_PATH or path == SPEC_PATH or path == UI_PATH or path.startswith(UI_PATH + "/")
+
+
+async def _index(scope: Scope, send: Send) -> None:
+    """``/``: where everything is, as JSON, or as a page when a browser asks for HTML."""
+    if "text/html" in (header(scope, b"accept") or ""):
+        items = "".join(f'<li><a href="{path}">{path}</a>: {_TITLES[name]}</li>' for name, path in LINKS.items())
+        page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Together RL emulator</title></head>"
+                f"<body><h1>Together RL emulator {emulator.__version__}</h1><p>The API is under "
+                f"<code>/v1/rl</code> and <code>/v1/shaping</code>; point the SDK here with "
+                f"<code>TOGETHER_BASE_URL={base_url(scope)}</code>.</p><ul>{items}</ul></body></html>").encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/html; charset=utf-8"),
+                                (b"content-length", str(len(page)).encode())]})
+        await send({"type": "http.response.body", "body": page})
+        return
+    body = {"name": "Together RL emulator", "version": emulator.__version__, "api": ["/v1/rl", "/v1/shaping"],
+            **LINKS}
+    await send_json(send, 200, orjson.dumps(body))
 
 
 async def _nothing_here(scope: Scope, receive: Receive, send: Send) -> None:
     raise NotFound("no such page", code="unknown_endpoint")
 
 
+def _ui(which: str, ui_path: str, spec_path: str, urls: list[dict[str, str]]) -> ConnexionMiddleware:
+    ui = ConnexionMiddleware(_nothing_here, middlewares=[SwaggerUIMiddleware])
+    ui.add_api(spec.load_spec(which), base_path="",
+               swagger_ui_options=SwaggerUIOptions(swagger_ui_path=ui_path, spec_path=spec_path,
+                                                   swagger_ui_template_arguments={"urls": urls}))
+    return ui
+
+
 class DocsApp:
     def __init__(self) -> None:
         self._ui: ConnexionMiddleware | None = None
+        self._admin_ui: ConnexionMiddleware | None = None
 
     def ui(self) -> ConnexionMiddleware:
         if self._ui is None:
-            ui = ConnexionMiddleware(_nothing_here, middlewares=[SwaggerUIMiddleware])
-            ui.add_api(spec.load_spec(spec.VENDOR), base_path="",
-                       swagger_ui_options=SwaggerUIOptions(swagger_ui_path=UI_PATH, spec_path=SPEC_PATH))
-            self._ui = ui
+            self._ui = _ui(spec.VENDOR, UI_PATH, SPEC_PATH, [_VENDOR_ENTRY, _ADMIN_ENTRY])
         return self._ui
+
+    def admin_ui(self) -> ConnexionMiddleware:
+        if self._admin_ui is None:
+            self._admin_ui = _ui(spec.ADMIN, ADMIN_UI_PATH, ADMIN_SPEC_PATH, [_ADMIN_ENTRY, _VENDOR_ENTRY])
+        return self._admin_ui
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] not in ("GET", "HEAD"):
             raise MethodNotAllowed(scope["method"], scope["path"], ["GET", "HEAD"])
-        if scope["path"] == SPEC_PATH:
+        path = scope["path"]
+        if path == ROOT_PATH:
+            await _index(scope, send)
+            return
+        if path == SPEC_PATH:
             doc = spec.load_spec(spec.VENDOR)
             here = {"url": base_url(scope), "description": "This emulator (the address this page was loaded from)."}
             doc["servers"] = [here] + [s for s in doc.get("servers", []) if s.get("url") != here["url"]]
             await send_json(send, 200, orjson.dumps(doc))
             return
+        if path == ADMIN_SPEC_PATH:
+            doc = spec.load_spec(spec.ADMIN)
+            doc["servers"] = [{"url": base_url(scope) + spec.ADMIN_BASE_PATH,
+                               "description": "This emulator's control plane."}]
+            await send_json(send, 200, orjson.dumps(doc))
+            return
+        ui = self.admin_ui() if path == ADMIN_UI_PATH or path.startswith(ADMIN_UI_PATH + "/") else self.ui()
         failed = False
 
         async def send_(message: Message) -> None:
@@ -61,6 +128,6 @@ class DocsApp:
             if not failed:
                 await send(message)
 
-        await self.ui()(scope, receive, send_)
+        await ui(scope, receive, send_)
         if failed:
             raise NotFound("no such page", code="unknown_endpoint")

@@ -52,7 +52,7 @@ class FileServer:
 
     def _grant(self, token: str, kinds: tuple[str, ...]) -> Grant:
         try:
-            grant = self.runtime.store.presigner.redeem(token, kinds, self.runtime.clock.now())
+            grant = self.runtime.store.presigner.redeem(token, kinds, self.runtime.clocks.now)
         except GrantRefused as exc:
             if exc.status == 403:
                 raise Forbidden(exc.message, code="url_refused") from exc

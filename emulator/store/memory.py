@@ -77,10 +77,15 @@ class Store:
         self.events = EventLog()
         self.presigner = Presigner()
         self._tenants: dict[str, Tenant] = {}
+        self._seeds: dict[str, int] = {}   # tenants seeded apart from the global seed
+
+    def seed_for(self, project: str) -> int:
+        """The tenant's own seed (a reset of that tenant with a seed), else the global one."""
+        return self._seeds.get(project, self.seed) if self._seeds else self.seed
 
     def new_tenant(self, project: str, epoch: str | None = None) -> Tenant:
         """A tenant that is not (yet) part of the store."""
-        return Tenant(project, self.seed, self.events, journaled=self.journaled, epoch=epoch)
+        return Tenant(project, self.seed_for(project), self.events, journaled=self.journaled, epoch=epoch)
 
     def get(self, project: str) -> Tenant | None:
         return self._tenants.get(project)
@@ -98,17 +103,30 @@ class Store:
     def put(self, tenant: Tenant) -> None:
         """Install a tenant built elsewhere (a state import, a journal's rollback)."""
         self._tenants[tenant.project] = tenant
+        if tenant.ids.seed != self.seed:
+            self._seeds[tenant.project] = tenant.ids.seed
+        else:
+            self._seeds.pop(tenant.project, None)
 
     def drop(self, project: str) -> None:
         """Remove a tenant without touching the event log (a journal undoing a change it could not write)."""
         self._tenants.pop(project, None)
 
-    def reset(self, project: str | None = None, seed: int | None = None) -> None:
-        if seed is not None:
-            self.seed = seed
+    def reset(self, project: str | None = None, seed: int | None = None) -> Tenant | None:
+        """Forget every tenant (``seed``: the new global seed), or one (``seed``: that tenant's own seed, and
+        the tenant is created at once, so that a journal keeps the seed of an empty tenant; without it the
+        tenant takes the global seed again). Returns the tenant so created."""
         if project is None:
+            if seed is not None:
+                self.seed = seed
+            self._seeds.clear()
             self._tenants.clear()
             self.events.clear()
-        else:
-            self._tenants.pop(project, None)
-            self.events.clear(project)
+            return None
+        self._tenants.pop(project, None)
+        self.events.clear(project)
+        self._seeds.pop(project, None)
+        if seed is None:
+            return None
+        self._seeds[project] = seed
+        return self.open(project)

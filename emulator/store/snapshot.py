@@ -53,7 +53,7 @@ def _weights(pair: tuple[int, Any]) -> dict[str, Any]:
 
 
 def export_tenant(tenant: Tenant) -> dict[str, Any]:
-    out: dict[str, Any] = {"epoch": tenant.epoch, "ids_counter": tenant.ids.counter}
+    out: dict[str, Any] = {"epoch": tenant.epoch, "seed": tenant.ids.seed, "ids_counter": tenant.ids.counter}
     for table in tenant.tables():
         out[table.name] = [records.to_dict(r) for r in table.ordered()]
     out["idempotency"] = [[*k, v] for k, v in tenant.idempotency.items()]
@@ -107,7 +107,7 @@ def memo_of(tenant: Tenant) -> TenantMemo:
     memo.models = {sid: (model, model.version) for sid, model in tenant.models.live.items()}
     memo.published = dict(tenant.models.published)
     memo.staged = dict(tenant.models.staged)
-    memo.scalars = {"ids_counter": tenant.ids.counter, "timeline_seq": tenant.timeline.seq,
+    memo.scalars = {"seed": tenant.ids.seed, "ids_counter": tenant.ids.counter, "timeline_seq": tenant.timeline.seq,
                     "gpu_queue_tail": dict(tenant.gpu_queue_tail)}
     return memo
 
@@ -179,8 +179,8 @@ def tenant_change(tenant: Tenant, memo: TenantMemo) -> dict[str, Any]:
                 out[sid] = _weights(pair)
         if out:
             change[part] = out
-    for key, value in (("ids_counter", tenant.ids.counter), ("timeline_seq", tenant.timeline.seq),
-                       ("gpu_queue_tail", tenant.gpu_queue_tail)):
+    for key, value in (("seed", tenant.ids.seed), ("ids_counter", tenant.ids.counter),
+                       ("timeline_seq", tenant.timeline.seq), ("gpu_queue_tail", tenant.gpu_queue_tail)):
         if memo.scalars.get(key) != value:
             memo.scalars[key] = copy.copy(value)
             change[key] = value
@@ -228,7 +228,7 @@ class TenantReplay:
                     kept.pop(sid, None)
                 else:
                     kept[sid] = entry
-        for key in ("ids_counter", "timeline_seq", "gpu_queue_tail", "epoch"):
+        for key in ("seed", "ids_counter", "timeline_seq", "gpu_queue_tail", "epoch"):
             if key in change:
                 data[key] = change[key]
 
@@ -294,6 +294,7 @@ def state_schema() -> dict[str, Any]:
                                     for name, cls in RECORD_TYPES.items()}
     tenant_props.update({
         "epoch": {"type": "string", "minLength": 1},
+        "seed": {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1},   # a tenant seeded on its own
         "ids_counter": count,
         "idempotency": {"type": "array", "items": {"type": "array", "items": string, "minItems": 4, "maxItems": 4}},
         "timeline": {"type": "array", "items": {"type": "array", "minItems": 4, "maxItems": 4, "items": [
@@ -408,9 +409,10 @@ def import_state(store: Store, doc: Any, checker: Checker, verify: Callable[[Ten
 
 
 def build_tenant(store: Store, project: str, data: dict[str, Any], seed: int | None = None) -> Tenant:
-    """A tenant from its (schema-checked) document; refuses dangling references."""
-    tenant = Tenant(project, int(store.seed if seed is None else seed), store.events, journaled=store.journaled,
-                    epoch=data.get("epoch"))
+    """A tenant from its (schema-checked) document; refuses dangling references. Its seed is the document's
+    own (a tenant seeded apart), else ``seed`` (the whole document's), else the store's."""
+    seed = int(data.get("seed", store.seed if seed is None else seed))
+    tenant = Tenant(project, seed, store.events, journaled=store.journaled, epoch=data.get("epoch"))
     tenant.ids.counter = int(data.get("ids_counter", 0))
     for name, cls in RECORD_TYPES.items():
         table = tenant.table(name)

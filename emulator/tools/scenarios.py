@@ -13,7 +13,10 @@ resource created fails" means a client's), except a step's ``effect``. So a scen
 state the real API could not produce, and what it seeds is journaled like anything a client does. Each answer is also checked against its response schema.
 
 Loaded with ``serve --scenario NAME`` (or ``--scenario path/to/file.yaml``) or
-``POST /_emulator/scenarios/NAME``. The named scenarios ship inside the package (the top-level
+``POST /_emulator/scenarios/NAME``. Loaded for a tenant (``X-Emulator-Tenant: KEY`` or ``?tenant=KEY``), it
+fills that tenant instead of the scenario's own token, and everything it does to time and faults stays in
+that tenant: its clock settings and ``advance`` steps move the tenant's own clock, its fault rules replace
+the tenant's rules only. Either way the tenant's own clock, profile and seed survive the reset of its state. The named scenarios ship inside the package (the top-level
 ``fixtures/``, found through :mod:`emulator.fixture_files`), so an installed emulator has them too.
 """
 
@@ -122,9 +125,12 @@ class InProcessClient:
         self.runtime = runtime
 
     async def call(self, method: str, path: str, *, token: str | None = None, body: Any = None,
-                   query: dict[str, str] | None = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+                   query: dict[str, str] | None = None, headers: dict[str, str] | None = None,
+                   tenant: str | None = None) -> tuple[int, Any]:
         raw = b"" if body is None else orjson.dumps(body)
         sent = {"host": "emulator.scenario", "content-length": str(len(raw)), **(headers or {})}
+        if tenant is not None:  # a control-plane call scoped to that tenant
+            sent["x-emulator-tenant"] = tenant
         if body is not None:
             sent["content-type"] = "application/json"
         if token is not None:
@@ -161,41 +167,45 @@ def _refused(where: str, what: str, status: int, answer: Any) -> ScenarioError:
     return ScenarioError(f"{where}: {what} answered {status}: {message}")
 
 
-async def load(client: InProcessClient, name: str) -> dict[str, Any]:
+async def load(client: InProcessClient, name: str, tenant: str | None = None) -> dict[str, Any]:
+    """Reset the scenario's tenant (its state only) and replay the scenario into it. ``tenant``, an API key,
+    replaces the scenario's own token and scopes its clock and fault rules to that tenant."""
     doc = read(name)
-    token = str(doc.get("token") or "demo-key")
+    token = tenant or str(doc.get("token") or "demo-key")
     if client.runtime.principal_for(token) is None:
         raise ScenarioError(f"scenario token {token!r} is not in the tokens file")
-    status, answer = await client.call("POST", "/_emulator/reset", body={"tenant": token})
+    status, answer = await client.call("POST", "/_emulator/reset", body={"keep_settings": True}, tenant=token)
     if status != 200:
         raise _refused(f"scenario {name}", "the reset of its tenant", status, answer)
     clock = doc.get("clock") or {}
     if clock:
         wanted = {k: clock[k] for k in ("mode", "speed") if k in clock}
-        status, answer = await client.call("POST", "/_emulator/clock", body=wanted)
+        status, answer = await client.call("POST", "/_emulator/clock", body=wanted, tenant=tenant)
         if status != 200:
             raise _refused(f"scenario {name}", "clock", status, answer)
     if doc.get("faults"):
-        await client.call("DELETE", "/_emulator/faults")
-        status, answer = await client.call("POST", "/_emulator/faults", body=doc["faults"])
+        await client.call("DELETE", "/_emulator/faults", tenant=tenant)
+        status, answer = await client.call("POST", "/_emulator/faults", body=doc["faults"], tenant=tenant)
         if status != 200:
             raise _refused(f"scenario {name}", "its fault rules", status, answer)
-    run = _Run(client, _operations(), token, name)
+    run = _Run(client, _operations(), token, name, tenant)
     try:
         await run.steps(doc.get("steps") or [])
     finally:
         for rule in run.effect_rules:
-            await client.call("DELETE", f"/_emulator/faults/{quote(rule, safe='')}")
+            await client.call("DELETE", f"/_emulator/faults/{quote(rule, safe='')}", tenant=tenant)
     return {"scenario": name, "token": token, "saved": {k: v.get("id") for k, v in run.saved.items()
                                                          if isinstance(v, dict) and "id" in v}}
 
 
 class _Run:
-    def __init__(self, client: InProcessClient, ops: _Operations, token: str, name: str) -> None:
+    def __init__(self, client: InProcessClient, ops: _Operations, token: str, name: str,
+                 tenant: str | None = None) -> None:
         self.client = client
         self.ops = ops
         self.token = token
         self.name = name
+        self.tenant = tenant   # the control-plane calls' scope (None: global, the classic load)
         self.saved: dict[str, Any] = {}
         self.calls = 0
         self.effect_rules: list[str] = []
@@ -210,7 +220,8 @@ class _Run:
                     seconds = float(step["advance"])
                 except (TypeError, ValueError) as exc:
                     raise ScenarioError(f"{where}: advance: {exc}") from exc
-                status, answer = await self.client.call("POST", "/_emulator/clock/advance", body={"seconds": seconds})
+                status, answer = await self.client.call("POST", "/_emulator/clock/advance", body={"seconds": seconds},
+                                                        tenant=self.tenant)
                 if status != 200:
                     raise _refused(where, "advance", status, answer)
             elif "repeat" in step:
@@ -249,7 +260,8 @@ class _Run:
             # X-Emulator-Fault header of this one call.
             rule = f"scenario:{self.name}:{self.calls}"
             status, answer = await self.client.call(
-                "POST", "/_emulator/faults", body={"name": rule, "trigger": {"first_n": 0}, "effect": step["effect"]})
+                "POST", "/_emulator/faults", body={"name": rule, "trigger": {"first_n": 0}, "effect": step["effect"]},
+                tenant=self.tenant)
             if status != 200:
                 raise _refused(where, "its effect", status, answer)
             self.effect_rules.append(rule)
@@ -277,5 +289,5 @@ class Library:
     def available() -> dict[str, str]:
         return available()
 
-    async def load(self, name: str) -> dict[str, Any]:
-        return await load(self.client, name)
+    async def load(self, name: str, tenant: str | None = None) -> dict[str, Any]:
+        return await load(self.client, name, tenant)

@@ -74,7 +74,7 @@ async def run(runtime: Runtime, receive: Any, send: Any, project: str | None, si
             if new:
                 seq = new[-1]["seq"]
                 chunks.append(sse("log", new[-LOG_BATCH:], seq))
-            clock = runtime.clock.describe()
+            clock = runtime.clocks.describe(project)
             if clock != last_clock:
                 last_clock = clock
                 chunks.append(sse("clock", clock, seq))

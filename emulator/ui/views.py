@@ -95,7 +95,7 @@ def tenant(runtime: Runtime, project: str) -> dict[str, Any]:
         view = {
             "project": project,
             "now": rfc3339(now),
-            "clock": runtime.clock.describe(),
+            "clock": runtime.clocks.describe(project),
             "seq": events[-1]["seq"] if events else 0,
             "resources": [render.model_resources(state, r) for r in reversed(state.resources.ordered())],
             "sessions": [_session(state, s) for s in reversed(state.sessions.ordered())],

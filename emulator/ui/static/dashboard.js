@@ -294,8 +294,14 @@
   }
 
   // --- clock -----------------------------------------------------------------------------------
+  // A tenant with a clock of its own shows that clock; the buttons still move the global one, which such a
+  // tenant does not follow (move its clock with /_emulator/clock and X-Emulator-Tenant).
+  const ownClock = () => state.clock && state.clock.scope === "tenant";
+
   function showClock(clock) {
     state.clock = clock;
+    $("clock-scope").textContent = clock.scope === "tenant"
+      ? "this tenant's own (the buttons move the global clock)" : "global";
     $("clock-now").textContent = clock.now.replace("T", " ").replace("Z", " UTC");
     $("clock-mode").textContent = clock.mode;
     $("clock-speed").textContent = String(clock.speed);
@@ -305,7 +311,8 @@
   }
 
   async function advance(seconds) {
-    showClock(await call("POST", `${ADMIN}/clock/advance`, {seconds}));
+    const global = await call("POST", `${ADMIN}/clock/advance`, {seconds});
+    if (!ownClock()) showClock(global);
     refresh();  // the stream would notice within a tick; this shows the result at once
   }
 
@@ -444,7 +451,7 @@
       ev.preventDefault();
       const body = {mode: $("clock-mode-input").value};
       if ($("clock-speed-input").value !== "") body.speed = Number($("clock-speed-input").value);
-      call("POST", `${ADMIN}/clock`, body).then((clock) => { showClock(clock); refresh(); }).catch(fail);
+      call("POST", `${ADMIN}/clock`, body).then((clock) => { if (!ownClock()) showClock(clock); refresh(); }).catch(fail);
     });
     const examples = $("fault-example");
     examples.replaceChildren(el("option", {value: ""}, "example rules…"),
