@@ -20,12 +20,15 @@ per-request decorator layer costs most of the throughput (BENCHMARKS.md).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from typing import Any
 
 from connexion.middleware import ConnexionMiddleware
 from connexion.middleware.response_validation import ResponseValidationMiddleware
 from connexion.resolver import Resolver
+from connexion.spec import Specification
 
 from emulator import spec
 from emulator.api import handler_for
@@ -53,6 +56,19 @@ from emulator.runtime import Runtime
 from emulator.ui import Dashboard, is_dashboard_path
 
 
+@contextlib.contextmanager
+def _packaged_specs() -> Iterator[None]:
+    """connexion checks every spec it loads against the OpenAPI schema, a fifth of the emulator's start-up
+    (BENCHMARKS.md). Ours are packaged files that never change, and ``tests/test_spec.py`` checks them with
+    that same validator, so building the app skips it. Only for the specs loaded within the block."""
+    saved = Specification.__dict__["_validate_spec"]
+    Specification._validate_spec = classmethod(lambda cls, spec: None)  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        Specification._validate_spec = saved  # type: ignore[method-assign]
+
+
 def _resolver() -> Resolver:
     def resolve(operation_id: str) -> Any:
         handler = handler_for(operation_id)
@@ -77,10 +93,11 @@ class EmulatorApp:
         if validate_responses:
             middlewares.append(ResponseValidationMiddleware)
         self.api = ConnexionMiddleware(Dispatcher(runtime), middlewares=middlewares)
-        self.api.add_api(spec.load_spec(spec.VENDOR), resolver=_resolver(), validate_responses=validate_responses,
-                         strict_validation=False)
-        self.api.add_api(spec.load_spec(spec.ADMIN), base_path=spec.ADMIN_BASE_PATH, resolver=_resolver(),
-                         validate_responses=validate_responses)
+        with _packaged_specs():
+            self.api.add_api(spec.load_spec(spec.VENDOR), resolver=_resolver(), validate_responses=validate_responses,
+                             strict_validation=False)
+            self.api.add_api(spec.load_spec(spec.ADMIN), base_path=spec.ADMIN_BASE_PATH, resolver=_resolver(),
+                             validate_responses=validate_responses)
         self.files = ErrorEnvelope(FileServer(runtime))
         self.docs = ErrorEnvelope(DocsApp())
 

@@ -508,3 +508,17 @@ def test_self_test_other_checkers_reject_broken_documents(spec):
     v3_1 = copy.deepcopy(spec)
     v3_1["openapi"] = "3.1.0"
     assert not re.fullmatch(r"3\.0\.\d+", v3_1["openapi"])
+
+
+@pytest.mark.parametrize("name", ["openapi.yaml", "admin.yaml"])
+def test_packaged_specs_pass_connexions_own_checks(name: str) -> None:
+    """The emulator's start-up skips connexion's check of its packaged specs (emulator/app.py): this is it."""
+    from connexion.spec import Specification
+
+    from emulator import spec as packaged
+
+    Specification.from_dict(packaged.load_spec(name))  # raises InvalidSpecification on a bad spec
+    broken = packaged.load_spec(name)
+    next(iter(broken["paths"].values()))["get" if name == "admin.yaml" else "post"]["responses"] = "nonsense"
+    with pytest.raises(Exception, match="nonsense"):
+        Specification.from_dict(broken)
