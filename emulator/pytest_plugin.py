@@ -1,0 +1,101 @@
+"""pytest plugin (``pytest11`` entry point ``together_emulator``): the emulator in your own test suite.
+
+    def test_training(together_emulator):            # a fresh tenant of a session-wide emulator
+        ...                                          # TOGETHER_BASE_URL / TOGETHER_API_KEY point at it
+        together_emulator.clock.advance(600)         # this test's time only
+
+    @pytest.mark.together_emulator(scenario="two-sessions-step-40", seed=7, profile="realistic",
+                                   faults=[...], clock="manual", start="2026-01-01T00:00:00Z")
+    def test_with_a_setup(together_emulator): ...
+
+The fixture is a :class:`emulator.testing.Tenant`. One emulator serves the whole session (started on
+first use, in a thread by default); every test gets a tenant of its own, reset, with its own manual
+clock, so tests never see each other's state, time or fault rules. The marker's keywords (or the
+fixture's indirect parameter, a dict) are those of :meth:`emulator.testing.EmulatorServer.tenant`.
+
+Options (or ini keys ``together_emulator_mode``, ``together_emulator_args``, ``together_emulator_url``):
+``--together-emulator-mode=subprocess`` runs the emulator in a subprocess; ``--together-emulator-arg=ARG``
+(repeatable) passes a server option; ``--together-emulator-url=URL`` uses an emulator that is already
+running (tenants then get a per-run salt, so runs sharing it never meet), with
+``--together-emulator-admin-token`` if it has one.
+
+Installed with the package, this module is loaded by every pytest run, so it only registers its
+options, marker and fixtures: nothing is imported or started until a test asks for the fixture.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from emulator.testing import EmulatorServer, Tenant
+
+SETTINGS = frozenset({"seed", "clock", "start", "speed", "profile", "overrides", "faults", "scenario", "api_key",
+                      "name"})
+MARKER = ("together_emulator(**settings): settings of the together_emulator fixture's tenant: seed, clock "
+          "('manual' or 'system'), start, speed, profile ('instant' or 'realistic'), overrides, faults, scenario, "
+          "api_key")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("together_emulator", "Together RL emulator (the together_emulator fixture)")
+    group.addoption("--together-emulator-mode", choices=("thread", "subprocess"), default=None,
+                    help="run the session's emulator in a thread of pytest (default) or in a subprocess")
+    group.addoption("--together-emulator-arg", action="append", default=[],
+                    help="a server option for that emulator (repeatable), e.g. --together-emulator-arg=--validate-responses")
+    group.addoption("--together-emulator-url", default=None,
+                    help="use an emulator already running at this URL instead of starting one")
+    group.addoption("--together-emulator-admin-token", default=None,
+                    help="the admin token of that emulator, if it has one [env TOGETHER_EMULATOR_ADMIN_TOKEN]")
+    parser.addini("together_emulator_mode", "thread (default) or subprocess", default="thread")
+    parser.addini("together_emulator_args", "server options for the session's emulator", type="args", default=[])
+    parser.addini("together_emulator_url", "an emulator already running (instead of starting one)", default="")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER)
+
+
+@pytest.fixture(scope="session")
+def together_emulator_server(pytestconfig: pytest.Config) -> Iterator[EmulatorServer]:
+    """The session's emulator (:class:`emulator.testing.EmulatorServer`), started on first use."""
+    from emulator.testing import EmulatorServer
+
+    opt = pytestconfig.option
+    url = opt.together_emulator_url or pytestconfig.getini("together_emulator_url") or None
+    mode = opt.together_emulator_mode or pytestconfig.getini("together_emulator_mode") or "thread"
+    args = [*pytestconfig.getini("together_emulator_args"), *opt.together_emulator_arg]
+    admin_token = opt.together_emulator_admin_token or os.environ.get("TOGETHER_EMULATOR_ADMIN_TOKEN") or None
+    with EmulatorServer(mode, args, url=url, admin_token=admin_token) as server:
+        yield server
+
+
+@pytest.fixture
+def together_emulator(together_emulator_server: EmulatorServer, request: pytest.FixtureRequest) -> Iterator[Tenant]:
+    """A fresh tenant of the session's emulator for this test (:class:`emulator.testing.Tenant`), with
+    ``TOGETHER_BASE_URL`` and ``TOGETHER_API_KEY`` set for the test; forgotten afterwards."""
+    settings: dict[str, Any] = {}
+    marker = request.node.get_closest_marker("together_emulator")
+    if marker is not None:
+        if marker.args:
+            raise pytest.UsageError("@pytest.mark.together_emulator takes keywords only, e.g. (seed=7)")
+        settings.update(marker.kwargs)
+    param = getattr(request, "param", None)
+    if param is not None:
+        if not isinstance(param, dict):
+            raise pytest.UsageError("an indirect parameter of together_emulator must be a dict of its settings")
+        settings.update(param)
+    unknown = set(settings) - SETTINGS
+    if unknown:
+        raise pytest.UsageError(f"together_emulator: unknown settings {sorted(unknown)}; known: {sorted(SETTINGS)}")
+    settings.setdefault("name", request.node.nodeid)
+    tenant = together_emulator_server.tenant(**settings)
+    try:
+        with tenant.environ():
+            yield tenant
+    finally:
+        tenant.close()
