@@ -8,10 +8,17 @@ Run it
     python -m contract_tests                                   # starts `python -m emulator serve --port 0`
     python -m contract_tests --base-url URL --token TOKEN      # any other implementation
         [--second-token T2] [--report DIR] [--max-examples N] [--seed N] [--allow-create-resources]
-    pytest contract_tests --base-url URL --token TOKEN         # the same tests under plain pytest
+        [--keep-state]
+    pytest --pyargs contract_tests --base-url URL --token TOKEN    # the same tests under plain pytest
+    pytest -p contract_tests.plugin ...                        # the plugin by name; in a checkout also
+    pytest contract_tests --base-url URL --token TOKEN         # (the package's conftest registers it)
 
-Exit status 0 only when the target conforms. Unknown options of ``python -m contract_tests`` go to
-pytest (``-k``, ``-x``, ``-v``). Without ``--base-url`` the suite starts the emulator itself on a free
+Exit status 0 only when the target conforms; a run that executed no test, could not use its target, hit
+a collection error or was interrupted does not (see "The verdict" below). Unknown options of
+``python -m contract_tests`` go to pytest (``-k``, ``-x``, ``-v``, ``--tb=long``). Every option can also
+come from the environment (:mod:`contract_tests.environment`): ``CONTRACT_BASE_URL``, ``CONTRACT_TOKEN``,
+``CONTRACT_SECOND_TOKEN``, ``CONTRACT_ADMIN_TOKEN``, ``CONTRACT_SEED``, ``CONTRACT_SPEC``, then the SDK's
+``TOGETHER_BASE_URL`` and ``TOGETHER_API_KEY``. Without ``--base-url`` the suite starts the emulator itself on a free
 port with a tokens file (two tenants, unknown tokens refused), reads its URL from the first line it
 prints and stops it at the end; ``--emulator-arg=ARG`` (repeatable) is passed through, e.g.
 ``--emulator-arg=--defect=step_decreases`` (TEST-ONLY defects, see ``emulator/tools/defects.py``) or
@@ -21,6 +28,24 @@ The report (``--report DIR``, default ``reports/contract`` for ``python -m contr
 ``junit.xml`` (one test case per test, one per operation for the generated tests), ``summary.json``
 (every operationId x every check: passed/failed counts and the first failure messages) and
 ``summary.md`` (the same as readable tables, plus notes, failures and skips).
+
+The run and the verdict
+=======================
+
+A banner names the target, the seed (a random one when none is given, so that ``--seed N`` repeats the
+run), the contract's version and digest and the selection in force. Long waits report progress; tracebacks
+are short; setup errors with one cause (a module's shared resource) show the traceback once and name
+it elsewhere; a failing test shows its last request as a ``curl`` command (``$CONTRACT_TOKEN`` for the
+token). The verdict is "CONFORMS" only when at least one test was executed, none failed and no check
+failed, and the run had no problem: an unusable target, a collection error, an interruption or no
+test executed is "DOES NOT CONFORM", named in both summaries and as an error test case
+``contract_tests.verdict`` of ``junit.xml``, with a non-zero exit.
+
+Against an emulator the suite keeps to its tenants: each gets a virtual clock of its own
+(``/_emulator/clock`` with ``X-Emulator-Tenant``), so its waits move nobody else's time, and parallel
+runs on one emulator, each with its own ``--token``, never disturb each other. At the end it stops the
+model resources it created that are still active (on any target) and resets its tenants on an emulator
+(``--keep-state`` keeps them).
 
 Markers
 =======

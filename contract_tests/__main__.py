@@ -4,14 +4,18 @@
     python -m contract_tests                                    # starts `python -m emulator serve --port 0`
     python -m contract_tests --emulator-arg=--defect=step_decreases -k step   # must fail (self-test)
 
-Exit status 0 only when the target conforms. Every other option is handed to pytest (``-k``, ``-x``,
-``-v``, ...); ``pytest contract_tests --base-url ...`` runs the very same tests.
+Exit status 0 only when the target conforms: at least one test ran, none failed, and the run was not
+cut short (an unreachable target, a collection error or an interruption never passes). Every other option
+is handed to pytest (``-k``, ``-x``, ``-v``, ...); ``pytest contract_tests --base-url ...`` (in a checkout)
+and ``pytest --pyargs contract_tests --base-url ...`` (anywhere the package is installed) run the very
+same tests.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -22,10 +26,13 @@ NEEDS = ("pytest", "schemathesis", "hypothesis", "requests")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from contract_tests.environment import ENVIRONMENT
+
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Judge an implementation of Together AI's RL API against openapi.yaml. Unknown options go "
-                    "to pytest.")
+                    "to pytest.",
+        epilog="environment variables (flags win): " + "; ".join(f"{k}: {v}" for k, v in ENVIRONMENT.items()))
     parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     parser.add_argument("--base-url", help="implementation under test; omitted: start the emulator on a free port")
     parser.add_argument("--token", help="API token of the main tenant (required with --base-url)")
@@ -44,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--op-timeout", type=float, help="seconds an operation may take (default 600)")
     parser.add_argument("--shrink", action="store_true", help="shrink failing generated examples (slower)")
     parser.add_argument("--no-coverage-phase", action="store_true", help="skip Schemathesis' coverage phase")
+    parser.add_argument("--keep-state", action="store_true",
+                        help="against an emulator, keep what the suite made in its tenants (default: reset them)")
     return parser
 
 
@@ -68,6 +77,8 @@ def pytest_args(args: argparse.Namespace, rest: list[str]) -> list[str]:
         out.append("--shrink")
     if args.no_coverage_phase:
         out.append("--no-coverage-phase")
+    if args.keep_state:
+        out.append("--keep-state")
     return out + rest
 
 
@@ -94,7 +105,7 @@ def missing_dependency() -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args, rest = build_parser().parse_known_args(argv)
-    if args.base_url and not args.token:
+    if args.base_url and not (args.token or os.environ.get("CONTRACT_TOKEN") or os.environ.get("TOGETHER_API_KEY")):
         build_parser().error("--token is required with --base-url")
     missing = missing_dependency()
     if missing is not None:

@@ -22,7 +22,7 @@ from contract_tests import lifecycle as lc
 from contract_tests import spec
 from contract_tests.lifecycle import ContractViolation
 from contract_tests.report import RESULTS
-from contract_tests.target import Target
+from contract_tests.target import Target, progress
 
 RL = "/v1/rl"
 KINDS = ("forward-backward", "custom-forward-backward", "optim-step", "weights-sync", "sample",
@@ -37,6 +37,9 @@ KIND_OPERATION_IDS = {
     "training-checkpoint": ("createTrainingCheckpoint", "getTrainingCheckpoint"),
 }
 _keys = itertools.count()
+# The last request any client sent, as a curl command: a failing test shows it (contract_tests.plugin).
+LAST_CURL: list[str] = []
+PROGRESS_AFTER, PROGRESS_EVERY = 10.0, 30.0   # wall seconds before a wait first reports, then between reports
 
 
 def record(operation: str | None, check: str, fn: Callable[[], Any]) -> Any:
@@ -142,6 +145,8 @@ class Api:
             kwargs["data"] = b""
         resp = self.http.request(method, url, **kwargs)
         sent = resp.request.url or ""
+        LAST_CURL[:] = [self.target.curl(method, sent or url, hdrs, json if json is not None else
+                                         ("" if empty_body else None))]
         where = f"{method} {path}" + (f"?{sent.split('?', 1)[1]}" if "?" in sent else "")
         try:
             body = resp.json()
@@ -183,6 +188,8 @@ class Api:
         payload = {"base_model": self.target.base_model, "lora_enabled": True, **body}
         reply = self.call("createModelResources", "POST", f"{RL}/model-resources", json=payload)
         obj = reply.ok()
+        if isinstance(obj, dict) and "id" in obj:
+            self.target.remember(self.token, str(obj["id"]))
         self.observer.see("model resource", obj, "createModelResources")
         return obj
 
@@ -262,17 +269,25 @@ class Api:
     # --- waiting ----------------------------------------------------------------------------------
 
     def wait(self, fetch: Callable[[], dict[str, Any]], done: Callable[[dict[str, Any]], bool], what: str,
-             operation_id: str, bound: float | None = None, step: float = 15.0) -> dict[str, Any]:
+             operation_id: str, bound: float | None = None, step: float = 15.0, goal: str = "settle"
+             ) -> dict[str, Any]:
         """Poll until ``done``; with a control plane advance the target's clock between polls.
 
-        The bound is in virtual seconds when the clock can be advanced, else in wall-clock seconds.
+        The bound is in virtual seconds when the clock can be advanced, else in wall-clock seconds. A wait
+        that lasts reports on the terminal ("waiting for model resource X to be READY: 120 s").
         """
         bound = self.target.op_timeout if bound is None else bound
         spent = 0.0
         started = time.monotonic()
+        report_at = started + PROGRESS_AFTER
         obj = fetch()
         while not done(obj):
             elapsed = spent if self.target.control_plane else time.monotonic() - started
+            if time.monotonic() >= report_at:
+                report_at = time.monotonic() + PROGRESS_EVERY
+                unit = "virtual s" if self.target.control_plane else "s"
+                progress(f"waiting for {what} to {goal}: {elapsed:.0f} {unit} of {bound:.0f} "
+                         f"(status {obj.get('status') if isinstance(obj, dict) else '?'})")
             if elapsed >= bound:
                 raise ContractViolation("terminal_within_bound", f"{what} did not settle within {bound:.0f} s "
                                         f"(last read: {str(obj)[:400]})")
@@ -289,20 +304,23 @@ class Api:
         r = self.create_resource(**body)
         return self.wait(lambda: self.get_resource(r["id"]).ok(),
                          lambda o: o.get("status") in (lc.R + "READY", lc.R + "ERROR", lc.R + "STOPPED"),
-                         f"model resource {r['id']}", "getModelResources", bound=max(self.target.op_timeout, 3600))
+                         f"model resource {r['id']}", "getModelResources", bound=max(self.target.op_timeout, 3600),
+                         goal="be READY")
 
     def running_session(self, rid: str, **body: Any) -> dict[str, Any]:
         s = self.create_session(rid, **body).ok()
         return self.wait(lambda: self.get_session(s["id"]).ok(),
                          lambda o: o.get("status") != lc.S + "CREATING" and o.get("status") != lc.S + "UNSPECIFIED",
-                         f"training session {s['id']}", "getSession", bound=max(self.target.op_timeout, 3600))
+                         f"training session {s['id']}", "getSession", bound=max(self.target.op_timeout, 3600),
+                         goal="be RUNNING")
 
     def run_op(self, sid: str, kind: str, body: dict[str, Any] | None = None, key: str | None = None
                ) -> dict[str, Any]:
         op = self.submit(sid, kind, body, key).ok()
         _, get_id = KIND_OPERATION_IDS[kind]
         return self.wait(lambda: self.get_op(sid, kind, op["id"]).ok(),
-                         lambda o: o.get("status") in lc.OPERATION_DONE, f"{kind} operation {op['id']}", get_id)
+                         lambda o: o.get("status") in lc.OPERATION_DONE, f"{kind} operation {op['id']}", get_id,
+                         goal="finish")
 
 
 def walk(api: Api, list_fn: Any, operation_id: str, limit: int, max_pages: int = 200, **params: Any

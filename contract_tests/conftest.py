@@ -1,15 +1,14 @@
-"""pytest entry point of the contract suite: ``pytest contract_tests --base-url URL --token TOKEN``."""
+"""pytest entry point of the contract suite: ``pytest contract_tests --base-url URL --token TOKEN``.
 
-from contract_tests.plugin import (  # noqa: F401 - pytest collects hooks and fixtures by name
-    api,
-    pytest_addoption,
-    pytest_collection_modifyitems,
-    pytest_configure,
-    pytest_runtest_logreport,
-    pytest_runtest_logstart,
-    pytest_runtest_setup,
-    pytest_sessionfinish,
-    pytest_terminal_summary,
-    second_api,
-    target,
-)
+The hooks and fixtures live in :mod:`contract_tests.plugin`, registered here unless it already is
+(``pytest -p contract_tests.plugin``, or ``pytest --pyargs contract_tests`` through
+:mod:`contract_tests.entry`): a plugin registered twice would add ``--base-url`` twice.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.import_plugin("contract_tests.plugin")  # no-op when it is registered already

@@ -2,7 +2,12 @@
 
 Every check the suite runs records one outcome against the operationId it judged (the stateless and
 stateful Schemathesis tests record every built-in check per request; the lifecycle checks record
-their own rule names). JUnit XML comes from pytest itself (``--junitxml``).
+their own rule names). JUnit XML comes from pytest itself (``--junitxml``), plus an error test case
+``contract_tests.verdict`` when the run cannot vouch for the target (see :meth:`Results.conforms`).
+
+The verdict is honest: the target conforms only when at least one test was executed, none failed or
+errored, no check failed, and the run had no problem (the target could not be used, collection failed,
+the run was interrupted). Each problem is named in both summaries.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ class Results:
         self.cells: dict[str, dict[str, Cell]] = defaultdict(dict)
         self.tests: list[dict[str, Any]] = []
         self.notes: list[str] = []
+        self.problems: list[str] = []          # why the run cannot vouch for the target
+        self.seed: int | None = None
+        self.run: dict[str, Any] = {}          # the banner: target, seed, spec, selection
         self.started = time.time()
 
     def record(self, operation: str | None, check: str, ok: bool, message: str | None = None) -> None:
@@ -49,13 +57,29 @@ class Results:
                 if text not in cell.messages:
                     cell.messages.append(text[:2000])
 
-    def add_test(self, nodeid: str, outcome: str, duration: float, markers: list[str], message: str = "") -> None:
-        self.tests.append({"nodeid": nodeid, "outcome": outcome, "duration": round(duration, 3),
-                           "markers": markers, "message": message[:2000]})
+    def add_test(self, nodeid: str, outcome: str, duration: float, markers: list[str], message: str = "",
+                 curl: str | None = None) -> None:
+        entry = {"nodeid": nodeid, "outcome": outcome, "duration": round(duration, 3), "markers": markers,
+                 "message": message[:2000]}
+        if curl:
+            entry["curl"] = curl
+        self.tests.append(entry)
 
     def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
+
+    def problem(self, text: str) -> None:
+        """Something that keeps the run from vouching for the target (it then does not conform)."""
+        if text not in self.problems:
+            self.problems.append(text)
+
+    def executed(self) -> int:
+        return sum(1 for t in self.tests if t["outcome"] in ("passed", "failed"))
+
+    def conforms(self) -> bool:
+        failed = any(t["outcome"] in ("failed", "error") for t in self.tests)
+        return not (self.failed or failed or self.problems) and self.executed() > 0
 
     def failure_count(self) -> int:
         return sum(c.failed for row in self.cells.values() for c in row.values())
@@ -79,7 +103,10 @@ class Results:
             "operations": {op: {check: cell.as_json() for check, cell in sorted(self.cells.get(op, {}).items())}
                            for op in rows},
             "notes": self.notes,
-            "conforms": not self.failed and not outcomes.get("failed") and not outcomes.get("error"),
+            "seed": self.seed,
+            "run": self.run,
+            "problems": self.problems,
+            "conforms": self.conforms(),
         }
         json_path = directory / "summary.json"
         json_path.write_text(json.dumps(data, indent=2) + "\n")
@@ -99,13 +126,20 @@ class Results:
         verdict = "CONFORMS" if data["conforms"] else "DOES NOT CONFORM"
         target = data["target"]
         totals = ", ".join(f"{n} {k}" for k, n in sorted(data["tests"]["totals"].items())) or "no tests"
+        run = data.get("run") or {}
         out = [
             "# Contract conformance report",
             "",
             f"**Verdict: {verdict}**",
             "",
+        ]
+        if data["problems"]:
+            out += ["The run cannot vouch for the target:", ""] + [f"- **{p}**" for p in data["problems"]] + [""]
+        out += [
             (f"- Target: `{target.get('base_url')}` (control plane: {target.get('control_plane')}, "
              f"started by the suite: {target.get('launched')})"),
+            f"- Seed: `{data['seed']}` (repeat the run with `--seed {data['seed']}`); contract: {run.get('spec', '?')}",
+            f"- Selection: {run.get('selection', '?')}; creates_resources: {run.get('creates_resources', '?')}",
             f"- Tests: {totals}; {data['duration_seconds']} s",
             "- Cells: `passed/failed` outcomes of each check against each operation; `-` not exercised.",
             "",
@@ -140,7 +174,10 @@ class Results:
         failed_tests = [t for t in data["tests"]["items"] if t["outcome"] in ("failed", "error")]
         if failed_tests:
             out += ["", "## Failed tests", ""]
-            out += [f"- `{t['nodeid']}`" for t in failed_tests]
+            for t in failed_tests:
+                out.append(f"- `{t['nodeid']}`")
+                if t.get("curl"):
+                    out += ["", "  ```sh", f"  {t['curl']}", "  ```"]
         skipped = [t for t in data["tests"]["items"] if t["outcome"] == "skipped"]
         if skipped:
             out += ["", "## Skipped tests", ""]

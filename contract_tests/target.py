@@ -1,17 +1,25 @@
 """The implementation under test: its URL and tokens, what it offers, and (optionally) the emulator
-process the suite started itself."""
+process the suite started itself.
+
+Against an emulator with a control plane the suite keeps to its own tenants (the main and the second
+token): each gets a virtual clock of its own (``/_emulator/clock`` with ``X-Emulator-Tenant``), so the
+suite's waits never move the time of anyone else sharing the emulator, and at the end the suite stops
+the resources it created and resets its tenants (unless ``--keep-state``).
+"""
 
 from __future__ import annotations
 
 import atexit
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +34,15 @@ READY_LINE = "listening on "
 
 class TargetError(RuntimeError):
     pass
+
+
+# Where long waits report progress (set by the plugin to a line on the terminal); None: silent.
+PROGRESS: list[Callable[[str], None]] = []
+
+
+def progress(message: str) -> None:
+    for report in PROGRESS:
+        report(message)
 
 
 class EmulatorProcess:
@@ -109,6 +126,8 @@ class Target:
     allow_create: bool = False
     base_model: str = PREFERRED_MODEL
     op_timeout: float = 600.0           # bound for an operation to finish (virtual s with a clock, else wall s)
+    tenant_clocks: list[str] = field(default_factory=list)   # tokens whose own clock the suite moves
+    created: list[tuple[str, str]] = field(default_factory=list)  # (token, model resource id) the suite made
     http: requests.Session = field(default_factory=requests.Session, repr=False)
 
     @property
@@ -121,7 +140,11 @@ class Target:
     def describe(self) -> dict[str, Any]:
         return {"base_url": self.base_url, "control_plane": self.control_plane, "launched": self.launched,
                 "open_tokens": self.open_tokens, "allow_create_resources": self.allow_create,
-                "second_tenant": self.second_token is not None, "base_model": self.base_model}
+                "second_tenant": self.second_token is not None, "base_model": self.base_model,
+                "tenant_clocks": len(self.tenant_clocks)}
+
+    def tokens(self) -> list[str]:
+        return [t for t in (self.token, self.second_token) if t]
 
     # --- probing --------------------------------------------------------------------------------
 
@@ -132,13 +155,31 @@ class Target:
             self.second_token = f"contract-tenant-{uuid.uuid4().hex[:12]}"
         self.allow_create = self.control_plane if allow_create is None else allow_create
         self.base_model = self._pick_model()
+        if self.control_plane:
+            self._claim_clocks()
 
     def _has_control_plane(self) -> bool:
+        # Not /health: it answers without the admin token, which every other control-plane call needs.
         try:
-            resp = self.http.get(f"{self.base_url}/_emulator/health", headers=self.admin_headers(), timeout=10)
+            resp = self.http.get(f"{self.base_url}/_emulator/clock", headers=self.admin_headers(), timeout=10)
         except requests.RequestException:
             return False
         return resp.status_code == 200
+
+    def _claim_clocks(self) -> None:
+        """Give each of the suite's tenants a clock of its own (an emulator that cannot scope its clock to a
+        tenant answers with its global clock: then the suite moves that one, as it always did)."""
+        for token in self.tokens():
+            try:
+                resp = self.http.post(f"{self.base_url}/_emulator/clock", json={},
+                                      headers={**self.admin_headers(), "X-Emulator-Tenant": token}, timeout=30)
+                scoped = resp.status_code == 200 and resp.json().get("scope") == "tenant"
+            except (requests.RequestException, ValueError, AttributeError):
+                scoped = False
+            if not scoped:
+                self.tenant_clocks = []
+                return
+            self.tenant_clocks.append(token)
 
     def _accepts_any_token(self) -> bool:
         probe = f"contract-probe-{uuid.uuid4().hex}"
@@ -163,10 +204,61 @@ class Target:
     # --- the control plane (emulator only) -------------------------------------------------------
 
     def advance(self, seconds: float) -> None:
-        resp = self.http.post(f"{self.base_url}/_emulator/clock/advance", json={"seconds": seconds},
-                              headers=self.admin_headers(), timeout=30)
-        if resp.status_code != 200:
-            raise TargetError(f"POST /_emulator/clock/advance answered {resp.status_code}: {resp.text[:200]}")
+        """Move the suite's tenants' clocks (each its own), or the global clock of an emulator without them."""
+        tokens: list[str | None] = list(self.tenant_clocks) or [None]
+        for token in tokens:
+            headers = {**self.admin_headers(), **({"X-Emulator-Tenant": token} if token else {})}
+            resp = self.http.post(f"{self.base_url}/_emulator/clock/advance", json={"seconds": seconds},
+                                  headers=headers, timeout=30)
+            if resp.status_code != 200:
+                raise TargetError(f"POST /_emulator/clock/advance answered {resp.status_code}: {resp.text[:200]}")
+
+    def clean_up(self, keep_state: bool) -> list[str]:
+        """Stop the model resources the suite created that are still active (any target); against an
+        emulator, also reset the suite's tenants, which forgets their state and their own clocks. Returns
+        what could not be cleaned up."""
+        problems: list[str] = []
+        if self.launched:  # the emulator the suite started goes with everything in it
+            return problems
+        for token, rid in self.created:
+            auth = {"Authorization": f"Bearer {token}"}
+            try:
+                got = self.http.get(f"{self.base_url}/v1/rl/model-resources/{rid}", headers=auth, timeout=30)
+                status = str(got.json().get("status", "")) if got.status_code == 200 else ""
+                if status.endswith(("PENDING", "CREATING", "READY")):
+                    stop = self.http.post(f"{self.base_url}/v1/rl/model-resources/{rid}/stop",
+                                          params={"force": "true"}, headers=auth, timeout=30)
+                    if stop.status_code != 200:
+                        problems.append(f"model resource {rid}: stop answered {stop.status_code}")
+            except (requests.RequestException, ValueError, AttributeError) as exc:
+                problems.append(f"model resource {rid}: {exc}")
+        if self.control_plane and not keep_state:
+            for token in self.tokens():
+                headers = {**self.admin_headers(), "X-Emulator-Tenant": token}
+                try:
+                    resp = self.http.post(f"{self.base_url}/_emulator/reset", json={}, headers=headers, timeout=30)
+                    if resp.status_code != 200:
+                        problems.append(f"reset of a tenant answered {resp.status_code}")
+                except requests.RequestException as exc:
+                    problems.append(f"reset of a tenant: {exc}")
+        return problems
+
+    def remember(self, token: str, resource_id: str) -> None:
+        """A model resource the suite created (stopped at the end if it is still active)."""
+        self.created.append((token, resource_id))
+
+    def curl(self, method: str, url: str, headers: dict[str, str], body: Any = None) -> str:
+        """A shell command that sends the same request (the token as ``$CONTRACT_TOKEN`` unless the suite
+        started the emulator itself, so a report never carries a real credential)."""
+        parts = ["curl", "-X", method, shlex.quote(url)]
+        for name, value in headers.items():
+            if name.lower() == "authorization" and not self.launched:
+                parts += ["-H", '"Authorization: Bearer $CONTRACT_TOKEN"']
+            else:
+                parts += ["-H", shlex.quote(f"{name}: {value}")]
+        if body is not None:
+            parts += ["-d", shlex.quote(json.dumps(body, separators=(",", ":")))]
+        return " ".join(parts)
 
     def pass_time(self, seconds: float) -> None:
         """Let time pass on the target: advance its clock when it has one, else sleep."""

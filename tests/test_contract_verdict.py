@@ -1,0 +1,199 @@
+"""An honest verdict (issue 24): a contract run that tested nothing never says the target conforms.
+
+Four ways a run can end without testing anything: no test selected (or every one skipped), an unreachable
+target, a collection error, an interruption. Each must give "DOES NOT CONFORM" with the reason in
+summary.md and summary.json, an error test case in junit.xml, and a non-zero exit. Plus what a CI job reads
+of a run: the banner, the seed in the report, short tracebacks, cascaded setup errors collapsed, a curl
+command for a failing lifecycle request, the SDK's environment variables honoured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from emulator.testing import EmulatorServer
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = ["--max-examples", "2", "--no-coverage-phase", "--seed", "11"]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TOGETHER_", "CONTRACT_", "PYTEST_"))}
+    return {**env, "PYTHONUNBUFFERED": "1", **extra}
+
+
+def suite(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "contract_tests", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env=_env(**env), check=False)
+
+
+def with_plugin(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """pytest with the suite's plugin on a file of our own (``-p contract_tests.plugin``, as a user may)."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "contract_tests.plugin", "-p", "no:cacheprovider",
+                           *args], cwd=cwd, capture_output=True, text=True, timeout=600, env=_env(), check=False)
+
+
+def verdict(report: Path) -> tuple[dict[str, Any], str, ET.Element]:
+    data = json.loads((report / "summary.json").read_text())
+    md = (report / "summary.md").read_text()
+    root = ET.parse(report / "junit.xml").getroot()
+    return data, md, root
+
+
+def assert_not_conforming(proc: subprocess.CompletedProcess[str], report: Path, reason: str) -> None:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    data, md, root = verdict(report)
+    assert data["conforms"] is False and any(reason in p for p in data["problems"]), data["problems"]
+    assert "**Verdict: DOES NOT CONFORM**" in md and reason in md, md[:2000]
+    cases = [c for c in root.iter("testcase") if c.get("name") == "verdict"]
+    assert len(cases) == 1 and reason in (cases[0].find("error").text or ""), ET.tostring(root)[:2000]
+    suite_el = root if root.tag == "testsuite" else root.find("testsuite")
+    assert suite_el is not None and int(suite_el.get("errors", "0")) >= 1
+    assert "DOES NOT CONFORM" in out and reason in out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# (Only the lifecycle module, through `pytest --pyargs`: collecting the generated tests takes longer.)
+LIFECYCLE = ["--pyargs", "contract_tests.test_lifecycle"]
+
+
+def test_unreachable_target_does_not_conform(tmp_path: Path) -> None:
+    proc = with_plugin([*LIFECYCLE, "--base-url", f"http://127.0.0.1:{free_port()}", "--token", "t",
+                        "--report", str(tmp_path / "r"), "-k", "unknown_ids", *FAST], tmp_path)
+    assert_not_conforming(proc, tmp_path / "r", "the target could not be used")
+
+
+def test_no_test_selected_does_not_conform(tmp_path: Path) -> None:
+    proc = suite(["--report", str(tmp_path / "r"), "-k", "no_such_test", *FAST], tmp_path)
+    assert_not_conforming(proc, tmp_path / "r", "no test was executed")
+
+
+def test_every_test_skipped_does_not_conform(tmp_path: Path) -> None:
+    # The emulator the suite starts wants an admin token the suite does not have: no control plane, so the
+    # one emulator_only test selected is skipped, and pytest alone would exit 0.
+    proc = with_plugin([*LIFECYCLE, "--report", str(tmp_path / "r"), "--emulator-arg=--admin-token=not-given", "-k",
+                        "idle_resource_expires", *FAST], tmp_path)
+    assert_not_conforming(proc, tmp_path / "r", "no test was executed")
+    assert "1 skipped" in json.loads((tmp_path / "r" / "summary.json").read_text())["problems"][0]
+
+
+def test_collection_error_does_not_conform(tmp_path: Path) -> None:
+    (tmp_path / "test_broken.py").write_text("import no_such_module_anywhere\n\ndef test_x():\n    pass\n")
+    proc = with_plugin(["test_broken.py", "--report", str(tmp_path / "r")], tmp_path)
+    assert_not_conforming(proc, tmp_path / "r", "collection error in test_broken.py")
+
+
+INTERRUPTED = '''
+import pathlib, time
+
+def test_first():
+    pass
+
+def test_waits():
+    pathlib.Path("started").write_text("")
+    time.sleep(120)
+
+def test_never_runs():
+    pass
+'''
+
+
+def test_interrupted_run_does_not_conform(tmp_path: Path) -> None:
+    (tmp_path / "test_slow.py").write_text(INTERRUPTED)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "contract_tests.plugin", "-p", "no:cacheprovider",
+                             "test_slow.py", "--report", str(tmp_path / "r")], cwd=tmp_path, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "started").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it could be interrupted"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C in a terminal, or a CI job cancelled
+    out, _ = proc.communicate(timeout=120)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+    assert_not_conforming(done, tmp_path / "r", "the run was interrupted")
+    assert "after 1 of 3 collected tests" in json.loads((tmp_path / "r" / "summary.json").read_text())["problems"][0]
+
+
+@pytest.fixture(scope="module")
+def shared_emulator() -> Any:
+    with EmulatorServer("subprocess", ["--clock", "manual"]) as server:
+        yield server
+
+
+def test_failing_lifecycle_test_shows_curl_and_cascades_collapse(tmp_path: Path, shared_emulator: EmulatorServer
+                                                                  ) -> None:
+    # Every session create answers 429 for this tenant: the module's shared READY resource + RUNNING session
+    # fixture fails, and each test that uses it fails the same way.
+    token = "verdict-cascade"
+    shared_emulator._call("adminAddFaults", "POST", "/_emulator/faults", tenant=token,
+                          json={"name": "full", "match": {"operation_id": "createSession"},
+                                "effect": {"status": 429, "message": "no capacity today"}})
+    proc = suite(["--base-url", shared_emulator.url, "--token", token, "--report", str(tmp_path / "r"), "-k",
+                  "operation_completes_with_output", *FAST], tmp_path)
+    out = proc.stdout
+    assert proc.returncode == 1, out[-4000:]
+    first, *others = [line for line in out.splitlines() if "setup error: the same cause as" in line]
+    assert len(others) >= 5, out[-4000:]  # seven operation kinds: one traceback, six references to it
+    assert "curl -X POST" in out and "/v1/rl/training-sessions" in out and "$CONTRACT_TOKEN" in out
+    assert re.search(r"\.py:\d+: in \w+", out) and "    def " not in out  # short tracebacks: no source listing
+    md = (tmp_path / "r" / "summary.md").read_text()
+    assert "```sh" in md and "curl -X POST" in md
+
+
+def test_banner_seed_and_the_sdk_environment_variables(tmp_path: Path, shared_emulator: EmulatorServer) -> None:
+    # No --base-url, no --token: the SDK's own variables name the target; the banner says what is judged.
+    proc = suite(["--report", str(tmp_path / "r"), "-k", "unknown_ids", *FAST], tmp_path,
+                 TOGETHER_BASE_URL=shared_emulator.url, TOGETHER_API_KEY="from-the-sdk-env")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    banner = proc.stdout.splitlines()[:3]
+    assert banner[0] == f"contract suite: target {shared_emulator.url}", banner
+    assert banner[1].startswith("contract suite: seed 11; spec 3.1.1-emulator.1 (sha256 "), banner
+    assert "selection -k 'unknown_ids'" in banner[2], banner
+    data = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert data["target"]["base_url"] == shared_emulator.url and data["seed"] == 11 and data["conforms"] is True
+    assert "Seed: `11`" in (tmp_path / "r" / "summary.md").read_text()
+    events = shared_emulator._call("adminListEvents", "GET", "/_emulator/events", tenant="from-the-sdk-env")
+    assert events["data"] == []  # it was the suite's tenant, and the suite reset it at the end
+
+
+def test_a_long_wait_reports_its_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    from contract_tests import client, target
+
+    lines: list[str] = []
+    monkeypatch.setattr(target, "PROGRESS", [lines.append])
+    monkeypatch.setattr(client, "PROGRESS_AFTER", 0.0)
+    monkeypatch.setattr(client, "PROGRESS_EVERY", 0.0)
+    probe = target.Target("http://127.0.0.1:9", "key", control_plane=True)
+    monkeypatch.setattr(probe, "advance", lambda seconds: None)
+    reads = iter(["PENDING", "CREATING", "READY"])
+    got = client.Api(probe).wait(lambda: {"status": next(reads)}, lambda o: o["status"] == "READY",
+                                 "model resource r-1", "getModelResources", bound=3600, step=60, goal="be READY")
+    assert got == {"status": "READY"}
+    assert lines == ["waiting for model resource r-1 to be READY: 0 virtual s of 3600 (status PENDING)",
+                     "waiting for model resource r-1 to be READY: 60 virtual s of 3600 (status CREATING)"]
+
+
+def test_progress_reaches_the_terminal_while_output_is_captured(tmp_path: Path) -> None:
+    (tmp_path / "test_p.py").write_text("from contract_tests.target import progress\n\ndef test_p():\n"
+                                        "    print('captured')\n    progress('waiting for model resource X: 120 s')\n")
+    proc = with_plugin(["-q", "test_p.py"], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "[contract] waiting for model resource X: 120 s" in proc.stdout and "captured" not in proc.stdout
