@@ -228,6 +228,20 @@ def target_rows(r: dict[str, Any], labels: list[str]) -> list[tuple[str, str, st
             verdict(r.get("startup_s"), 1.5, False),
         )
     )
+    rows.append(
+        (
+            "pytest plugin: the session's emulator starts < 0.5 s (in a thread)",
+            f"{fmt(r.get('plugin_start_thread_s'), 3, 's')} median (max {fmt(r.get('plugin_start_thread_s_max'), 3, 's')})",
+            verdict(r.get("plugin_start_thread_s"), 0.5, False),
+        )
+    )
+    rows.append(
+        (
+            "pytest plugin: a fresh tenant per test < 5 ms (in a thread)",
+            f"{_ms(r.get('plugin_tenant_thread_ms'))} median, p90 {_ms(r.get('plugin_tenant_thread_ms_p90'))}",
+            verdict(r.get("plugin_tenant_thread_ms"), 5.0, False),
+        )
+    )
     return rows
 
 
@@ -402,6 +416,14 @@ def generated_block(
         "",
         f"- Start-up (spawn `python -m emulator serve --port 0` -> first 200 from `/_emulator/health`): "
         f"median {fmt(r.get('startup_s'), 3, 's')}, max {fmt(r.get('startup_s_max'), 3, 's')}.",
+        "- pytest plugin (`python -m bench.plugin`): the session's emulator starts in "
+        f"{fmt(r.get('plugin_start_thread_s'), 3, 's')} in a thread, {fmt(r.get('plugin_start_subprocess_s'), 3, 's')} "
+        "in a subprocess (a fresh interpreter with pytest imported, to the first answer); a fresh tenant per test "
+        f"(setup and teardown) costs {_ms(r.get('plugin_tenant_thread_ms'))} in a thread "
+        f"(setup alone {_ms(r.get('plugin_tenant_thread_setup_ms'))}), {_ms(r.get('plugin_tenant_subprocess_ms'))} "
+        f"in a subprocess (median of {r.get('plugin_tenants_measured')})"
+        + (f" - {notes['plugin']}" if "plugin" in notes else "")
+        + ".",
         "- Contract suite wall time (`python -m contract_tests --report <tmp>`): "
         + (
             f"{fmt(r.get('contract_suite_s'), 1, 's')} (exit code {r.get('contract_suite_exit_code')})"

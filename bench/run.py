@@ -4,7 +4,7 @@ Order: pick the load generator (wrk, installed with apt-get if missing; else the
 start the emulator; capture its real response bodies; start the ceiling serving those bytes; then
 for each scenario at 1 and 32 connections measure the emulator and the ceiling back to back;
 a GET sweep over more concurrencies for the plot; memory and list scaling on in-process-filled
-emulators; start-up time; the contract suite's wall time. Writes ``bench/results.json``,
+emulators; start-up time; the pytest plugin's start-up and per-test cost; the contract suite's wall time. Writes ``bench/results.json``,
 ``bench/latency_vs_concurrency.png`` and the generated part of ``BENCHMARKS.md``.
 """
 
@@ -72,6 +72,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--startup-runs", type=int, default=5)
     p.add_argument("--longrun-steps", type=int, default=200, help="steps of the long-loop memory measurement")
     p.add_argument("--longrun-budget-mib", type=int, default=8, help="its small output budget (MiB)")
+    p.add_argument("--plugin-starts", type=int, default=5, help="start-ups of the pytest plugin's emulator per mode")
+    p.add_argument("--plugin-tenants", type=int, default=300, help="fresh tenants measured per mode")
     p.add_argument("--contract-timeout", type=int, default=150, help="seconds; the suite is stopped after")
     p.add_argument("--skip-contract", action="store_true")
     p.add_argument("--keep-work", action="store_true", help="keep the temporary directory (server logs)")
@@ -90,6 +92,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         )
         args.sweep = "1,8,32"
         args.longrun_steps, args.longrun_budget_mib = 40, 1
+        args.plugin_starts, args.plugin_tenants = 2, 50
     return args
 
 
@@ -387,6 +390,24 @@ class Bench:
             f"over {len(times)} runs"
         )
 
+    def plugin(self) -> None:
+        """The pytest plugin's costs (``bench.plugin``): session start-up and a fresh tenant per test."""
+        a = self.args
+        log(f"pytest plugin: start-up ({a.plugin_starts} runs per mode) and per-test tenants ({a.plugin_tenants})")
+        done = subprocess.run([sys.executable, "-m", "bench.plugin", "--starts", str(a.plugin_starts),
+                               "--tenants", str(a.plugin_tenants)], capture_output=True, text=True, timeout=600,
+                              cwd=str(ROOT))
+        if done.returncode != 0:
+            self.notes["plugin"] = f"bench.plugin failed: {(done.stderr.strip().splitlines() or [''])[-1][:200]}"
+            log(f"  {self.notes['plugin']}")
+            return
+        for key, value in parse_marked_json(done.stdout).items():
+            self.put(key, value)
+        r = self.results
+        log(f"  start-up: thread {r['plugin_start_thread_s']:.3f} s, subprocess {r['plugin_start_subprocess_s']:.3f} s; "
+            f"a fresh tenant: thread {r['plugin_tenant_thread_ms']:.2f} ms, subprocess "
+            f"{r['plugin_tenant_subprocess_ms']:.2f} ms (median, setup and teardown)")
+
     def contract(self) -> None:
         a = self.args
         if a.skip_contract:
@@ -462,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         bench.filled(gen)
         bench.longrun()
         bench.startup()
+        bench.plugin()
         bench.contract()
     except BaseException:
         log(f"bench failed; server logs are in {work}")

@@ -206,3 +206,15 @@ def test_inproc_measures_every_scenario(scenario: str) -> None:
 
     per = asyncio.run(inproc.run(scenario, 16, 2))
     assert per is not None and 0 < per < 0.05  # seconds of CPU per request: measured, and not absurd
+
+
+def test_plugin_scenario_measures_a_fresh_tenant_and_reports_it() -> None:
+    from bench import plugin
+
+    cost = plugin.tenant_overhead("thread", 5)
+    assert 0 < cost["setup_median_ms"] <= cost["median_ms"] <= cost["p90_ms"]
+    r = {"plugin_start_thread_s": 0.31, "plugin_start_thread_s_max": 0.4, "plugin_tenant_thread_ms": 0.6,
+         "plugin_tenant_thread_ms_p90": 0.9}
+    rows = {name: v for name, _, v in report.target_rows(r, ["100", "100k"]) if name.startswith("pytest plugin")}
+    assert rows == {"pytest plugin: the session's emulator starts < 0.5 s (in a thread)": "PASS",
+                    "pytest plugin: a fresh tenant per test < 5 ms (in a thread)": "PASS"}
