@@ -1,9 +1,11 @@
-"""The installed package works without the source tree (issues 10 and 31).
+"""The installed package works without the source tree (issues 10, 24 and 31).
 
 Builds the wheel, installs it into a fresh virtual environment, and from an unrelated directory runs
 the two console scripts: the emulator serves (specs, the dashboard's assets and every fixture of the
 top-level ``fixtures/``, loaded by name, come from the installed package) and a short contract run
-passes against it. Offline: the wheel is built without build
+passes against it; a user's own test file using the ``together_emulator`` fixture passes (issue 24), and
+the contract suite runs through plain pytest (``pytest --pyargs contract_tests``, ``pytest -p
+contract_tests.plugin``). Offline: the wheel is built without build
 isolation, and the fresh environment finds the third-party dependencies in this environment's
 site-packages through a ``.pth`` line (a ``.pth`` file in a directory added that way is not processed,
 so this checkout's own editable install stays invisible, which the test checks).
@@ -230,3 +232,40 @@ def test_contract_suite_without_its_extra_says_which_extra_and_exits_2(elsewhere
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "together-rl-emulator[contract]" in lines[0] and "schemathesis" in lines[0]
     assert "Traceback" not in proc.stderr
+
+
+USER_TEST = """
+import httpx
+
+
+def test_my_client(together_emulator):
+    with httpx.Client(base_url=together_emulator.url, headers=together_emulator.headers) as api:
+        made = api.post("/v1/rl/model-resources", json={"base_model": "Qwen/Qwen3.8-27B"})
+        assert made.status_code == 200, made.text
+    assert together_emulator.clock.advance(60).isoformat() == "2026-01-01T00:01:00+00:00"
+
+
+def test_the_plugin_is_the_installed_one():
+    import emulator.pytest_plugin
+    assert "{venv}" in emulator.pytest_plugin.__file__
+"""
+
+
+def test_installed_plugin_runs_a_users_own_test_file(venv: Path, elsewhere: Path) -> None:
+    (elsewhere / "test_mine.py").write_text(USER_TEST.replace("{venv}", str(venv)))
+    for mode in ("thread", "subprocess"):
+        proc = _run([venv / "bin" / "python", "-m", "pytest", "-q", "-W", "error", "-p", "no:cacheprovider",
+                     f"--together-emulator-mode={mode}", "test_mine.py"], cwd=elsewhere)
+        assert "2 passed" in proc.stdout and "warning" not in proc.stdout.lower(), proc.stdout[-3000:]
+
+
+@pytest.mark.parametrize("how", [["--pyargs", "contract_tests"], ["-p", "contract_tests.plugin", "--pyargs",
+                                                                   "contract_tests.test_lifecycle"]])
+def test_installed_contract_suite_runs_through_pytest(served: str, venv: Path, elsewhere: Path,
+                                                      how: list[str]) -> None:
+    proc = _run([venv / "bin" / "python", "-m", "pytest", *how, "--base-url", served, "--token", "pytest-key",
+                 "--report", elsewhere / "report", "--max-examples", "2", "--no-coverage-phase", "--seed", "1",
+                 "-k", "unknown_ids_are_404", "-p", "no:cacheprovider"], cwd=elsewhere, timeout=600)
+    assert " passed" in proc.stdout and " failed" not in proc.stdout, proc.stdout[-3000:]
+    assert "contract suite: target " + served in proc.stdout
+    assert "**Verdict: CONFORMS**" in (elsewhere / "report" / "summary.md").read_text()
