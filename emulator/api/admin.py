@@ -111,7 +111,7 @@ def admin_drop_clock(req: Request) -> Reply:
     tenant = _tenant(req)
     if tenant is None:
         raise Invalid("name the tenant whose own clock goes (X-Emulator-Tenant or ?tenant=); the global "
-                             "clock cannot be removed", param="tenant")
+                      "clock cannot be removed", param="tenant")
     try:
         with req.runtime.lock:
             req.runtime.clocks.drop_clock(tenant[1])
@@ -149,7 +149,7 @@ def admin_drop_profile(req: Request) -> Reply:
     tenant = _tenant(req)
     if tenant is None:
         raise Invalid("name the tenant whose own profile goes (X-Emulator-Tenant or ?tenant=)",
-                             param="tenant")
+                      param="tenant")
     req.runtime.clocks.drop_profile(tenant[1])
     req.runtime.clock_changed()
     return 200, req.runtime.clocks.describe_profile(tenant[1])

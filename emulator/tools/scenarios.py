@@ -13,11 +13,13 @@ resource created fails" means a client's), except a step's ``effect``. So a scen
 state the real API could not produce, and what it seeds is journaled like anything a client does. Each answer is also checked against its response schema.
 
 Loaded with ``serve --scenario NAME`` (or ``--scenario path/to/file.yaml``) or
-``POST /_emulator/scenarios/NAME``. Loaded for a tenant (``X-Emulator-Tenant: KEY`` or ``?tenant=KEY``), it
-fills that tenant instead of the scenario's own token, and everything it does to time and faults stays in
-that tenant: its clock settings and ``advance`` steps move the tenant's own clock, its fault rules replace
-the tenant's rules only. Either way the tenant's own clock, profile and seed survive the reset of its state. The named scenarios ship inside the package (the top-level
+``POST /_emulator/scenarios/NAME``. The named scenarios ship inside the package (the top-level
 ``fixtures/``, found through :mod:`emulator.fixture_files`), so an installed emulator has them too.
+
+Loaded for a tenant (``X-Emulator-Tenant: KEY`` or ``?tenant=KEY``), a scenario fills that tenant instead
+of its own token, and everything it does to time and faults stays in that tenant: its clock settings and
+``advance`` steps move the tenant's own clock, its fault rules replace the tenant's rules only. Either way
+the tenant's own clock, profile and seed survive the reset of its state.
 """
 
 from __future__ import annotations
