@@ -31,11 +31,22 @@ from emulator.tools.server import build_server_app
 from tests.helpers import RL, assert_error, create_resource, running_session, submit
 
 
-def test_route_literal_segment_wins_and_param_segment_still_answers(client: TestClient) -> None:
+def test_route_a_concrete_path_owns_every_method_and_param_segments_still_answer(client: TestClient) -> None:
     resp = client.post(f"{RL}/model-resources/estimate-cost", json={"base_model": "Qwen/Qwen3.8-27B"})
     assert resp.status_code == 200 and "price_per_hour" in resp.json()
-    # GET has no literal route there: the {model_resources_id} route answers, for an id that does not exist.
-    assert assert_error(client.get(f"{RL}/model-resources/estimate-cost"), 404)["param"] == "model_resources_id"
+    # The concrete path is matched before /model-resources/{model_resources_id} (OpenAPI's rule), for every
+    # method: a GET there is not a lookup of a resource named "estimate-cost", and Allow says what is.
+    for method, path, allow in (("GET", f"{RL}/model-resources/estimate-cost", "POST"),
+                                ("OPTIONS", f"{RL}/model-resources/estimate-cost", "POST"),
+                                ("DELETE", "/v1/shaping/prepare-for-fp4-inference", "POST"),
+                                ("OPTIONS", f"{RL}/model-resources/some-id", "GET, HEAD"),
+                                ("PUT", f"{RL}/model-resources", "GET, HEAD, POST")):
+        resp = client.request(method, path)
+        assert_error(resp, 405)
+        assert resp.headers["allow"] == allow, (method, path)
+    # A longer path that no concrete template matches is the template's: a session id that does not exist.
+    assert assert_error(client.post(f"{RL}/model-resources/estimate-cost/stop"), 404)["param"] == "model_resources_id"
+    assert assert_error(client.get("/v1/shaping/prepare-for-fp4-inference/events"), 404)["param"] == "id"
 
 
 def test_route_trailing_slash_and_empty_segment_name_no_operation(client: TestClient) -> None:
@@ -83,13 +94,19 @@ def test_route_lookup_without_backtracking_finds_what_the_full_walk_finds() -> N
         # Parameters take a random id or, often, a literal that names a sibling route there.
         path = "/".join(rnd.choice(literals) if "{" in seg and rnd.random() < 0.5 else
                         (f"id-{rnd.randrange(99)}" if "{" in seg else seg) for seg in template.split("/"))
+        walked = table._walk(table.root, path[1:].split("/"), 0, {})
         for method in ("GET", "POST", "DELETE", "PATCH", "PUT", "HEAD"):
-            allowed: set[str] = set()
-            walked = table._walk(table.root, path[1:].split("/"), 0, method, {}, allowed)
-            target, params, _ = table.match(method, path)
-            assert (target, params) == (walked if walked is not None else (None, {})), (method, path)
+            target, params, allowed = table.match(method, path)
+            if walked is None:
+                assert (target, params, allowed) == (None, {}, set()), (method, path)
+                continue
+            node, want_params = walked
+            want = node.methods.get(method) or (node.methods.get("GET") if method == "HEAD" else None)
+            assert target == want, (method, path)
+            assert params == (want_params if want else {}), (method, path)
+            assert allowed == (set() if want else set(node.methods) | ({"HEAD"} if "GET" in node.methods else set()))
             checked += 1
-            found += walked is not None
+            found += want is not None
     assert found > checked // 10  # the sample reaches real routes, not just misses
 
 

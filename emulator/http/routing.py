@@ -4,9 +4,12 @@ connexion's ``RoutingMiddleware`` walks a Starlette router (a mount per spec, a 
 a regular expression each) and copies the scope on every request. This subclass keeps connexion's
 registration (``add_api``) and its scope contract (``path_params`` and ``extensions.connexion_routing``
 with ``api_base_path`` and ``operation_id``, which the validation middlewares read), but matches with a
-trie of path segments built once from the specs: literal segments first, a ``{param}`` segment when no
-literal one leads to the method. A path that matches with another method is a 405 listing every
-method the specs answer there; an unknown path goes on without an operation (the dispatcher's 404).
+trie of path segments built once from the specs. A path belongs to one template, the first that matches
+it segment by segment with literal segments tried before a ``{param}`` one: OpenAPI's rule that concrete
+paths match before templated ones, so ``/v1/rl/model-resources/estimate-cost`` is that path and never the
+resource ``estimate-cost`` of ``/v1/rl/model-resources/{model_resources_id}``. A method the path's
+template does not answer is a 405 whose ``Allow`` lists that template's methods (and HEAD with GET); an
+unknown path goes on without an operation (the dispatcher's 404).
 """
 
 from __future__ import annotations
@@ -56,18 +59,17 @@ class PathTable:
 
     def match(self, method: str, path: str, raw_path: bytes | None = None
               ) -> tuple[tuple[str, str] | None, dict[str, str], set[str]]:
-        """((operationId, base path) or None, path params, methods answered at the path). ``raw_path``
-        (still percent-encoded) is read only when it has an encoded slash: that slash is part of a
-        segment, e.g. a fault rule named ``a/b`` in ``/_emulator/faults/a%2Fb``."""
+        """((operationId, base path) or None, path params, methods answered at the path: filled only when
+        the path's template does not answer ``method``). ``raw_path`` (still percent-encoded) is read
+        only when it has an encoded slash: that slash is part of a segment, e.g. a fault rule named
+        ``a/b`` in ``/_emulator/faults/a%2Fb``."""
         encoded = encoded_slash(raw_path)
         if encoded:
             path = raw_path.decode("latin-1")  # type: ignore[union-attr]  # (encoded: not None)
         else:
             methods = self.literal.get(path)
-            if methods is not None:
-                target = methods.get(method) or (methods.get("GET") if method == "HEAD" else None)
-                if target is not None:  # else a {param} route may still take the method: walk the trie
-                    return target, {}, set()
+            if methods is not None:  # a concrete path: no template can take it from its own
+                return _answer(methods, method, {})
         if not path.startswith("/") or "//" in path:
             return None, {}, set()
         segments = path[1:].split("/")
@@ -75,21 +77,17 @@ class PathTable:
             segments = [unquote(segment) for segment in segments]
         if segments and segments[-1] == "" and len(segments) > 1:
             return None, {}, set()  # a trailing slash names no operation
-        followed = self._follow(segments)
-        if followed is not None:
-            target = followed[0].methods.get(method)
-            if target is not None:
-                return target, followed[1], set()
-        allowed: set[str] = set()
-        found = self._walk(self.root, segments, 0, method, {}, allowed)
+        found = self._follow(segments)
+        if found is None or not found[0].methods:
+            found = self._walk(self.root, segments, 0, {})
         if found is None:
-            return None, {}, allowed
-        return found[0], found[1], allowed
+            return None, {}, set()
+        return _answer(found[0].methods, method, found[1])
 
     def _follow(self, segments: list[str]) -> tuple[_Node, dict[str, str]] | None:
         """The node at the end of the path, following literals first and a parameter otherwise, without
-        backtracking. When it has the method, :meth:`_walk` (which tries literals before parameters)
-        would have found the same route first; this is the common case, answered without recursion."""
+        backtracking. When it ends a template, :meth:`_walk` (which tries literals before parameters)
+        would have found the same template first; this is the common case, answered without recursion."""
         node = self.root
         params: dict[str, str] = {}
         for segment in segments:
@@ -102,28 +100,29 @@ class PathTable:
             node = child
         return node, params
 
-    def _walk(self, node: _Node, segments: list[str], i: int, method: str, params: dict[str, str],
-              allowed: set[str]) -> tuple[tuple[str, str], dict[str, str]] | None:
+    def _walk(self, node: _Node, segments: list[str], i: int, params: dict[str, str]
+              ) -> tuple[_Node, dict[str, str]] | None:
+        """The first template that matches the path, literal segments tried before a parameter."""
         if i == len(segments):
-            if node.methods:
-                allowed.update(node.methods)
-                if "GET" in node.methods:
-                    allowed.add("HEAD")
-                target = node.methods.get(method) or (node.methods.get("GET") if method == "HEAD" else None)
-                if target is not None:
-                    return target, params
-            return None
+            return (node, params) if node.methods else None
         segment = segments[i]
         child = node.literal.get(segment)
         if child is not None:
-            found = self._walk(child, segments, i + 1, method, params, allowed)
+            found = self._walk(child, segments, i + 1, params)
             if found is not None:
                 return found
         if node.param is not None and segment:
-            found = self._walk(node.param, segments, i + 1, method, {**params, node.param_name: segment}, allowed)
-            if found is not None:
-                return found
+            return self._walk(node.param, segments, i + 1, {**params, node.param_name: segment})
         return None
+
+
+def _answer(methods: dict[str, tuple[str, str]], method: str, params: dict[str, str]
+            ) -> tuple[tuple[str, str] | None, dict[str, str], set[str]]:
+    """The route of ``method`` among a template's methods (HEAD answered as GET), or the methods it allows."""
+    target = methods.get(method) or (methods.get("GET") if method == "HEAD" else None)
+    if target is not None:
+        return target, params, set()
+    return None, {}, set(methods) | ({"HEAD"} if "GET" in methods else set())
 
 
 class TableRoutingMiddleware(RoutingMiddleware):
