@@ -76,3 +76,37 @@ def test_oversized_upload_to_presigned_url_is_413() -> None:
         s = c.post(f"{RL}/training-sessions", json={"model_resources_id": r["id"]}).json()
         up = c.post(f"{RL}/training-sessions/{s['id']}/payloads/upload-url").json()
         assert_error(c.put(up["upload_url"], content=b"x" * 4096), 413)
+
+
+def _fb_body(**tensor: object) -> dict:
+    return {"loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"},
+            "samples": [{"model_input": {"chunks": [{"encoded_text": {"tokens": [1, 2]}}]},
+                         "loss_fn_inputs": {"target_tokens": {"data": [2, 3], "dtype": "int64", **tensor}}}]}
+
+
+def test_a_huge_integer_is_refused_by_its_bound_not_as_a_float(client: TestClient) -> None:
+    """orjson reads an integer beyond 64 bits as a float: 2**70 must be refused for its size (issue 30), never
+    as "not of type 'integer'"; int32 fields are bounded, so 2**40 is refused too."""
+    url = f"{RL}/training-sessions/no-such-session/operations/forward-backward"  # validation comes first
+    where = "samples[0].loss_fn_inputs.target_tokens"
+    for field, value, words in (("shape", 2**70, "greater than the maximum of 2147483647"),
+                                ("shape", 2**40, "greater than the maximum of 2147483647"),
+                                ("sparse_col_indices", -(10**30), "less than the minimum of -2147483648")):
+        resp = client.post(url, json=_fb_body(**{field: [value]}), headers={"Idempotency-Key": f"k-{field}-{value}"})
+        err = assert_error(resp, 400)
+        assert err["param"] == f"{where}.{field}[0]" and words in err["message"], err
+        assert "type" not in err["message"], err
+    resp = client.post(f"{RL}/model-resources", json={"base_model": "Qwen/Qwen3.8-27B", "inactive_timeout": 2**64})
+    assert "greater than the maximum of 86400" in assert_error(resp, 400)["message"]
+    # where the schema puts no type (an unknown field) a huge number is accepted and ignored, as before
+    resp = client.post(f"{RL}/model-resources", json={"base_model": "Qwen/Qwen3.8-27B", "extra": 10**30})
+    assert resp.status_code == 200, resp.text
+
+
+def test_an_empty_status_filter_is_an_empty_list_that_filters_nothing(client: TestClient) -> None:
+    """`status=` is how form style writes an empty array (the SDK sends it for `status=[]`)."""
+    r = client.post(f"{RL}/model-resources", json={"base_model": "Qwen/Qwen3.8-27B"}).json()
+    assert [x["id"] for x in client.get(f"{RL}/model-resources?status=").json()["data"]] == [r["id"]]
+    assert client.get(f"{RL}/training-sessions?status=").json()["data"] == []
+    err = assert_error(client.get(f"{RL}/model-resources?status=MODEL_RESOURCES_STATUS_READY,"), 400)
+    assert err["param"] == "status"  # an empty item in a list is no status
