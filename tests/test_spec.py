@@ -416,6 +416,51 @@ def test_int64_encoding(spec):
     assert schemas["SamplingParams"]["properties"]["seed"] == int64_input
 
 
+INTEGER_RANGES = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
+
+
+def integer_problems(spec: dict) -> list[str]:
+    """Every integer declares its width and explicit bounds inside it. Schemathesis draws integers inside the
+    width that `format` implies, but the server's validators ignore `format`: without the keywords a value
+    past the width would be schema-valid to one and refused by the other. The widths come from the SDK: it
+    types each int64 field `Union[str, int]` (the protobuf JSON mapping writes int64 as a string) and the
+    others plain `int`, which that mapping writes only for 32-bit fields [inferred]."""
+    problems = []
+    nodes = [(p, n) for p, n in _schema_nodes(spec)]
+    for path, _method, item, op in iter_operations(spec):
+        for (where, name), param in operation_parameters(spec, item, op).items():
+            nodes.append((f"{op['operationId']} {where} {name}", param.get("schema", {})))
+    for ptr, node in nodes:
+        if node.get("type") != "integer":
+            continue
+        bounds = INTEGER_RANGES.get(node.get("format"))
+        if bounds is None:
+            problems.append(f"{ptr}: integer without format int32 or int64")
+            continue
+        low, high = node.get("minimum"), node.get("maximum")
+        if not (isinstance(low, int) and isinstance(high, int) and bounds[0] <= low <= high <= bounds[1]):
+            problems.append(f"{ptr}: bounds {low}..{high} not inside {node['format']}")
+    return problems
+
+
+def test_every_integer_has_a_width_and_bounds_inside_it(spec):
+    assert integer_problems(spec) == []
+    schemas = spec["components"]["schemas"]
+    # the fields of issue 30: a huge integer there is out of bounds, not "not of type 'integer'"
+    for name in ("TensorDataParam", "TensorData"):
+        for field in ("shape", "sparse_col_indices", "sparse_crow_indices"):
+            assert schemas[name]["properties"][field]["items"]["format"] == "int32", (name, field)
+    broken = copy.deepcopy(spec)
+    del broken["components"]["schemas"]["TensorDataParam"]["properties"]["shape"]["items"]["maximum"]
+    broken["components"]["parameters"]["Limit"]["schema"]["format"] = "int64"
+    broken["components"]["parameters"]["Limit"]["schema"]["maximum"] = 2**63
+    assert sorted(integer_problems(broken)) == [
+        "TensorDataParam.shape[items]: bounds 0..None not inside int32",
+        *sorted(f"{op} query limit: bounds 1..{2**63} not inside int64"
+                for op in ("listCheckpoints", "listModelResources", "listSessions")),
+    ]
+
+
 def test_timestamps_are_date_time(spec):
     for ptr, node in _schema_nodes(spec):
         leaf = ptr.rsplit(".", 1)[-1]
@@ -442,7 +487,8 @@ def test_list_limits(spec):
     for _path, _method, item, op in iter_operations(spec):
         limit = operation_parameters(spec, item, op).get(("query", "limit"))
         if limit is not None:
-            assert limit["schema"] == {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}
+            assert limit["schema"] == {"type": "integer", "format": "int32", "minimum": 1, "maximum": 100,
+                                       "default": 20}
 
 
 def test_links_point_at_real_operations_and_parameters(spec):
