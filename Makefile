@@ -51,10 +51,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check emulator contract_tests bench tests --select E,F,W,I,B --ignore E501,B905
 	$(BIN)/mypy emulator contract_tests bench
 
-# The server and the contract suite ship copies of the root openapi.yaml (a test keeps them identical).
+# The server and the contract suite ship copies of the root openapi.yaml, the contract suite one of
+# schemathesis.toml (tests/test_structure.py keeps them identical).
 sync-spec:
 	cp openapi.yaml emulator/specs/openapi.yaml
 	cp openapi.yaml contract_tests/openapi.yaml
+	cp schemathesis.toml contract_tests/schemathesis.toml
 
 clean:
 	rm -rf $(VENV) reports .hypothesis

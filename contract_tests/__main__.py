@@ -3,6 +3,7 @@
     python -m contract_tests --base-url URL --token TOKEN [--report DIR] [--max-examples N] [--seed N]
     python -m contract_tests                                    # starts `python -m emulator serve --port 0`
     python -m contract_tests --emulator-arg=--defect=step_decreases -k step   # must fail (self-test)
+    python -m contract_tests --path schemathesis.toml           # where the package keeps a file, for stock tools
 
 Exit status 0 only when the target conforms: at least one test ran, none failed, and the run was not
 cut short (an unreachable target, a collection error or an interruption never passes). Every other option
@@ -23,6 +24,9 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 PROG = "together-rl-contract"
 # What the suite needs beyond the emulator's own dependencies: the `contract` extra.
 NEEDS = ("pytest", "schemathesis", "hypothesis", "requests")
+# Files the package carries for tools run without this suite: the contract, and stock Schemathesis' configuration
+# (copies of the repository's root files, kept identical by `make sync-spec` and tests/test_structure.py).
+SHIPPED = ("openapi.yaml", "schemathesis.toml")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-coverage-phase", action="store_true", help="skip Schemathesis' coverage phase")
     parser.add_argument("--keep-state", action="store_true",
                         help="against an emulator, keep what the suite made in its tenants (default: reset them)")
+    parser.add_argument("--path", choices=SHIPPED,
+                        help="print the path of this file of the installed package and exit, e.g. for stock "
+                             "Schemathesis: st --config-file \"$(together-rl-contract --path schemathesis.toml)\" run ...")
     return parser
 
 
@@ -105,6 +112,9 @@ def missing_dependency() -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args, rest = build_parser().parse_known_args(argv)
+    if args.path:  # needs nothing of the contract extra
+        print(PACKAGE_DIR / args.path)
+        return 0
     if args.base_url and not (args.token or os.environ.get("CONTRACT_TOKEN") or os.environ.get("TOGETHER_API_KEY")):
         build_parser().error("--token is required with --base-url")
     missing = missing_dependency()

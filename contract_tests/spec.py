@@ -54,10 +54,13 @@ def label_to_operation_id(path: str | None = None) -> dict[str, str]:
 
 @functools.cache
 def schema(path: str | None = None) -> Any:
-    """A plain Schemathesis schema of the contract (for response validation outside generated tests)."""
+    """A plain Schemathesis schema of the contract (for response validation outside generated tests). Its
+    configuration is explicit: without one, Schemathesis would read a ``schemathesis.toml`` from the working
+    directory up, such as the repository's own, which configures stock runs."""
     import schemathesis
+    from schemathesis.config import SchemathesisConfig
 
-    return schemathesis.openapi.from_path(str(path or spec_path()))
+    return schemathesis.openapi.from_path(str(path or spec_path()), config=SchemathesisConfig.from_dict({}))
 
 
 def validate_response(operation_id: str, response: Any) -> str | None:

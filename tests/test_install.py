@@ -82,7 +82,7 @@ def test_wheel_carries_every_file_it_needs(wheel: Path) -> None:
     names = set(archive.namelist())
     needed = {"emulator/specs/openapi.yaml", "emulator/specs/admin.yaml", "emulator/ui/static/index.html",
               "emulator/ui/static/vendor/uPlot.iife.min.js", "emulator/ui/static/vendor/LICENSE",
-              "contract_tests/pytest.ini", "contract_tests/openapi.yaml"}
+              "contract_tests/pytest.ini", "contract_tests/openapi.yaml", "contract_tests/schemathesis.toml"}
     # pyproject.toml lists the packages: every module of the source tree must be in the wheel.
     needed |= {p.relative_to(ROOT).as_posix() for top in ("emulator", "contract_tests")
                for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts}
@@ -98,6 +98,7 @@ def test_wheel_carries_every_file_it_needs(wheel: Path) -> None:
         "emulator", "contract_tests"}  # no generic top-level package such as bench
     packaged = zipfile.ZipFile(wheel).read("emulator/specs/openapi.yaml")
     assert packaged == (ROOT / "openapi.yaml").read_bytes()
+    assert zipfile.ZipFile(wheel).read("contract_tests/schemathesis.toml") == (ROOT / "schemathesis.toml").read_bytes()
 
 
 def test_installed_package_is_not_the_source_tree(venv: Path, elsewhere: Path) -> None:
@@ -220,6 +221,21 @@ def test_installed_contract_suite_passes_against_it(served: str, venv: Path, els
                 cwd=elsewhere, timeout=600)
     assert " passed" in proc.stdout and " failed" not in proc.stdout, proc.stdout[-3000:]
     assert (elsewhere / "report" / "summary.md").exists()
+
+
+def test_stock_schemathesis_runs_on_the_installed_spec_and_configuration(served: str, venv: Path,
+                                                                       elsewhere: Path) -> None:
+    """README's pip-user command: the two files found through `together-rl-contract --path`."""
+    where = {name: Path(_run([venv / "bin" / "together-rl-contract", "--path", name], cwd=elsewhere).stdout.strip())
+             for name in ("openapi.yaml", "schemathesis.toml")}
+    for name, path in where.items():
+        assert str(venv) in str(path) and path.read_bytes() == (ROOT / name).read_bytes(), path
+    # `st` is a console script of the dependency; the fresh environment sees the package, not the script.
+    st = "import sys; from schemathesis.cli import schemathesis; sys.argv[0] = 'st'; sys.exit(schemathesis())"
+    proc = _run([venv / "bin" / "python", "-c", st, "--no-color", "--config-file", where["schemathesis.toml"], "run",
+                 where["openapi.yaml"], "--url", served, "-H", "Authorization: Bearer any-key", "--phases", "examples",
+                 "--seed", "1"], cwd=elsewhere)
+    assert f"Configuration:    {where['schemathesis.toml']}" in proc.stdout and " passed" in proc.stdout, proc.stdout
 
 
 def test_contract_suite_without_its_extra_says_which_extra_and_exits_2(elsewhere: Path) -> None:

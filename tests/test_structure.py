@@ -32,6 +32,8 @@ def test_packaged_spec_is_the_repository_contract() -> None:
     contract = (ROOT / "openapi.yaml").read_bytes()
     assert (EMULATOR / "specs" / "openapi.yaml").read_bytes() == contract, "run: make sync-spec"
     assert (ROOT / "contract_tests" / "openapi.yaml").read_bytes() == contract, "run: make sync-spec"
+    config = (ROOT / "schemathesis.toml").read_bytes()
+    assert (ROOT / "contract_tests" / "schemathesis.toml").read_bytes() == config, "run: make sync-spec"
 
 
 def test_no_wall_clock_or_global_random_outside_clock() -> None:
