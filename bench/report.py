@@ -432,6 +432,17 @@ def generated_block(
         )
         + (f" - {notes['contract']}" if "contract" in notes else "")
         + ".",
+        f"- Stock Schemathesis (`st run openapi.yaml --checks all -n {r.get('stock_examples')} --seed "
+        f"{r.get('stock_seed')}`, emulator with `--tokens-file`): "
+        + (
+            f"{r.get('stock_cases_generated')} cases generated, {r.get('stock_cases_passed')} passed, "
+            f"{r.get('stock_cases_skipped')} skipped, {r.get('stock_cases_failures')} failures, exit code "
+            f"{r.get('stock_exit_code')}, {fmt(r.get('stock_s'), 1, 's')}"
+            if r.get("stock_s") is not None
+            else "null"
+        )
+        + (f" - {notes['stock']}" if "stock" in notes else "")
+        + ".",
     ]
     out += ["", END]
     return "\n".join(out)

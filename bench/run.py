@@ -1,11 +1,12 @@
-"""``python -m bench``: the whole benchmark in one bounded run (about 4-5 minutes on 2 cores).
+"""``python -m bench``: the whole benchmark in one bounded run (about 5-6 minutes on 2 cores).
 
 Order: pick the load generator (wrk, installed with apt-get if missing; else the Python fallback);
 start the emulator; capture its real response bodies; start the ceiling serving those bytes; then
 for each scenario at 1 and 32 connections measure the emulator and the ceiling back to back;
 a GET sweep over more concurrencies for the plot; memory and list scaling on in-process-filled
-emulators; start-up time; the pytest plugin's start-up and per-test cost; the contract suite's wall time. Writes ``bench/results.json``,
-``bench/latency_vs_concurrency.png`` and the generated part of ``BENCHMARKS.md``.
+emulators; start-up time; the pytest plugin's start-up and per-test cost; the contract suite's wall
+time; stock Schemathesis with another seed than ``make test``'s, and how many cases it generated. Writes
+``bench/results.json``, ``bench/latency_vs_concurrency.png`` and the generated part of ``BENCHMARKS.md``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import machine, procs, report
+from bench import machine, procs, report, stock
 from bench.client import Client
 from bench.loadgen import LoadGen
 from bench.stats import better_round, median, parse_marked_json, pool_size, ratio
@@ -76,6 +77,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--plugin-tenants", type=int, default=300, help="fresh tenants measured per mode")
     p.add_argument("--contract-timeout", type=int, default=150, help="seconds; the suite is stopped after")
     p.add_argument("--skip-contract", action="store_true")
+    p.add_argument("--stock-examples", type=int, default=stock.EXAMPLES,
+                   help=f"cases per operation of the stock Schemathesis run (default {stock.EXAMPLES})")
+    p.add_argument("--stock-seed", type=int, default=stock.SEED, help=f"its seed (default {stock.SEED})")
+    p.add_argument("--skip-stock", action="store_true", help="skip the stock Schemathesis run")
     p.add_argument("--keep-work", action="store_true", help="keep the temporary directory (server logs)")
     p.add_argument("--quick", action="store_true", help="a fast smoke run: 1-2 s runs, 20k sessions")
     p.add_argument("--results", default=str(ROOT / "bench" / "results.json"))
@@ -93,6 +98,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.sweep = "1,8,32"
         args.longrun_steps, args.longrun_budget_mib = 40, 1
         args.plugin_starts, args.plugin_tenants = 2, 50
+        args.stock_examples = 5
     return args
 
 
@@ -445,6 +451,25 @@ class Bench:
         log(f"  {elapsed:.1f} s, exit code {done.returncode}")
 
 
+    def stock(self) -> None:
+        """README's stock Schemathesis command with --tokens-file and --checks all (bench/stock.py)."""
+        a = self.args
+        if a.skip_stock:
+            self.notes["stock"] = "skipped (--skip-stock)"
+            return
+        log(f"stock Schemathesis: st run openapi.yaml --checks all -n {a.stock_examples} --seed {a.stock_seed} "
+            "against an emulator with --tokens-file")
+        result = stock.run(self.work, a.stock_seed, a.stock_examples)
+        note = result.pop("stock_note", None)
+        if note:
+            self.notes["stock"] = note
+        for key, value in result.items():
+            self.put(key, value)
+        log(f"  {result.get('stock_cases_generated')} cases generated, {result.get('stock_cases_passed')} passed, "
+            f"exit code {result.get('stock_exit_code')}"
+            + (f" in {result['stock_s']:.1f} s" if result.get("stock_s") is not None else f" ({note})"))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.monotonic()
@@ -485,6 +510,7 @@ def main(argv: list[str] | None = None) -> int:
         bench.startup()
         bench.plugin()
         bench.contract()
+        bench.stock()
     except BaseException:
         log(f"bench failed; server logs are in {work}")
         raise

@@ -218,3 +218,13 @@ def test_plugin_scenario_measures_a_fresh_tenant_and_reports_it() -> None:
     rows = {name: v for name, _, v in report.target_rows(r, ["100", "100k"]) if name.startswith("pytest plugin")}
     assert rows == {"pytest plugin: the session's emulator starts < 0.5 s (in a thread)": "PASS",
                     "pytest plugin: a fresh tenant per test < 5 ms (in a thread)": "PASS"}
+
+
+def test_stock_counts_read_schemathesis_test_cases_line() -> None:
+    from bench.stock import counts
+
+    green = "Warnings:\n  x\n\nTest cases:\n  2402 generated, 2402 passed, 60 skipped\n\nSeed: 7\n"
+    assert counts(green) == {"generated": 2402, "passed": 2402, "skipped": 60, "failures": 0}
+    red = "Test cases:\n  2426 generated, 49 found 49 unique failures, 724 skipped\n"
+    assert counts(red) == {"generated": 2426, "passed": 0, "skipped": 724, "failures": 49}
+    assert counts("no summary") == {"generated": 0, "passed": 0, "skipped": 0, "failures": 0}

@@ -1,17 +1,18 @@
-"""Stock Schemathesis against the shipped spec and configuration (issue 30).
+"""Stock Schemathesis against the shipped spec and configuration (issue 30), as README's "Stock
+Schemathesis" writes it: the commands are read from the README and run against fresh emulators.
 
-A user who already runs Schemathesis runs its CLI on `openapi.yaml`, from the checkout, where it finds the
-shipped `schemathesis.toml`. That run must pass against a fresh emulator with every check:
+A user who already runs Schemathesis runs its CLI on `openapi.yaml` from the checkout, where it finds the
+shipped `schemathesis.toml`. That run must pass with every check:
 
 - with `--tokens-file` (unknown tokens are 401) and `--checks all`, every check the CLI has, the auth checks
   included;
-- in the any-token default, where a made-up token is a new tenant, `--checks all` fails the auth check (it
-  outranks the file, which turns it off for this mode) and the documented command passes.
+- in the any-token default, where a made-up token is a new tenant, the documented command (no `--checks`)
+  passes, and `--checks all`, which outranks the file that turns the auth check off for this mode, fails it.
 
 The file itself is checked against the spec: every relaxation names operations whose descriptions state a
 rule the schema cannot, and which declare the status the relaxation accepts; no such operation lacks one.
-`python -m bench` runs the whole command again with another seed and more examples, and records how many
-cases it generated (bench/stock.py).
+`make bench` runs the `--tokens-file` command again with another seed and more cases and records how many
+it generated (bench/stock.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -32,20 +34,45 @@ from schemathesis.config._checks import POSITIVE_DATA_ACCEPTANCE_EXPECTED_STATUS
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "schemathesis.toml"
-TOKEN = "stock-token"
 BIN = Path(sys.executable).parent
 SCHEMA_MARK = "this schema cannot state"
 
 
-def st(*args: str, cwd: Path = ROOT, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    """The `st` console script of this environment, as a user runs it (colour off for the assertions)."""
+def readme_block() -> list[list[str]]:
+    """The commands of README's first `sh` block under "### Stock Schemathesis", split as a shell would."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Stock Schemathesis"):]
+    start = section.index("```sh\n") + 6
+    lines = section[start:section.index("```", start)].splitlines()
+    return [shlex.split(line.rstrip("& ")) for line in lines if line.strip() and not line.startswith("#")]
+
+
+def readme_mode(tokens: bool) -> tuple[list[str], list[str], dict | None]:
+    """(serve arguments, `st` arguments, tokens file) of README's command for one mode."""
+    block = readme_block()
+    serves = [c[2:] for c in block if c[:2] == [".venv/bin/together-rl-emulator", "serve"]]
+    runs = [c[1:] for c in block if c[0] == ".venv/bin/st"]
+    echo = next((json.loads(c[1]) for c in block if c[0] == "echo"), None)
+    serve = next(a for a in serves if ("--tokens-file" in a) == tokens)
+    run = next(a for a in runs if ("--checks" in a) == tokens)
+    return serve, run, echo if tokens else None
+
+
+def st(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    """The `st` console script of this environment, run from the checkout (colour off for the assertions)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SCHEMATHESIS_", "HYPOTHESIS_"))}
-    return subprocess.run([str(BIN / "st"), "--no-color", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([str(BIN / "st"), "--no-color", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env=env, check=False)
 
 
-def serve(*args: str | Path) -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, "-m", "emulator", "serve", "--port", "0", *map(str, args)],
+def serve(args: list[str], tmp_path: Path, tokens: dict | None) -> Iterator[str]:
+    args = list(args)
+    args[args.index("--port") + 1] = "0"
+    if tokens is not None:
+        path = tmp_path / "tokens.json"
+        path.write_text(json.dumps(tokens))
+        args[args.index("--tokens-file") + 1] = str(path)
+    proc = subprocess.Popen([sys.executable, "-m", "emulator", "serve", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -57,16 +84,26 @@ def serve(*args: str | Path) -> Iterator[str]:
         proc.wait(timeout=20)
 
 
-@pytest.fixture
-def tokens_url(tmp_path: Path) -> Iterator[str]:
-    tokens = tmp_path / "tokens.json"
-    tokens.write_text(json.dumps({"tokens": {TOKEN: {"user": "user-stock", "project": "proj-stock"}}}))
-    yield from serve("--tokens-file", tokens)
+def at(run: list[str], url: str) -> list[str]:
+    """README's `st` arguments aimed at ``url``."""
+    run = list(run)
+    run[run.index("--url") + 1] = url
+    return run
 
 
 @pytest.fixture
-def any_token_url() -> Iterator[str]:
-    yield from serve()
+def tokens_mode(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
+    args, run, tokens = readme_mode(tokens=True)
+    assert tokens is not None and run[run.index("-H") + 1].removeprefix("Authorization: Bearer ") in tokens["tokens"]
+    for url in serve(args, tmp_path, tokens):
+        yield url, at(run, url)
+
+
+@pytest.fixture
+def any_token_mode(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
+    args, run, _ = readme_mode(tokens=False)
+    for url in serve(args, tmp_path, None):
+        yield url, at(run, url)
 
 
 def summary(out: str) -> str:
@@ -74,23 +111,26 @@ def summary(out: str) -> str:
 
 
 @pytest.mark.slow
-def test_stock_schemathesis_with_every_check_passes_with_a_tokens_file(tokens_url: str) -> None:
-    run = st("run", "openapi.yaml", "--url", tokens_url, "-H", f"Authorization: Bearer {TOKEN}", "--checks", "all",
-             "-n", "5", "--seed", "7")
+def test_stock_schemathesis_with_every_check_passes_with_a_tokens_file(tokens_mode: tuple[str, list[str]]) -> None:
+    _, command = tokens_mode
+    assert command[:2] == ["run", "openapi.yaml"] and "all" == command[command.index("--checks") + 1]
+    run = st(*command, "-n", "5", "--seed", "7")
     assert f"Configuration:    {CONFIG}" in run.stdout, run.stdout[:2000]  # found as a user's run finds it
     assert run.returncode == 0, f"stock Schemathesis failed:\n{summary(run.stdout)}\n{run.stderr[-2000:]}"
     generated = re.search(r"(\d+) generated, (\d+) passed", run.stdout)
     assert generated and int(generated.group(1)) > 500 and generated.group(1) == generated.group(2), summary(run.stdout)
 
 
-def test_any_token_default_passes_as_documented_and_fails_the_auth_check_it_breaks(any_token_url: str) -> None:
-    common = ("run", "openapi.yaml", "--url", any_token_url, "-H", "Authorization: Bearer any-key",
-              "--include-operation-id", "getSupportedModels", "--phases", "examples,coverage,fuzzing", "-n", "3",
+def test_any_token_default_passes_as_documented_and_fails_the_auth_check_it_breaks(
+        any_token_mode: tuple[str, list[str]]) -> None:
+    _, command = any_token_mode
+    # one operation (the full run is the tokens-file one above): its links need others, so no stateful phase
+    narrow = ("--include-operation-id", "getSupportedModels", "--phases", "examples,coverage,fuzzing", "-n", "3",
               "--seed", "7")
-    documented = st(*common)
+    documented = st(*command, *narrow)
     assert documented.returncode == 0, summary(documented.stdout)
     # `--checks all` outranks the file: the check it turns off for this mode runs, and a made-up token passes.
-    every = st(*common, "--checks", "all")
+    every = st(*command, *narrow, "--checks", "all")
     assert every.returncode == 1 and "ST401 API accepts invalid authentication" in every.stdout, summary(every.stdout)
 
 
