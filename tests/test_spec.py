@@ -426,8 +426,8 @@ def integer_problems(spec: dict) -> list[str]:
     types each int64 field `Union[str, int]` (the protobuf JSON mapping writes int64 as a string) and the
     others plain `int`, which that mapping writes only for 32-bit fields [inferred]."""
     problems = []
-    nodes = [(p, n) for p, n in _schema_nodes(spec)]
-    for path, _method, item, op in iter_operations(spec):
+    nodes = list(_schema_nodes(spec))
+    for _path, _method, item, op in iter_operations(spec):
         for (where, name), param in operation_parameters(spec, item, op).items():
             nodes.append((f"{op['operationId']} {where} {name}", param.get("schema", {})))
     for ptr, node in nodes:
