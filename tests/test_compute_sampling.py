@@ -179,6 +179,14 @@ def test_top_k_and_top_p_restrict_the_support() -> None:
     assert _empirical(model, prev, 50, top_k=1).tolist() == greedy.tolist()
 
 
+def test_a_top_k_past_int64_samples_like_any_top_k_past_the_vocabulary() -> None:
+    """The schema bounds top_k to int32, but an uploaded payload's body is not schema-checked: a top_k past
+    int64 once failed in numpy (a 500 on the GET that ran the operation)."""
+    model = random_trained_model(seed=1)
+    outs = [sample(model, [[1, 2]], n=2, seed=3, max_tokens=8, top_k=k) for k in (2**63 + 5, 10**9)]
+    assert outs[0] == outs[1]
+
+
 def test_top_k_cut_inside_the_flat_tail_keeps_the_lowest_ids() -> None:
     model = SessionModel(make_spec(vocab_size=5000))
     out = sample(model, [[77]], n=400, seed=1, max_tokens=1, top_k=12, temperature=5.0)
