@@ -24,7 +24,7 @@ from bench.stats import MARK
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 11
 EXAMPLES = 25
-TOKEN = "bench-stock"
+TOKEN = "alice-key"  # of the shipped fixtures/tokens/team.yaml, as in README
 _COUNTS = {"generated": r"(\d+) generated", "passed": r"(\d+) passed", "skipped": r"(\d+) skipped",
            "failures": r"(\d+) unique failures"}
 
@@ -37,12 +37,10 @@ def counts(output: str) -> dict[str, int]:
 
 
 def run(work: Path, seed: int = SEED, examples: int = EXAMPLES, timeout: float = 900) -> dict[str, Any]:
-    tokens = work / "stock-tokens.json"
-    tokens.write_text(json.dumps({"tokens": {TOKEN: {"user": "user-bench", "project": "proj-bench"}}}))
     out: dict[str, Any] = {"stock_seed": seed, "stock_examples": examples}
     cmd = ["run", "openapi.yaml", "--checks", "all", "-n", str(examples), "--seed", str(seed)]
     with procs.Server("stock-emulator", ["-m", "emulator", "serve", "--host", "127.0.0.1", "--port", "0",
-                                         "--tokens-file", str(tokens)], work) as emu:
+                                         "--tokens-file", "team"], work) as emu:
         t0 = time.perf_counter()
         try:
             done = subprocess.run([str(Path(sys.executable).parent / "st"), "--no-color", *cmd, "--url", emu.url,

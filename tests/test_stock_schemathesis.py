@@ -17,7 +17,6 @@ it generated (bench/stock.py).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -47,15 +46,15 @@ def readme_block() -> list[list[str]]:
     return [shlex.split(line.rstrip("& ")) for line in lines if line.strip() and not line.startswith("#")]
 
 
-def readme_mode(tokens: bool) -> tuple[list[str], list[str], dict | None]:
-    """(serve arguments, `st` arguments, tokens file) of README's command for one mode."""
+def readme_mode(tokens: bool) -> tuple[list[str], list[str]]:
+    """(serve arguments, `st` arguments) of README's commands for one mode."""
     block = readme_block()
     serves = [c[2:] for c in block if c[:2] == [".venv/bin/together-rl-emulator", "serve"]]
     runs = [c[1:] for c in block if c[0] == ".venv/bin/st"]
-    echo = next((json.loads(c[1]) for c in block if c[0] == "echo"), None)
+    assert len(block) == len(serves) + len(runs) == 4, block
     serve = next(a for a in serves if ("--tokens-file" in a) == tokens)
     run = next(a for a in runs if ("--checks" in a) == tokens)
-    return serve, run, echo if tokens else None
+    return serve, run
 
 
 def st(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
@@ -65,13 +64,9 @@ def st(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
                           timeout=timeout, env=env, check=False)
 
 
-def serve(args: list[str], tmp_path: Path, tokens: dict | None) -> Iterator[str]:
+def serve(args: list[str]) -> Iterator[str]:
     args = list(args)
     args[args.index("--port") + 1] = "0"
-    if tokens is not None:
-        path = tmp_path / "tokens.json"
-        path.write_text(json.dumps(tokens))
-        args[args.index("--tokens-file") + 1] = str(path)
     proc = subprocess.Popen([sys.executable, "-m", "emulator", "serve", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -92,17 +87,18 @@ def at(run: list[str], url: str) -> list[str]:
 
 
 @pytest.fixture
-def tokens_mode(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
-    args, run, tokens = readme_mode(tokens=True)
-    assert tokens is not None and run[run.index("-H") + 1].removeprefix("Authorization: Bearer ") in tokens["tokens"]
-    for url in serve(args, tmp_path, tokens):
+def tokens_mode() -> Iterator[tuple[str, list[str]]]:
+    args, run = readme_mode(tokens=True)
+    tokens = yaml.safe_load((ROOT / "fixtures" / "tokens" / f"{args[args.index('--tokens-file') + 1]}.yaml").read_text())
+    assert run[run.index("-H") + 1].removeprefix("Authorization: Bearer ") in tokens["tokens"]
+    for url in serve(args):
         yield url, at(run, url)
 
 
 @pytest.fixture
-def any_token_mode(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
-    args, run, _ = readme_mode(tokens=False)
-    for url in serve(args, tmp_path, None):
+def any_token_mode() -> Iterator[tuple[str, list[str]]]:
+    args, run = readme_mode(tokens=False)
+    for url in serve(args):
         yield url, at(run, url)
 
 
