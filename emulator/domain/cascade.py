@@ -7,6 +7,7 @@ fails its unfinished operations with ``SESSION_NOT_ACTIVE``.
 
 from __future__ import annotations
 
+from emulator.bounds import later
 from emulator.domain import gpu_queue
 from emulator.domain.common import release_inputs, transition
 from emulator.domain.context import Ctx
@@ -53,7 +54,7 @@ def stop_session(tenant: Tenant, ctx: Ctx, s: Session, at: float) -> None:
         return
     fail_operations(tenant, s, at)
     transition(tenant, s, S.STOPPING, at)
-    tenant.timeline.schedule(at + ctx.timing.session_stopping_seconds, TimelineEvent.SESSION_STOPPED, s.id)
+    tenant.timeline.schedule(later(at, ctx.timing.session_stopping_seconds), TimelineEvent.SESSION_STOPPED, s.id)
 
 
 def expire_session(tenant: Tenant, s: Session, at: float) -> None:
@@ -100,4 +101,4 @@ def _stopping(tenant: Tenant, ctx: Ctx, r: ModelResource, at: float) -> None:
     transition(tenant, r, R.STOPPING, at)
     r.expires_at = None
     gpu_queue.leave(tenant, r)
-    tenant.timeline.schedule(at + ctx.timing.resource_stopping_seconds, TimelineEvent.RESOURCE_STOPPED, r.id)
+    tenant.timeline.schedule(later(at, ctx.timing.resource_stopping_seconds), TimelineEvent.RESOURCE_STOPPED, r.id)

@@ -9,6 +9,7 @@ Differences from the real API: the queue is per project here; the real one is sh
 
 from __future__ import annotations
 
+from emulator.bounds import later
 from emulator.domain.context import Ctx
 from emulator.store import Tenant, TimelineEvent
 from emulator.store.records import ModelResource, ResourceStatus
@@ -17,7 +18,7 @@ from emulator.store.records import ModelResource, ResourceStatus
 def enter(tenant: Tenant, ctx: Ctx, r: ModelResource) -> None:
     """Queue a new resource behind the others of its GPU type and schedule when it leaves."""
     now = ctx.now
-    exit_at = max(now, tenant.gpu_queue_tail.get(r.gpu_type, now)) + ctx.timing.queue_slot_seconds
+    exit_at = later(max(now, tenant.gpu_queue_tail.get(r.gpu_type, now)), ctx.timing.queue_slot_seconds)
     tenant.gpu_queue_tail[r.gpu_type] = exit_at
     r.queue_exit_at = exit_at
     tenant.gpu_queue.setdefault(r.gpu_type, []).append(r.id)
@@ -42,5 +43,5 @@ def leave(tenant: Tenant, r: ModelResource) -> None:
 
 def hold(tenant: Tenant, ctx: Ctx, r: ModelResource, at: float) -> None:
     """The next phantom ahead leaves one queue slot (at least a virtual second) from ``at``."""
-    r.queue_exit_at = at + max(ctx.timing.queue_slot_seconds, 1.0)
+    r.queue_exit_at = later(at, max(ctx.timing.queue_slot_seconds, 1.0))
     tenant.timeline.schedule(r.queue_exit_at, TimelineEvent.RESOURCE_DEQUEUE, r.id)

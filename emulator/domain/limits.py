@@ -6,7 +6,9 @@ holds **1**; more answers 429. Not documented, so [inferred]: which models hold 
 (the catalog says MiniMax-M3 holds 2, :mod:`emulator.domain.catalog`), how many routed-experts
 keys a session keeps before the oldest expire (1024; see :mod:`emulator.domain.routed_experts`), and how
 much large operation output a tenant keeps before the oldest is released (256 MiB of JSON; see
-:mod:`emulator.domain.operations`).
+:mod:`emulator.domain.operations`), how many finished operations a session keeps before the oldest are
+forgotten (1,000; same module), and how large a session's free-form metadata may be (16 KiB of JSON;
+see :mod:`emulator.domain.sessions`).
 
 Every number can be overridden with ``--limits-file`` (YAML or JSON; unknown keys are refused)::
 
@@ -14,6 +16,8 @@ Every number can be overridden with ``--limits-file`` (YAML or JSON; unknown key
     max_lora_sessions: 5                 # sessions on one LoRA resource, for every model not under models
     routed_experts_keys_per_session: 1024
     operation_outputs_mib_per_tenant: 256  # large outputs (samples, per-token logprobs) kept, newest first
+    finished_operations_per_session: 1000  # finished operations a session keeps, newest first
+    session_metadata_kib: 16             # largest session metadata (JSON); larger is 400
     models:                              # per catalog base model
       MiniMaxAI/MiniMax-M3: {max_lora_sessions: 3}
 """
@@ -28,7 +32,7 @@ from typing import Any
 from emulator.domain.catalog import BY_NAME
 
 _TOP_KEYS = ("max_full_weight_sessions", "max_lora_sessions", "routed_experts_keys_per_session",
-             "operation_outputs_mib_per_tenant", "models")
+             "operation_outputs_mib_per_tenant", "finished_operations_per_session", "session_metadata_kib", "models")
 _MODEL_KEYS = ("max_lora_sessions",)
 
 
@@ -38,6 +42,8 @@ class Limits:
     max_lora_sessions: int | None = None            # None: each model's catalog number
     routed_experts_keys_per_session: int = 1024
     operation_outputs_mib_per_tenant: int = 256
+    finished_operations_per_session: int = 1000
+    session_metadata_kib: int = 16
     lora_sessions_by_model: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def session_cap(self, base_model: str, lora_enabled: bool) -> int:
@@ -57,7 +63,7 @@ class Limits:
         if not isinstance(data, dict):
             raise ValueError("a limits file is a mapping of " + ", ".join(_TOP_KEYS))
         _known(data, _TOP_KEYS, "")
-        values: dict[str, Any] = {k: _count(data[k], k) for k in _TOP_KEYS[:4] if k in data}
+        values: dict[str, Any] = {k: _count(data[k], k) for k in _TOP_KEYS[:-1] if k in data}
         models = data.get("models", {})
         if not isinstance(models, dict):
             raise ValueError("models must map base model names to {max_lora_sessions: N}")

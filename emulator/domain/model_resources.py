@@ -14,8 +14,11 @@ registry.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
+from emulator.bounds import later
 from emulator.domain import cascade, gpu_queue
 from emulator.domain.catalog import BY_NAME, GPU_TYPE, CatalogModel
 from emulator.domain.common import lookup, page, transition
@@ -38,6 +41,18 @@ def catalog_model(base_model: str, param: str = "base_model") -> CatalogModel:
     return model
 
 
+# What the SDK's types (together 3.1.1: AdamConfigParam has no field, MuonConfigParam only scaling_strategy)
+# let a client set. Anything else is dropped, as a protobuf JSON gateway discards unknown fields [inferred];
+# kept, it was stored and echoed in every answer, however large or deep.
+OPTIMIZER_FIELDS: Mapping[str, tuple[str, ...]] = MappingProxyType({"adam": (), "muon": ("scaling_strategy",)})
+
+
+def _optimizer(given: Any) -> dict[str, Any]:
+    out = {name: {k: v for k, v in config.items() if k in OPTIMIZER_FIELDS[name] and v is not None}
+           for name, config in (given or {}).items() if name in OPTIMIZER_FIELDS and isinstance(config, dict)}
+    return out or {"adam": {}}
+
+
 def _validated_settings(tenant: Tenant, body: dict[str, Any]) -> dict[str, Any]:
     """The settings of a create, or of the resource an estimate prices: one rule for each field, whichever
     asks (a create and an estimate of the same body answer the same 400, or neither does)."""
@@ -56,8 +71,7 @@ def _validated_settings(tenant: Tenant, body: dict[str, Any]) -> dict[str, Any]:
     replicas = DEFAULT_GENERATOR_REPLICAS if replicas is None else int(replicas)
     if replicas < 0:
         raise Invalid("num_generator_replicas must be >= 0", param="compute_config.num_generator_replicas")
-    optimizer = body.get("optimizer_config") or {"adam": {}}
-    optimizer = {k: v for k, v in optimizer.items() if v is not None} or {"adam": {}}
+    optimizer = _optimizer(body.get("optimizer_config"))
     if "adam" in optimizer and "muon" in optimizer:
         # "set one of adam or muon" (a protobuf oneof: its JSON parser refuses a second member) [inferred]
         raise Invalid("optimizer_config takes one of adam or muon, not both", param="optimizer_config")
@@ -133,7 +147,7 @@ def extend_expiry(tenant: Tenant, ctx: Ctx, resource_id: str, seconds: int) -> M
     if r.status != R.READY:
         raise FailedPrecondition(f"model resource {r.id} is {r.status}; expiry can only be extended while READY",
                                  param="model_resources_id")
-    _push_expiry(tenant, r, ctx.now + seconds)
+    _push_expiry(tenant, r, later(ctx.now, seconds))
     return r
 
 
@@ -150,7 +164,7 @@ def touch(tenant: Tenant, r: ModelResource, at: float) -> None:
     """Activity (session start, operation submit or finish) restarts the inactivity count."""
     r.last_activity = at
     if r.status == R.READY:
-        _push_expiry(tenant, r, at + r.inactive_timeout)
+        _push_expiry(tenant, r, later(at, r.inactive_timeout))
 
 
 def _push_expiry(tenant: Tenant, r: ModelResource, candidate: float) -> None:
@@ -174,7 +188,7 @@ def on_dequeue(tenant: Tenant, ctx: Ctx, r: ModelResource, at: float) -> None:
         return
     gpu_queue.leave(tenant, r)
     transition(tenant, r, R.CREATING, at)
-    tenant.timeline.schedule(at + ctx.timing.resource_creating_seconds, TimelineEvent.RESOURCE_READY, r.id)
+    tenant.timeline.schedule(later(at, ctx.timing.resource_creating_seconds), TimelineEvent.RESOURCE_READY, r.id)
 
 
 def on_ready(tenant: Tenant, ctx: Ctx, r: ModelResource, at: float) -> None:
@@ -185,7 +199,7 @@ def on_ready(tenant: Tenant, ctx: Ctx, r: ModelResource, at: float) -> None:
     for sid in r.session_ids:
         s = tenant.sessions[sid]
         if s.status == SessionStatus.CREATING:
-            tenant.timeline.schedule(at + ctx.timing.session_creating_seconds, TimelineEvent.SESSION_RUNNING, s.id)
+            tenant.timeline.schedule(later(at, ctx.timing.session_creating_seconds), TimelineEvent.SESSION_RUNNING, s.id)
 
 
 def on_expire(tenant: Tenant, ctx: Ctx, r: ModelResource, at: float) -> None:

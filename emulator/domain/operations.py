@@ -26,6 +26,18 @@ which a tenant keeps the newest ``operation_outputs_mib_per_tenant`` MiB (:mod:`
 default 256); beyond that the oldest is released, and its operation answers 404 ``output_released``.
 A sample's prompts count with its output and go with it (the dashboard shows only recent samples).
 A sampling loop would otherwise grow the process by its prompts and samples for ever.
+
+Operation retention [emulator choice]: a session keeps its newest ``finished_operations_per_session``
+finished operations (default 1,000); older ones are forgotten, with their ``Idempotency-Key`` and the
+uploaded payload they read (the journal writes the removals). A GET of one answers 404
+``operation_not_retained`` (on a session that has forgotten any); a retry with a forgotten key starts a
+new operation (a retry that late would follow a thousand newer operations of the same session). Without
+the bound a shared, long-running emulator grew by ~1.7 KB per operation for ever.
+
+Bounds checked at submit, before the operation exists (400): a sample's ``max_tokens`` at most the
+model's context length, ``num_samples`` at most what the model could ever generate, an int64 ``seed``;
+an uploaded payload nests at most as deep as a request body may. Every scheduled time stays within
+year 9999 (:func:`emulator.bounds.later`), and a duration is computed whatever the body holds.
 """
 
 from __future__ import annotations
@@ -39,7 +51,9 @@ from typing import Any
 
 import orjson
 
+from emulator.bounds import depth_message, int64, json_too_deep, later
 from emulator.compute import INTERNAL_ERROR, ComputeError
+from emulator.compute.spec import MAX_SAMPLE_TOKENS
 from emulator.domain import model_resources, routed_experts
 from emulator.domain.cascade import SESSION_NOT_ACTIVE
 from emulator.domain.catalog import BY_NAME
@@ -51,6 +65,7 @@ from emulator.errors import Conflict, FailedPrecondition, Invalid, NotFound, sho
 from emulator.ids import derive_int
 from emulator.store import Tenant, TimelineEvent
 from emulator.store.records import (
+    TERMINAL,
     Checkpoint,
     CheckpointType,
     Operation,
@@ -63,6 +78,7 @@ from emulator.store.records import (
 
 Op = OperationStatus
 K = OperationKind
+TERMINAL_OPERATION = TERMINAL[OperationStatus]
 
 # The LossConfig field each loss type reads (IMPORTANCE_SAMPLING reads none), docs/api-surface.md A.3.1.
 LOSS_PARAMS: Mapping[str, str] = MappingProxyType({
@@ -108,6 +124,7 @@ def submit(tenant: Tenant, ctx: Ctx, session_id: str, kind: OperationKind, body:
         op.error = error_detail(SESSION_NOT_ACTIVE, f"training session {s.id} is {s.status}, not RUNNING", now)
         transition(tenant, op, Op.FAILED, now)
         release_inputs(tenant, op)
+        _retire(tenant, ctx, op)
         return op, False
     if s.queue is None:
         s.queue = []
@@ -138,6 +155,8 @@ def _resolve_payload(tenant: Tenant, s: Session, body: dict[str, Any]) -> tuple[
         raise Invalid(f"payload {payload_id!r} is not valid JSON: {exc}", param="payload_id") from exc
     if not isinstance(uploaded, dict):
         raise Invalid(f"payload {payload_id!r} must hold a JSON object", param="payload_id")
+    if json_too_deep(payload.data):
+        raise Invalid(depth_message(f"payload {payload_id!r}"), param="payload_id", code="too_deep")
     uploaded.pop("payload_id", None)
     return uploaded, payload.id
 
@@ -145,7 +164,10 @@ def _resolve_payload(tenant: Tenant, s: Session, body: dict[str, Any]) -> tuple[
 def _check_request(ctx: Ctx, s: Session, kind: OperationKind, body: dict[str, Any]) -> dict[str, Any]:
     """The body to run, without the fields the real service drops (documented; each warned about, or refused
     under --strict, through :meth:`Ctx.ignored`). Checked before any operation exists: schema validation does
-    not reach an uploaded payload's body, and cannot tie a params object to the loss type."""
+    not reach an uploaded payload's body, and cannot tie a params object to the loss type or a bound to the
+    model."""
+    if kind is K.SAMPLE:
+        _check_sample_bounds(body, s)
     if kind is K.SAMPLE and body.get("return_routed_experts") and not BY_NAME[s.base_model].moe:
         # The SDK: "Only supported for mixture-of-experts models; ignored for other models."
         ctx.ignored("return_routed_experts", f"{s.base_model} is not a mixture-of-experts model")
@@ -166,10 +188,48 @@ def _check_request(ctx: Ctx, s: Session, kind: OperationKind, body: dict[str, An
     return {**body, "loss": {k: v for k, v in loss.items() if k not in dropped}}
 
 
+def _check_sample_bounds(body: dict[str, Any], s: Session) -> None:
+    """A sample's request-derived sizes, bounded where they enter: its duration grows with them, and an
+    unbounded one scheduled its end past year 9999 (the model would refuse the request when run anyway)."""
+    num_samples = _whole(body.get("num_samples"))
+    if num_samples is not None and num_samples > MAX_SAMPLE_TOKENS:
+        raise Invalid(f"num_samples: {num_samples} is more than the {MAX_SAMPLE_TOKENS} tokens one sample request "
+                      "may generate", param="num_samples")
+    params = body.get("sampling_params")
+    if not isinstance(params, dict):
+        return  # (absent, or not an object: the model refuses that when the operation runs)
+    context = BY_NAME[s.base_model].context_length
+    max_tokens = _whole(params.get("max_tokens"))
+    if max_tokens is not None and max_tokens > context:
+        raise Invalid(f"sampling_params.max_tokens: {max_tokens} is more than {s.base_model}'s context length of "
+                      f"{context} tokens", param="sampling_params.max_tokens")
+    if params.get("seed") is not None:
+        int64(params["seed"], "sampling_params.seed")
+
+
+def _whole(value: Any) -> int | None:
+    """An integer-valued field as an int (JSON number or decimal string), None when it is anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value) < 64:
+        return int(value)
+    return None
+
+
 def get(tenant: Tenant, session_id: str, kind: OperationKind, operation_id: str) -> Operation:
-    if session_id not in tenant.sessions:
+    s = tenant.sessions.get(session_id)
+    if s is None:
         raise NotFound(f"training session {session_id!r} not found", param="session_id")
     op = tenant.operations.get(operation_id)
+    if op is None and s.evicted_operations:
+        raise NotFound(f"{kind} operation {operation_id!r} not found on session {session_id}: it never existed, or "
+                       f"it is one of the {s.evicted_operations} oldest finished operations the session no longer "
+                       "keeps (a session keeps its newest finished_operations_per_session, see --limits-file)",
+                       param="operation_id", code="operation_not_retained")
     if op is None or op.session_id != session_id or op.kind != kind:
         raise NotFound(f"{kind} operation {operation_id!r} not found on session {session_id}", param="operation_id")
     _check_output_kept(op)
@@ -195,7 +255,9 @@ def _sync_seconds(ctx: Ctx, body: dict[str, Any]) -> float:
 def _sample_seconds(ctx: Ctx, body: dict[str, Any]) -> float:
     params = body.get("sampling_params") or {}
     generated = int(params.get("max_tokens") or 16) * int(body.get("num_samples") or 1)
-    return generated * len(body.get("model_inputs") or []) * ctx.timing.sample_seconds_per_token
+    # More than the model ever generates in one request fails when run; it takes no longer than the most.
+    generated = min(generated * len(body.get("model_inputs") or []), MAX_SAMPLE_TOKENS)
+    return generated * ctx.timing.sample_seconds_per_token
 
 
 def _forward_backward(tenant: Tenant, ctx: Ctx, s: Session, op: Operation, at: float) -> dict[str, Any]:
@@ -329,12 +391,22 @@ KINDS: Mapping[OperationKind, KindRules] = MappingProxyType({
 
 # --- the queue ------------------------------------------------------------------------------------
 
+def _seconds(ctx: Ctx, op: Operation) -> float:
+    """How long ``op`` runs beyond the overhead. This runs while the timeline settles, before the model checks
+    the body, so it must not fail whatever the body holds (an uploaded payload is not schema-checked):
+    anything malformed counts as nothing, and the operation fails when it runs."""
+    try:
+        return KINDS[op.kind].seconds(ctx, op.body)  # type: ignore[index]
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return 0.0
+
+
 def on_start(tenant: Tenant, ctx: Ctx, op: Operation, at: float) -> None:
     if op.status != Op.PENDING:
         return
     s = tenant.sessions[op.session_id]
     transition(tenant, op, Op.RUNNING, at)
-    done = at + ctx.timing.op_overhead_seconds + KINDS[op.kind].seconds(ctx, op.body)  # type: ignore[index]
+    done = later(at, ctx.timing.op_overhead_seconds + _seconds(ctx, op))
     s.busy_until = done
     tenant.timeline.schedule(done, TimelineEvent.OPERATION_COMPLETE, op.id)
 
@@ -372,8 +444,46 @@ def on_complete(tenant: Tenant, ctx: Ctx, op: Operation, at: float) -> None:
     s.busy_until = None
     if s.queue:
         tenant.timeline.schedule(at, TimelineEvent.OPERATION_START, s.queue[0])
-    if op.status == Op.COMPLETED:  # last: the session's queue has moved on whatever happens here
+    if op.status == Op.COMPLETED:  # the session's queue has moved on whatever happens here
         _keep_output(tenant, ctx, op)
+    _retire(tenant, ctx, op)
+
+
+# --- operation retention -------------------------------------------------------------------------
+
+def _finished(tenant: Tenant, newest: Operation) -> dict[str, deque[str]]:
+    """Each session's finished operations but ``newest``, oldest first; built from the operations on first
+    use (an imported tenant: those of its document, in order of their last change)."""
+    if tenant.finished is None:
+        done = [op for op in tenant.operations.values() if op.status in TERMINAL_OPERATION and op is not newest]
+        done.sort(key=lambda op: op.updated_at)  # stable: equal times keep the order they were made in
+        by_session: dict[str, deque[str]] = {}
+        for op in done:
+            by_session.setdefault(op.session_id, deque()).append(op.id)
+        tenant.finished = by_session
+    return tenant.finished
+
+
+def _retire(tenant: Tenant, ctx: Ctx, op: Operation) -> None:
+    """``op`` has finished: forget its session's oldest finished operations beyond the retention limit, with
+    the idempotency key that names each and the uploaded payload it released (nothing else names them)."""
+    done = _finished(tenant, op).setdefault(op.session_id, deque())
+    done.append(op.id)
+    limit = ctx.limits.finished_operations_per_session
+    while len(done) > limit:
+        old = tenant.operations.get(done.popleft())
+        if old is None or old.status not in TERMINAL_OPERATION:
+            continue
+        tenant.operations.remove(old.id)
+        key = (old.session_id, old.kind, old.idempotency_key)
+        if tenant.idempotency.get(key) == old.id:
+            tenant.idempotency.drop(key)
+        payload = tenant.payloads.get(old.payload_id) if old.payload_id is not None else None
+        if payload is not None and payload.released_by == old.id:
+            tenant.payloads.remove(payload.id)
+        s = tenant.sessions.get(old.session_id)
+        if s is not None:
+            s.evicted_operations += 1
 
 
 # --- output retention ----------------------------------------------------------------------------

@@ -21,6 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
+from emulator.bounds import int64, later
 from emulator.domain import cascade, model_resources
 from emulator.domain.catalog import BY_NAME
 from emulator.domain.common import lookup, page, page_ids, transition
@@ -63,7 +66,7 @@ def _lora_config(tenant: Tenant, ctx: Ctx, r: Any, given: dict[str, Any] | None,
                              param="lora_config.rank")
     cfg["rank"] = rank
     if "seed" in cfg:
-        cfg["seed"] = int(cfg["seed"])
+        cfg["seed"] = int64(cfg["seed"], "lora_config.seed")
     # Sessions mostly share a handful of configs: keep one dict per distinct config (never mutated).
     key = tuple(sorted(cfg.items()))
     return tenant.lora_configs.setdefault(key, cfg)
@@ -98,7 +101,7 @@ def create(tenant: Tenant, ctx: Ctx, body: dict[str, Any]) -> Session:
     s = Session(id=tenant.ids.uuid("session"), model_resources_id=r.id, created_by=ctx.principal.user,
                 base_model=r.base_model, status=S.CREATING._value_, created_at=now, updated_at=now,
                 lora_config=lora, display_name=display_name or None,
-                metadata=_clean_metadata(body.get("metadata")) or None,
+                metadata=_bounded_metadata(ctx, _clean_metadata(body.get("metadata"))) or None,
                 resume_from_checkpoint_id=resume_id or None, load_optimizer=load_optimizer, step=step,
                 trainer_step=step, target_weights_version=step, applied_weights_version=step)
     tenant.sessions.add(s)
@@ -106,7 +109,7 @@ def create(tenant: Tenant, ctx: Ctx, body: dict[str, Any]) -> Session:
     tenant.log(now, "training_session", s.id, None, s.status)
     if r.status == ResourceStatus.READY:
         model_resources.touch(tenant, r, now)
-        tenant.timeline.schedule(now + ctx.timing.session_creating_seconds, TimelineEvent.SESSION_RUNNING, s.id)
+        tenant.timeline.schedule(later(now, ctx.timing.session_creating_seconds), TimelineEvent.SESSION_RUNNING, s.id)
     return s
 
 
@@ -162,6 +165,16 @@ def _show(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def _bounded_metadata(ctx: Ctx, metadata: dict[str, Any]) -> dict[str, Any]:
+    """Free-form metadata is shown in every answer and list of its session: bounded in size where it enters
+    (``session_metadata_kib`` in the limits file; [inferred] the real limit is undocumented)."""
+    limit = ctx.limits.session_metadata_kib << 10
+    if metadata and len(orjson.dumps(metadata)) > limit:
+        raise Invalid(f"metadata is larger than {limit} bytes of JSON (session_metadata_kib in the limits file)",
+                      param="metadata", code="metadata_too_large")
+    return metadata
+
+
 def _clean_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
     """Drop empty strings and nulls: in updates an empty string clears a value."""
     if not metadata:
@@ -207,7 +220,7 @@ def update(tenant: Tenant, ctx: Ctx, session_id: str, body: dict[str, Any]) -> S
         s.display_name = name or None
     if body.get("metadata") is not None:
         merged = _merge(s.metadata or {}, body["metadata"])
-        s.metadata = _clean_metadata(merged) or None
+        s.metadata = _bounded_metadata(ctx, _clean_metadata(merged)) or None
     s.updated_at = max(ctx.now, s.updated_at)
     return s
 

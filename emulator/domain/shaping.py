@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from emulator.bounds import later
 from emulator.clock import rfc3339
 from emulator.domain import files
 from emulator.domain.common import lookup, transition
@@ -74,7 +75,7 @@ def create(tenant: Tenant, ctx: Ctx, body: dict[str, Any]) -> ShapingJob:
                      updated_at=now, params={"configuration": configuration, "inputs": clean_inputs})
     tenant.shaping_jobs.add(job)
     tenant.log(now, "shaping_job", job.id, None, job.status)
-    tenant.timeline.schedule(now + ctx.timing.shaping_phase_seconds, TimelineEvent.SHAPING_PHASE, job.id)
+    tenant.timeline.schedule(later(now, ctx.timing.shaping_phase_seconds), TimelineEvent.SHAPING_PHASE, job.id)
     return job
 
 
@@ -91,7 +92,7 @@ def cancel(tenant: Tenant, ctx: Ctx, job_id: str) -> ShapingJob:
     if job.status == Q.CANCEL_REQUESTED or is_terminal(job.status, ShapingStatus):
         raise FailedPrecondition(f"shaping job {job.id} is {job.status} and cannot be cancelled", param="id")
     transition(tenant, job, Q.CANCEL_REQUESTED, ctx.now)
-    tenant.timeline.schedule(ctx.now + ctx.timing.shaping_phase_seconds / 10, TimelineEvent.SHAPING_CANCELLED, job.id)
+    tenant.timeline.schedule(later(ctx.now, ctx.timing.shaping_phase_seconds / 10), TimelineEvent.SHAPING_CANCELLED, job.id)
     return job
 
 
@@ -119,7 +120,7 @@ def on_phase(tenant: Tenant, ctx: Ctx, job: ShapingJob, at: float) -> None:
             "kind": "model", "revision_id": job.results["model_revision_id"],
             "base_model": job.params["configuration"]["base_model_name"], "checkpoint_id": None})
     if job.phase < len(PHASES):
-        tenant.timeline.schedule(at + ctx.timing.shaping_phase_seconds, TimelineEvent.SHAPING_PHASE, job.id)
+        tenant.timeline.schedule(later(at, ctx.timing.shaping_phase_seconds), TimelineEvent.SHAPING_PHASE, job.id)
 
 
 def on_cancelled(tenant: Tenant, ctx: Ctx, job: ShapingJob, at: float) -> None:

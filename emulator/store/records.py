@@ -188,6 +188,7 @@ class Session:
     queue: list[str] | None = None          # op ids submitted and not yet finished, in order
     busy_until: float | None = None         # when the running operation finishes
     routed_experts: dict[str, int] | None = None  # routed-experts key -> positions covered, oldest first
+    evicted_operations: int = 0             # finished operations forgotten past the retention limit
 
 
 @dataclass(slots=True)

@@ -458,6 +458,9 @@ class Tenant:
         self.gpu_queue: dict[str, list[str]] = {}    # PENDING resource ids in queue order (derived)
         self.models = Models(log)
         self.outputs = OutputBudget()
+        # Each session's finished operations, oldest first, for the retention limit; None until the domain first
+        # needs them (then built from the operations). Derived: not journaled.
+        self.finished: dict[str, deque[str]] | None = None
         self.lora_configs: dict[tuple[Any, ...], dict[str, Any]] = {}  # interned, shared by sessions (derived)
 
     def log(self, at: float, kind: str, obj_id: str, old: str | None, new: str, **extra: Any) -> None:
