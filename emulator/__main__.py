@@ -87,19 +87,22 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     from emulator import fixture_files
+    from emulator.http.site import SiteGuard
     from emulator.tools.recording import ReplayApp, load_recording
 
     try:  # a shipped recording by name (fixtures/recordings/NAME.jsonl), or a path
-        app = ReplayApp(load_recording(fixture_files.resolve("recordings", args.file)))
+        app = ReplayApp(load_recording(fixture_files.resolve("recordings", args.file)), SiteGuard(args.host))
     except (OSError, LookupError, ValueError) as exc:
         print(f"emulator replay: {exc}", file=sys.stderr)
         return 2
     code = _run(app, args.host, args.port, f"Replaying {args.file}")
     report = app.report()
     print(f"replay: answered {report['answered']} of {report['recorded']} recorded requests; "
-          f"{len(report['unanswered'])} request(s) had no recorded answer", file=sys.stderr)
+          f"{report['unanswered_total']} request(s) had no recorded answer", file=sys.stderr)
     for line in report["unanswered"]:
         print(f"  unanswered: {line}", file=sys.stderr)
+    if report["unanswered_total"] > len(report["unanswered"]):
+        print(f"  ... and {report['unanswered_total'] - len(report['unanswered'])} more", file=sys.stderr)
     return 1 if report["unanswered"] and code == 0 else code
 
 

@@ -2,9 +2,10 @@
 
 Outermost first:
 
-1. :class:`EmulatorApp` - refuses bodies over ``--max-body-bytes`` (413, declared or chunked), then a
-   path switch: presigned file URLs (``/_files/...``, no auth), the dashboard (``/_emulator/ui``) and the
-   Swagger UI (``/docs``) stay off the hot path; everything else enters the connexion stack.
+1. :class:`EmulatorApp` - refuses a Host that does not name this server, a foreign Origin and a write
+   whose body is not declared JSON (:mod:`emulator.http.site`), bodies over ``--max-body-bytes`` (413,
+   declared or chunked), then a path switch: presigned file URLs (``/_files/...``, no auth), the
+   dashboard (``/_emulator/ui``) and the Swagger UI (``/docs``) stay off the hot path; everything else enters the connexion stack.
 2. ``ErrorEnvelope`` - every exception leaves as ``ErrorData`` with the right status.
 3. ``TableRoutingMiddleware`` - the operationId from ``openapi.yaml`` (``admin.yaml`` under
    ``/_emulator``) by a precompiled path table, in connexion's routing slot.
@@ -51,6 +52,7 @@ from emulator.http.errors import ErrorEnvelope
 from emulator.http.faults import FaultMiddleware
 from emulator.http.files import FileServer
 from emulator.http.routing import TableRoutingMiddleware
+from emulator.http.site import SiteGuard
 from emulator.http.validation import FastRequestValidationMiddleware
 from emulator.runtime import Runtime
 from emulator.ui import Dashboard, is_dashboard_path
@@ -98,14 +100,20 @@ class EmulatorApp:
                              strict_validation=False)
             self.api.add_api(spec.load_spec(spec.ADMIN), base_path=spec.ADMIN_BASE_PATH, resolver=_resolver(),
                              validate_responses=validate_responses)
+        self.site = SiteGuard.from_config(runtime.config)
         self.files = ErrorEnvelope(FileServer(runtime))
         self.docs = ErrorEnvelope(DocsApp())
 
-        self.ui = ErrorEnvelope(Dashboard(runtime))
+        self.ui = ErrorEnvelope(Dashboard(runtime, max_streams=runtime.config.max_event_streams))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await lifespan(receive, send)
+            return
+        refused = self.site.refusal(scope)
+        if refused is not None:
+            status, message, code = refused
+            await send_error(send, status, message, code=code)
             return
         path: str = scope.get("path", "")
         limit = self.runtime.config.max_body_bytes

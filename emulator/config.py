@@ -58,6 +58,10 @@ class Config:
     header_timeout: float = 10.0        # seconds a client may take to send a request's line and headers
     body_timeout: float = 60.0          # seconds a client may pause while sending a request body
     max_connections: int = 1000         # open connections; beyond it new requests answer 503
+    max_header_bytes: int = 64 * 1024   # request line and headers; larger is 431
+    send_timeout: float = 30.0          # seconds a response may wait for a client that reads nothing
+    max_event_streams: int = 32         # dashboard event streams open at once; beyond it 429
+    allowed_hosts: tuple[str, ...] = field(default_factory=tuple)  # Host names served besides the bind address
 
     def __post_init__(self) -> None:
         if self.clock not in MODES:
@@ -74,11 +78,18 @@ class Config:
             raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}")
         if self.max_body_bytes < 1024:
             raise ConfigError("--max-body-bytes must be at least 1024")
-        for name in ("keep_alive_timeout", "header_timeout", "body_timeout"):
+        for name in ("keep_alive_timeout", "header_timeout", "body_timeout", "send_timeout"):
             if not 0 < getattr(self, name) <= 3600:
                 raise ConfigError(f"--{name.replace('_', '-')} must be within (0, 3600] seconds")
         if self.max_connections < 1:
             raise ConfigError("--max-connections must be at least 1")
+        if self.max_header_bytes < 1024:
+            raise ConfigError("--max-header-bytes must be at least 1024")
+        if self.max_event_streams < 1:
+            raise ConfigError("--max-event-streams must be at least 1")
+        for name in self.allowed_hosts:
+            if not name or any(c in name for c in "/ \t@"):
+                raise ConfigError(f"--allowed-hosts: {name!r} is not a host name (e.g. myhost.local or 10.0.0.5)")
         if self.admin_token is not None and not self.admin_token.strip():
             raise ConfigError("--admin-token must not be empty")
         if not self.is_loopback and not self.admin_token:
@@ -146,6 +157,10 @@ def _defects(text: str) -> tuple[str, ...]:
     return tuple(d for d in text.split(",") if d)
 
 
+def _hosts(text: str) -> tuple[str, ...]:
+    return tuple(h.strip().lower() for h in text.split(",") if h.strip())
+
+
 # (field, flag, converter, help). Flags default to None, so a value from the environment or the
 # Config default is used only when the flag is absent; conversions happen in config_from_args, where
 # an error can name where the bad value came from.
@@ -180,6 +195,14 @@ OPTIONS: tuple[tuple[str, str, Callable[[str], Any] | None, str], ...] = (
     ("body_timeout", "--body-timeout", _float, "seconds a client may pause while sending a body (default 60)"),
     ("max_connections", "--max-connections", _int, "open connections served at once (default 1000); beyond it "
                                                    "new requests answer 503"),
+    ("max_header_bytes", "--max-header-bytes", _int, "largest request line plus headers (default 64 KiB); larger "
+                                                     "is 431"),
+    ("send_timeout", "--send-timeout", _float, "seconds a response may wait for a client that reads none of it "
+                                               "(default 30); then the connection is dropped"),
+    ("max_event_streams", "--max-event-streams", _int, "dashboard event streams open at once (default 32); "
+                                                       "beyond it 429"),
+    ("allowed_hosts", "--allowed-hosts", _hosts, "comma-separated Host names served besides the bind address "
+                                                 "and loopback names (DNS-rebinding guard; '*' allows any)"),
 )
 FLAGS = (
     ("validate_responses", "--validate-responses", "validate every response against openapi.yaml (on in tests)"),

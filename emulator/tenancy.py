@@ -1,7 +1,8 @@
 """Tenancy: which user and project an API key stands for, and the admin token kept apart from them.
 
-By default every token is its own user in its own project (ids derived from the token's hash, so a
-restarted emulator maps a token to the same project); ``--tokens-file`` instead lists the tokens
+By default every token is its own user in its own project (ids derived from the SHA-256 of the token's
+UTF-8 bytes, so a restarted emulator maps a token to the same project, and a token reads the same whether
+it came in a header, a query or a JSON body); ``--tokens-file`` instead lists the tokens
 and can put several users in one project. The admin token of ``--admin-token`` opens the control
 plane only: it is never an API key, so it cannot read or change any tenant through the vendor API.
 """
@@ -16,12 +17,20 @@ from emulator import fixture_files
 from emulator.config import ConfigError, load_data_file
 from emulator.domain.context import Principal
 
+# The principals of default tokens are cached (hashing a token costs more than the lookup); the cache is
+# bounded in bytes, not entries, because a token's length is the client's choice (up to --max-header-bytes).
+CACHE_BYTES = 16 << 20
+ENTRY_OVERHEAD = 400  # a Principal, its two ids and the dict slot, measured with sys.getsizeof
+
 
 class Tenancy:
-    def __init__(self, tokens: dict[str, Principal] | None = None, admin_token: str | None = None) -> None:
+    def __init__(self, tokens: dict[str, Principal] | None = None, admin_token: str | None = None,
+                 cache_bytes: int = CACHE_BYTES) -> None:
         self._tokens = tokens
         self._admin_token = admin_token
         self._principals: dict[str, Principal] = {}
+        self._cached_bytes = 0
+        self._cache_bytes = cache_bytes
         self._lock = threading.Lock()
 
     @classmethod
@@ -44,10 +53,23 @@ class Tenancy:
         if principal is None:
             digest = hashlib.sha256(token.encode()).hexdigest()[:16]
             principal = Principal(user=f"user_{digest}", project=f"proj_{digest}", token=token)
+            size = len(token) + ENTRY_OVERHEAD
             with self._lock:
-                if len(self._principals) < 100_000:  # a cache; unbounded distinct tokens must not grow memory
-                    self._principals[token] = principal
+                if token not in self._principals:
+                    # Oldest first out: a stream of distinct tokens must not grow memory.
+                    while self._principals and self._cached_bytes + size > self._cache_bytes:
+                        old = next(iter(self._principals))
+                        del self._principals[old]
+                        self._cached_bytes -= len(old) + ENTRY_OVERHEAD
+                    if size <= self._cache_bytes:
+                        self._principals[token] = principal
+                        self._cached_bytes += size
         return principal
+
+    @property
+    def cached_bytes(self) -> int:
+        """What the principal cache holds, as it counts it (for tests and the reliability figures)."""
+        return self._cached_bytes
 
     def project_for_token(self, token: str) -> str | None:
         principal = self.principal_for(token)

@@ -307,20 +307,20 @@ def test_connection_that_sends_nothing_is_closed(guarded_server: str) -> None:
 
 def test_slow_headers_are_cut_off(guarded_server: str) -> None:
     with _connect(guarded_server) as sock:
-        sock.sendall(b"GET /_emulator/health HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+        sock.sendall(b"GET /_emulator/health HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the blank line
         assert _closed_within(sock, 5)
 
 
 def test_stalled_body_is_cut_off(guarded_server: str) -> None:
     with _connect(guarded_server) as sock:
-        sock.sendall(b"POST /_emulator/reset HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /_emulator/reset HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 100\r\n\r\n{")
         assert _closed_within(sock, 5)
 
 
 def test_idle_keep_alive_connection_is_closed(guarded_server: str) -> None:
     with _connect(guarded_server) as sock:
-        sock.sendall(b"GET /_emulator/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"GET /_emulator/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         sock.settimeout(5)
         assert b"200 OK" in sock.recv(65536)
         assert _closed_within(sock, 5)

@@ -79,7 +79,7 @@ async def _exchange(app: Any, request: bytes) -> RecordingTransport:
 
 
 def test_a_response_with_a_length_is_one_write() -> None:
-    transport = asyncio.run(_exchange(_app(), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+    transport = asyncio.run(_exchange(_app(), b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
     assert len(transport.writes) == 1
     head, _, body = transport.writes[0].partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"content-length: 5" in head
@@ -94,25 +94,25 @@ def test_a_large_body_is_not_copied_behind_its_head() -> None:
                     "headers": [(b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
-    transport = asyncio.run(_exchange(app, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+    transport = asyncio.run(_exchange(app, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
     assert len(transport.writes) == 2 and transport.writes[0].endswith(b"\r\n\r\n") and transport.writes[1] == body
 
 
 def test_pipelined_responses_are_one_write_each_and_in_order() -> None:
-    request = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n"
+    request = b"GET /a HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /b HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     transport = asyncio.run(_exchange(_app(), request))
     assert len(transport.writes) == 2
     assert all(w.startswith(b"HTTP/1.1 200 OK\r\n") and w.endswith(b"\r\n\r\nhello") for w in transport.writes)
 
 
 def test_head_request_sends_the_head_alone() -> None:
-    transport = asyncio.run(_exchange(_app(), b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n"))
+    transport = asyncio.run(_exchange(_app(), b"HEAD / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
     assert len(transport.writes) == 1
     assert transport.writes[0].startswith(b"HTTP/1.1 200 OK\r\n") and transport.writes[0].endswith(b"\r\n\r\n")
 
 
 def test_connection_close_writes_the_response_before_closing() -> None:
-    transport = asyncio.run(_exchange(_app(), b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+    transport = asyncio.run(_exchange(_app(), b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"))
     assert transport.closed
     assert len(transport.writes) == 1 and transport.writes[0].endswith(b"\r\n\r\nhello")
 
@@ -120,7 +120,7 @@ def test_connection_close_writes_the_response_before_closing() -> None:
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "no-length"])
 def test_a_response_without_a_length_sends_its_head_at_once(stream: bool) -> None:
     """Server-sent events must show their headers before the first event, so nothing is held."""
-    transport = asyncio.run(_exchange(_app(stream=stream, length=False), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+    transport = asyncio.run(_exchange(_app(stream=stream, length=False), b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
     assert transport.writes[0].endswith(b"\r\n\r\n") and b"transfer-encoding: chunked" in transport.writes[0]
     assert b"".join(transport.writes[1:]).startswith(b"3\r\none\r\n" if stream else b"5\r\nhello\r\n")
 
@@ -147,7 +147,7 @@ def _roundtrip(url: str, raw: bytes, until: bytes | None = None) -> bytes:
 
 
 def test_served_pipelined_requests_get_complete_responses(server: str) -> None:
-    one = b"GET /v1/rl/model-resources HTTP/1.1\r\nHost: x\r\n" + AUTH + b"\r\n"
+    one = b"GET /v1/rl/model-resources HTTP/1.1\r\nHost: 127.0.0.1\r\n" + AUTH + b"\r\n"
     data = _roundtrip(server, one + one + one.replace(b"HTTP/1.1\r\n", b"HTTP/1.1\r\nConnection: close\r\n", 1))
     responses = data.split(b"HTTP/1.1 ")[1:]
     assert len(responses) == 3
@@ -158,7 +158,7 @@ def test_served_pipelined_requests_get_complete_responses(server: str) -> None:
 
 
 def test_served_head_has_a_length_and_no_body(server: str) -> None:
-    data = _roundtrip(server, b"HEAD /_emulator/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = _roundtrip(server, b"HEAD /_emulator/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 ") and body == b""
 
@@ -166,7 +166,7 @@ def test_served_head_has_a_length_and_no_body(server: str) -> None:
 def test_served_event_stream_shows_its_headers_before_any_event(server: str) -> None:
     host, port = server.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=5) as sock:
-        sock.sendall(b"GET /_emulator/ui/api/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"GET /_emulator/ui/api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         data = b""
         while b"\r\n\r\n" not in data:
             chunk = sock.recv(65536)

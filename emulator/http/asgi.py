@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, TypeGuard
+from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from emulator.errors import Invalid
 from emulator.http.envelope import PayloadTooLarge, render_error
 
 __all__ = ["ASGIApp", "Message", "Receive", "Scope", "Send", "base_url", "declares_body", "encoded_slash", "header",
-           "lifespan", "limited_receive", "read_body", "send_error", "send_json"]
+           "header_count", "lifespan", "limited_receive", "query_pairs", "read_body", "send_error", "send_json",
+           "text_header"]
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
@@ -75,14 +78,52 @@ async def lifespan(receive: Receive, send: Send) -> None:
 HEADERS = "emulator.headers"
 
 
-def header(scope: Scope, name: bytes) -> str | None:
-    """A request header by its lower-case name (the last one, if repeated). Several layers ask for a few
-    headers each, so the list is turned into a dict once per request."""
+def _raw_header(scope: Scope, name: bytes) -> bytes | None:
+    # Several layers ask for a few headers each, so the list is turned into a dict once per request.
     headers = scope.get(HEADERS)
     if headers is None:
         headers = scope[HEADERS] = dict(scope["headers"])
-    value = headers.get(name)
-    return None if value is None else value.decode("latin-1")
+    value: bytes | None = headers.get(name)
+    return value
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    """A request header by its lower-case name (the last one, if repeated), read as UTF-8 like every other
+    text the emulator receives; bytes that are not UTF-8 become U+FFFD. For headers that name someone or
+    something (an API key, an idempotency key) use :func:`text_header`, which refuses them instead."""
+    value = _raw_header(scope, name)
+    return None if value is None else value.decode("utf-8", "replace")
+
+
+def text_header(scope: Scope, name: bytes, shown: str) -> str | None:
+    """A header that identifies something, decoded as UTF-8 (the decoding of JSON bodies and queries, so a
+    non-ASCII API key names one tenant however it is sent). Bytes that are not UTF-8 are refused (400),
+    never replaced: two different keys must not read as the same text."""
+    value = _raw_header(scope, name)
+    if value is None:
+        return None
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Invalid(f"{shown}: the header is not valid UTF-8", param=shown, code="invalid_header") from exc
+
+
+def header_count(scope: Scope, name: bytes) -> int:
+    """How many times the request sent a header."""
+    return sum(1 for k, _ in scope["headers"] if k == name)
+
+
+def query_pairs(scope: Scope) -> list[tuple[str, str]]:
+    """The query string's (name, value) pairs, percent-decoded as UTF-8 (raw bytes too). A query that is not
+    UTF-8 is refused (400) rather than read with replacement characters, which could make two different
+    keys (``?api_key=``, ``?tenant=``) name the same tenant."""
+    raw: bytes = scope.get("query_string", b"")
+    if not raw:
+        return []
+    try:
+        return parse_qsl(raw.decode("utf-8"), keep_blank_values=True, encoding="utf-8", errors="strict")
+    except UnicodeDecodeError as exc:
+        raise Invalid("the query string is not valid UTF-8", code="invalid_query") from exc
 
 
 def declares_body(scope: Scope) -> bool:

@@ -3,14 +3,17 @@
 The key maps to a principal (:mod:`emulator.tenancy`) that later layers find in the scope; a missing,
 malformed or refused key is a 401 before any validation, as on the real service. The control plane
 (``/_emulator``) needs the admin token (``X-Emulator-Admin-Token``, or as the bearer token) only when
-``--admin-token`` is set, and never for ``/_emulator/health``.
+``--admin-token`` is set, and never for ``/_emulator/health``. Keys are read as UTF-8, as JSON bodies and
+queries are, so a non-ASCII key names the same tenant in ``Authorization``, in a reset body's ``tenant``
+and in the dashboard's ``?api_key=``; a key that is not UTF-8 is refused (401).
 """
 
 from __future__ import annotations
 
 from emulator.domain.context import Principal
+from emulator.errors import Invalid
 from emulator.http.access_log import RECORD, note
-from emulator.http.asgi import ASGIApp, Receive, Scope, Send, header, operation_id
+from emulator.http.asgi import ASGIApp, Receive, Scope, Send, operation_id, text_header
 from emulator.http.envelope import Unauthenticated
 from emulator.tenancy import Tenancy
 
@@ -29,8 +32,15 @@ def is_admin_operation(op: str | None) -> bool:
     return op is not None and op.startswith("admin")
 
 
+def _credential(scope: Scope, name: bytes, shown: str) -> str | None:
+    try:
+        return text_header(scope, name, shown)
+    except Invalid as exc:
+        raise Unauthenticated(f"{shown}: the key is not valid UTF-8; send non-ASCII keys as UTF-8") from exc
+
+
 def bearer(scope: Scope) -> str | None:
-    auth = header(scope, b"authorization")
+    auth = _credential(scope, b"authorization", "Authorization")
     if auth is None:
         return None
     scheme, _, token = auth.partition(" ")
@@ -42,7 +52,7 @@ def check_admin(scope: Scope, tenancy: Tenancy, given: str | None = None) -> Non
     if not tenancy.admin_required:
         return
     if given is None:
-        given = header(scope, b"x-emulator-admin-token") or bearer(scope)
+        given = _credential(scope, b"x-emulator-admin-token", "X-Emulator-Admin-Token") or bearer(scope)
     if not tenancy.is_admin(given):
         raise Unauthenticated("the control plane needs the admin token (X-Emulator-Admin-Token header)",
                               code="invalid_admin_token")
@@ -69,7 +79,7 @@ class AuthMiddleware:
         await self.app(scope, receive, send)
 
     def _principal(self, scope: Scope) -> Principal:
-        auth = header(scope, b"authorization")
+        auth = _credential(scope, b"authorization", "Authorization")
         if not auth:
             raise Unauthenticated("missing Authorization header; send 'Authorization: Bearer <api key>'")
         scheme, _, token = auth.partition(" ")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator, Mapping
 from typing import Any
-from urllib.parse import parse_qsl
 
 import orjson
 
@@ -31,12 +30,13 @@ from emulator.http.asgi import (
     declares_body,
     encoded_slash,
     operation_id,
+    query_pairs,
     read_body,
     send_json,
 )
 from emulator.http.auth import principal
 from emulator.http.faults import state_effect
-from emulator.http.validation import PARSED_BODY, PARSED_QUERY
+from emulator.http.validation import PARSED_BODY, PARSED_QUERY, parse_json_body
 from emulator.runtime import Runtime
 
 _MISSING = object()
@@ -74,7 +74,10 @@ class RawHeaders(Mapping[str, str]):
         key = name.lower().encode("latin-1")
         for k, v in self._raw:
             if k == key:
-                return v.decode("latin-1")
+                try:  # one decoding everywhere: a header naming a tenant must read as the same key in a query
+                    return v.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise Invalid(f"{name}: the header is not valid UTF-8", param=name, code="invalid_header") from exc
         return default
 
     def __iter__(self) -> Iterator[str]:
@@ -107,17 +110,11 @@ class Dispatcher:
             body = None
         else:
             raw = await read_body(receive)
-            body = None
-            if raw.strip():
-                try:
-                    body = orjson.loads(raw)
-                except orjson.JSONDecodeError as exc:
-                    raise Invalid(f"request body is not valid JSON: {exc}", code="invalid_json") from exc
+            body = parse_json_body(raw) if raw.strip() else None
         headers = RawHeaders(scope["headers"])
         query = extensions.get(PARSED_QUERY)
         if query is None:  # no validation ran (nothing to validate): parse it here
-            raw_query = scope.get("query_string", b"")
-            query = dict(parse_qsl(raw_query.decode("latin-1"), keep_blank_values=True)) if raw_query else {}
+            query = dict(query_pairs(scope))
         method = scope["method"]
         caller = principal(scope)
         request = Request(self.runtime, caller, op, scope.get("path_params", {}), query, headers, body,

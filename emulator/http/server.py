@@ -2,11 +2,21 @@
 
 uvicorn closes idle keep-alive connections (``--keep-alive-timeout``) and answers 503 beyond
 ``--max-connections``, but waits forever for a client that opens a connection and then sends nothing
-or sends its request a byte at a time (slowloris). :func:`guarded_protocol` adds the two missing
-timers to uvicorn's httptools protocol: the request line and headers must arrive within
-``--header-timeout`` seconds, and a body may not pause for longer than ``--body-timeout``; otherwise
-the connection is closed. The same protocol writes each response with a declared length in one
-``send()`` system call instead of uvicorn's two (head, then body); the bench's ceiling runs on it too.
+or sends its request a byte at a time (slowloris), takes headers of any size, and waits forever for a
+client that never reads its answer. :func:`guarded_protocol` adds what is missing to uvicorn's
+httptools protocol:
+
+- the request line and headers must arrive within ``--header-timeout`` seconds, and a body may not
+  pause for longer than ``--body-timeout``; otherwise the connection is closed;
+- the request line and headers together may not exceed ``--max-header-bytes``: a larger request is
+  answered 431 (``ErrorData``) and the connection closed, before the headers are kept anywhere;
+- a response whose client reads nothing for ``--send-timeout`` seconds (the socket's buffers full, so
+  writing is paused) is dropped with its connection: a slow reader cannot hold the answer's memory, or
+  one of the ``--max-connections``, for longer than that. A slow but steady reader is never cut off:
+  every time the client drains the buffer the allowance starts again.
+
+The same protocol writes each response with a declared length in one ``send()`` system call instead of
+uvicorn's two (head, then body); the bench's ceiling runs on it too.
 """
 
 from __future__ import annotations
@@ -18,21 +28,36 @@ from typing import Any
 import uvicorn
 
 from emulator.config import Config
+from emulator.http.envelope import render_error
+
+DEFAULT_MAX_HEADER_BYTES = 64 * 1024
+DEFAULT_SEND_TIMEOUT = 30.0
 
 
-def guarded_protocol(header_timeout: float, body_timeout: float) -> type[asyncio.Protocol] | str:
+class _HeadersTooLarge(Exception):
+    """Raised inside the parser's callback: httptools stops parsing and uvicorn answers, through
+    ``send_400_response``, which turns it into a 431."""
+
+
+def guarded_protocol(header_timeout: float, body_timeout: float, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+                     send_timeout: float = DEFAULT_SEND_TIMEOUT) -> type[asyncio.Protocol] | str:
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
-    except ImportError:  # httptools missing: uvicorn's h11 protocol, without the two guards
+    except ImportError:  # httptools missing: uvicorn's h11 protocol, without the guards
         return "h11"
 
     cycle_class = _one_write_cycle(RequestResponseCycle)
+    too_large = render_error(431, f"the request line and headers are larger than {max_header_bytes} bytes",
+                             code="headers_too_large")
 
     class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # One timer per connection, re-armed only when it fires early: moving a deadline is an assignment,
         # not a new timer per request phase (three per request would cost more than the check itself).
         _deadline: float | None = None
         _timer: asyncio.TimerHandle | None = None
+        _header_bytes = 0
+        _headers_too_large = False
+        _send_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -40,7 +65,52 @@ def guarded_protocol(header_timeout: float, body_timeout: float) -> type[asyncio
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
+            self._header_bytes = 0
             self._arm(header_timeout)
+
+        def on_url(self, url: bytes) -> None:
+            self._count_header_bytes(len(url))
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._count_header_bytes(len(name) + len(value) + 4)  # ": " and CRLF, as sent
+            super().on_header(name, value)
+
+        def _count_header_bytes(self, n: int) -> None:
+            # The parser hands over a long header in pieces as they arrive: counting them refuses a huge
+            # header before it is ever joined, let alone kept (e.g. as a cached bearer token).
+            self._header_bytes += n
+            if self._header_bytes > max_header_bytes:
+                self._headers_too_large = True
+                raise _HeadersTooLarge
+
+        def send_400_response(self, msg: str) -> None:
+            if not self._headers_too_large:
+                super().send_400_response(msg)
+                return
+            self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+                                 b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(too_large), too_large))
+            self.transport.close()
+
+        def pause_writing(self) -> None:
+            # The client has stopped reading (the socket buffers are full): it has send_timeout to go on.
+            super().pause_writing()
+            if self._send_timer is None:
+                self._send_timer = self.loop.call_later(send_timeout, self._send_expired)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            if self._send_timer is not None:
+                self._send_timer.cancel()
+                self._send_timer = None
+
+        def _send_expired(self) -> None:
+            self._send_timer = None
+            if self.flow.write_paused:
+                # abort, not close: close keeps the unsent answer in memory until it is read. (The answer may
+                # already be closing: once it is all buffered the app is done, and the keep-alive timer
+                # closes the connection, which then waits for ever for the buffer to drain.)
+                self.transport.abort()
 
         def on_headers_complete(self) -> None:
             super().on_headers_complete()
@@ -63,6 +133,9 @@ def guarded_protocol(header_timeout: float, body_timeout: float) -> type[asyncio
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
+            if self._send_timer is not None:
+                self._send_timer.cancel()
+                self._send_timer = None
             super().connection_lost(exc)
 
         def _arm(self, seconds: float) -> None:
@@ -178,7 +251,8 @@ def uvicorn_config(app: Any, config: Config, loop: str = "auto") -> uvicorn.Conf
     return uvicorn.Config(app, log_level=config.log_level, access_log=False, lifespan="on", loop=loop,
                           timeout_keep_alive=config.keep_alive_timeout,  # type: ignore[arg-type]
                           limit_concurrency=config.max_connections,
-                          http=guarded_protocol(config.header_timeout, config.body_timeout))
+                          http=guarded_protocol(config.header_timeout, config.body_timeout, config.max_header_bytes,
+                                                config.send_timeout))
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -16,6 +16,11 @@ a float) is judged again on an exact reading, so it is refused for its bound, no
 Every refusal is an :class:`~emulator.errors.Invalid` with one sentence naming the field, e.g.
 ``limit: 0 is less than the minimum of 1`` with ``param`` set to ``limit`` (a body field's ``param`` is
 its path, ``lora_config.rank``). Values quoted in messages are cut short.
+
+Beyond the schemas: a body may nest at most :data:`~emulator.bounds.MAX_JSON_DEPTH` levels (a state
+document :data:`~emulator.bounds.MAX_STATE_DEPTH`), checked before anything is stored; a header
+parameter (``Idempotency-Key``) sent more than once is refused, since which copy counts would otherwise
+depend on who reads it; header and query values are read as UTF-8.
 """
 
 from __future__ import annotations
@@ -26,7 +31,6 @@ import json
 import re
 from email.parser import BytesParser
 from typing import Any
-from urllib.parse import parse_qsl
 
 import jsonschema_rs
 import orjson
@@ -39,8 +43,20 @@ from connexion.middleware.request_validation import (
 from connexion.utils import is_null, is_nullable
 from jsonschema import Draft4Validator, ValidationError
 
+from emulator.bounds import MAX_JSON_DEPTH, MAX_STATE_DEPTH, depth_message, json_too_deep
 from emulator.errors import Invalid, shorten
-from emulator.http.asgi import Message, Receive, Scope, Send, declares_body, header, read_body
+from emulator.http.asgi import (
+    Message,
+    Receive,
+    Scope,
+    Send,
+    declares_body,
+    header,
+    header_count,
+    query_pairs,
+    read_body,
+    text_header,
+)
 
 PARSED_BODY = "emulator_body"
 PARSED_QUERY = "emulator_query"
@@ -163,7 +179,10 @@ class ParamCheck:
         elif self.kind == "path":
             value = scope.get("path_params", {}).get(self.name.replace("-", "_"))
         elif self.kind == "header":
-            raw = header(scope, self.key)
+            raw = text_header(scope, self.key, self.name)
+            if raw is not None and header_count(scope, self.key) > 1:
+                raise Invalid(f"{self.name}: the header was sent {header_count(scope, self.key)} times; "
+                                     "send it once", param=self.name, code="duplicate_header")
             value = None if raw is None else _coerce(raw, self.type)
         else:  # cookies: none in the specs
             return
@@ -179,12 +198,21 @@ class ParamCheck:
 
 
 def parse_query(scope: Scope) -> dict[str, list[str]]:
-    raw: bytes = scope.get("query_string", b"")
     out: dict[str, list[str]] = {}
-    if raw:
-        for key, value in parse_qsl(raw.decode("latin-1"), keep_blank_values=True):
-            out.setdefault(key, []).append(value)
+    for key, value in query_pairs(scope):
+        out.setdefault(key, []).append(value)
     return out
+
+
+def parse_json_body(raw: bytes, depth: int = MAX_JSON_DEPTH) -> Any:
+    """A request body parsed once, refused (400) when it is not JSON or nests more than ``depth`` levels."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise Invalid(f"request body is not valid JSON: {exc}", code="invalid_json") from exc
+    if json_too_deep(raw, depth):
+        raise Invalid(depth_message("the request body", depth), code="too_deep")
+    return body
 
 
 def _trivial(operation: Any) -> bool:
@@ -271,6 +299,8 @@ class FastRequestValidationOperation(RequestValidationOperation):
         self._body_required = bool(op.request_body.get("required", False)) if op.request_body else False
         self._body_checkers: dict[str, Checker | None] = {}
         self._consumes = [c.lower() for c in op.consumes]
+        # A state document holds request bodies a few levels down (see emulator.bounds).
+        self._depth = MAX_STATE_DEPTH if op.operation_id == "adminImportState" else MAX_JSON_DEPTH
 
     def _mime_type(self, scope: Scope) -> str:
         """The body's media type, refused with 415 unless the operation consumes it."""
@@ -306,10 +336,7 @@ class FastRequestValidationOperation(RequestValidationOperation):
                 if mime_type == "multipart/form-data":  # the Files API's upload form
                     body = parse_form(raw, header(scope, b"content-type") or "")
                 else:
-                    try:
-                        body = orjson.loads(raw)
-                    except orjson.JSONDecodeError as exc:
-                        raise Invalid(f"request body is not valid JSON: {exc}", code="invalid_json") from exc
+                    body = parse_json_body(raw, self._depth)
                 checker = self._body_checker(mime_type)
                 error = checker.first_error(body) if checker is not None else None
                 if (error is not None and checker is not None and mime_type != "multipart/form-data"

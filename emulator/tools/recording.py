@@ -14,6 +14,10 @@ What a recording keeps, and what it changes:
   URLs (``/_files/...``, credentials too): each becomes ``redacted-token-N``, numbered in order of first
   appearance, in response bodies and in the request paths that use them alike, so replay still serves
   the files.
+- The other secrets are redacted too: the ``X-Emulator-Admin-Token`` header, the query parameters that
+  carry a key (``admin_token``, ``api_key``, ``tenant``: shown as ``--access-log`` shows them) and the
+  ``tenant`` of a reset body (an API key). Replay redacts the queries it receives the same way before
+  matching them. A recording file is created readable by its owner only (0600).
 - Replay rewrites the recorded ``base_url`` inside bodies to the replaying server's address.
 - A *canonical* recording (:class:`Recorder` with ``canonical=True``, what ``python -m tests.recordings``
   makes for ``fixtures/recordings/``) also drops what varies from run to run or machine to machine
@@ -22,11 +26,16 @@ What a recording keeps, and what it changes:
   only the request headers the API defines, and client-generated ``Idempotency-Key`` values (the SDK's
   are random UUIDs) become ``key-N``. Replay matches requests on none of these. So the same client
   against the same seed on the manual clock records the same bytes.
+
+Replay lists the requests it could not answer at ``GET /_emulator/replay``, bounded: the first
+``MAX_MISSES`` of them, each cut to ``MAX_MISS_CHARS`` characters, and a count of all. Like the
+emulator, it answers only Host names of its bind address and no foreign Origin (:mod:`emulator.http.site`).
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import re
 import sys
 import threading
@@ -37,11 +46,19 @@ import httpx
 import orjson
 
 from emulator.clock import rfc3339
+from emulator.http.access_log import redact_query
 from emulator.http.asgi import ASGIApp, Message, Receive, Scope, Send, lifespan, send_json
 from emulator.http.envelope import render_error
+from emulator.http.site import SiteGuard
 from emulator.ui import is_dashboard_path
 
 REDACTED = "Bearer <redacted>"
+REDACTED_HEADERS = {"authorization": REDACTED, "x-emulator-admin-token": "<redacted>",
+                    "x-emulator-tenant": "<redacted>"}  # (the last names a tenant by its API key)
+# Control-plane bodies whose "tenant" is an API key.
+TENANT_BODIES = frozenset({"/_emulator/reset"})
+MAX_MISSES = 1000
+MAX_MISS_CHARS = 2000
 SKIP_HEADERS = {"content-length", "date", "server", "transfer-encoding", "connection"}
 #: The server's address in a canonical recording (the default address of ``serve``).
 CANONICAL_BASE_URL = "http://127.0.0.1:8765"
@@ -64,6 +81,20 @@ def _decode_body(body: dict[str, str]) -> bytes:
     return body.get("text", "").encode("utf-8")
 
 
+def _request_body(path: str, data: bytes) -> bytes:
+    """The body as recorded: a reset's ``tenant`` (an API key) redacted."""
+    if path not in TENANT_BODIES or b"tenant" not in data:
+        return data
+    try:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return data
+    if isinstance(body, dict) and isinstance(body.get("tenant"), str):
+        body["tenant"] = "<redacted>"
+        return orjson.dumps(body)
+    return data
+
+
 class Recorder:
     """Appends one JSON line per exchange to ``path``; ``now`` gives the virtual time of each.
 
@@ -72,7 +103,9 @@ class Recorder:
 
     def __init__(self, path: str, now: Any, *, canonical: bool = False) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the server's life
+        # Owner-only: even redacted, a recording holds a client's data.
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._file = open(fd, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the server's life
         self._now = now
         self._canonical = canonical
         self._lock = threading.Lock()
@@ -101,8 +134,8 @@ class Recorder:
             if self._canonical and name not in CANONICAL_REQUEST_HEADERS:
                 continue
             value = v.decode("latin-1")
-            if name == "authorization":
-                value = REDACTED
+            if name in REDACTED_HEADERS:
+                value = REDACTED_HEADERS[name]
             elif name == "idempotency-key" and self._canonical:
                 value = self._keys.setdefault(value, f"key-{len(self._keys) + 1}")
             out[name] = value
@@ -122,9 +155,9 @@ class Recorder:
             "at": rfc3339(self._now()),
             "base_url": base_url,
             "request": {"method": scope["method"], "path": path,
-                        "query": scope.get("query_string", b"").decode("latin-1"),
+                        "query": redact_query(scope.get("query_string", b"").decode("latin-1")),
                         "headers": self._request_headers(scope),
-                        "body": _encode_body(self._redact_tokens(request_body))},
+                        "body": _encode_body(self._redact_tokens(_request_body(scope["path"], request_body)))},
             "response": {"status": status, "headers": headers, "body": _encode_body(body)},
         }
 
@@ -223,15 +256,17 @@ def load_recording(path: str) -> list[dict[str, Any]]:
 
 
 class ReplayApp:
-    def __init__(self, entries: list[dict[str, Any]]) -> None:
+    def __init__(self, entries: list[dict[str, Any]], guard: SiteGuard | None = None) -> None:
         self.entries = entries
+        self.guard = guard
         self.used = [False] * len(entries)
-        self.misses: list[str] = []
+        self.misses: list[str] = []   # the first MAX_MISSES, each cut short
+        self.missed = 0               # all of them
         self._lock = threading.Lock()
 
     def report(self) -> dict[str, Any]:
         return {"recorded": len(self.entries), "answered": sum(self.used), "unused": self.used.count(False),
-                "unanswered": list(self.misses)}
+                "unanswered": list(self.misses), "unanswered_total": self.missed}
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -241,6 +276,11 @@ class ReplayApp:
             return
         while (await receive()).get("more_body"):
             pass
+        refused = self.guard.refusal(scope) if self.guard is not None else None
+        if refused is not None:
+            status, message, code = refused
+            await send_json(send, status, render_error(status, message, code=code))
+            return
         if scope["path"] == "/_emulator/replay":
             await send_json(send, 200, orjson.dumps(self.report()))
             return
@@ -248,7 +288,7 @@ class ReplayApp:
             await send_json(send, 200, b'{"status":"ok"}')
             return
         method, path = scope["method"], scope["path"]
-        query = scope.get("query_string", b"").decode("latin-1")
+        query = redact_query(scope.get("query_string", b"").decode("latin-1"))
         with self._lock:
             index = next((i for i, e in enumerate(self.entries) if not self.used[i]
                           and e["request"]["method"] == method and e["request"]["path"] == path
@@ -257,8 +297,15 @@ class ReplayApp:
                 self.used[index] = True
         if index is None:
             line = f"{method} {path}{'?' + query if query else ''}"
-            self.misses.append(line)
-            print(f"replay: no recorded answer for {line}", file=sys.stderr, flush=True)
+            if len(line) > MAX_MISS_CHARS:
+                line = line[:MAX_MISS_CHARS - 15] + "... (truncated)"
+            with self._lock:
+                self.missed += 1
+                kept = len(self.misses) < MAX_MISSES
+                if kept:
+                    self.misses.append(line)
+            if kept:
+                print(f"replay: no recorded answer for {line}", file=sys.stderr, flush=True)
             await send_json(send, 404, render_error(404, f"no recorded answer for {line}", code="no_recorded_answer"))
             return
         entry = self.entries[index]

@@ -6,7 +6,9 @@ Routes (GET only):
   picks the view from the path). A tenant is addressed by its project id, see :mod:`emulator.ui`.
 - ``/_emulator/ui/api/tenants`` and ``/_emulator/ui/api/tenants/{project}``: the data the page draws
   (:mod:`emulator.ui.views`); ``/_emulator/ui/api/lookup?api_key=K``: the project of an API key.
-- ``/_emulator/ui/api/stream[?project=P][&since=SEQ]``: server-sent events (:mod:`emulator.ui.stream`).
+- ``/_emulator/ui/api/stream[?project=P][&since=SEQ]``: server-sent events (:mod:`emulator.ui.stream`);
+  at most ``--max-event-streams`` at once (default 32): beyond that 429 with ``Retry-After``, and the page
+  tries again.
 - ``/_emulator/ui/static/...``: the page's script, styles and the vendored chart library, read from
   the installed package with ``importlib.resources``. They hold no state, so like ``/docs`` they need
   no admin token.
@@ -23,15 +25,14 @@ import re
 from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl
 
 import orjson
 
 from emulator.errors import Invalid, NotFound
 from emulator.http import asgi
-from emulator.http.asgi import Receive, Scope, Send
+from emulator.http.asgi import Receive, Scope, Send, query_pairs
 from emulator.http.auth import check_admin
-from emulator.http.envelope import MethodNotAllowed
+from emulator.http.envelope import HttpError, MethodNotAllowed
 from emulator.ui import stream, views
 
 if TYPE_CHECKING:
@@ -47,12 +48,22 @@ PAGE_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 's
             "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
 
 
+class TooManyStreams(HttpError):
+    """Over the cap on open event streams (``--max-event-streams``): the page tries again after a while."""
+
+    status = 429
+    code = "too_many_event_streams"
+
+
 class Dashboard:
     def __init__(self, runtime: Runtime, tick_seconds: float = stream.TICK_SECONDS,
-                 stream_seconds: float = stream.STREAM_SECONDS) -> None:
+                 stream_seconds: float = stream.STREAM_SECONDS, max_streams: int = stream.MAX_STREAMS) -> None:
         self.runtime = runtime
         self.tick_seconds = tick_seconds
         self.stream_seconds = stream_seconds
+        self.max_streams = max_streams
+        self.streams = 0  # open now (the event loop is single-threaded: no lock)
+        self.settler = stream.Settler(runtime, tick_seconds)
         self._static: dict[str, Traversable] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -63,8 +74,7 @@ class Dashboard:
         if path.startswith("/static/"):
             await self._send_static(send, path[len("/static/"):])
             return
-        raw_query = scope.get("query_string", b"").decode("latin-1")
-        query = dict(parse_qsl(raw_query, keep_blank_values=True))
+        query = dict(query_pairs(scope))
         # The control plane's rule; EventSource cannot set headers, so the token may come as a parameter.
         check_admin(scope, self.runtime.tenancy, given=query.get("admin_token"))
         if path == "/":
@@ -79,10 +89,17 @@ class Dashboard:
         elif path == "/api/lookup":
             await send_json(send, views.lookup(self.runtime, query.get("api_key") or ""))
         elif path == "/api/stream":
-            since = _int(dict(scope["headers"]).get(b"last-event-id", b"").decode("latin-1")
-                         or query.get("since") or "0", "since")
-            await stream.run(self.runtime, receive, send, query.get("project") or None, since,
-                             tick_seconds=self.tick_seconds, stream_seconds=self.stream_seconds)
+            since = _int(asgi.header(scope, b"last-event-id") or query.get("since") or "0", "since")
+            if self.streams >= self.max_streams:
+                raise TooManyStreams(f"{self.streams} event streams are open, the most this server keeps "
+                                     "(--max-event-streams); try again shortly", headers={"retry-after": "5"})
+            self.streams += 1
+            try:
+                await stream.run(self.runtime, receive, send, query.get("project") or None, since,
+                                 tick_seconds=self.tick_seconds, stream_seconds=self.stream_seconds,
+                                 settle=self.settler.settle)
+            finally:
+                self.streams -= 1
         else:
             raise NotFound(f"no dashboard route {scope['path']}", code="unknown_endpoint")
 

@@ -16,12 +16,20 @@ A stream ends after ``STREAM_SECONDS`` and the browser reconnects (``retry:``): 
 shutdown waits for open responses, so an unbounded stream would hold ``Ctrl+C`` for as long as a
 dashboard tab is open. The waiting uses ``asyncio`` timeouts only; virtual time comes from the
 runtime's clock.
+
+What a tick costs does not grow with the event log: new entries are read from the log's newest end
+(:meth:`~emulator.store.memory.EventLog.since`), and the settling is shared: a tenant (or, for the
+all-tenants stream, every tenant) is settled at most once per tick however many streams watch it
+(:class:`Settler`). The dashboard caps how many streams are open at once (``--max-event-streams``) and
+needs the admin token for them whenever the control plane does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -35,6 +43,27 @@ TICK_SECONDS = 0.5      # how often the stream settles and looks for changes
 STREAM_SECONDS = 10.0   # then the browser reconnects, resuming from Last-Event-ID
 RETRY_MS = 500
 LOG_BATCH = 200         # the page lists the newest 200 events; older ones in one tick are skipped
+MAX_STREAMS = 32        # open at once (--max-event-streams): a page opens one
+
+
+class Settler:
+    """Settles a tenant, or all of them, for the streams, at most once per ``interval`` (real seconds)
+    each: two hundred streams on one tenant settle it twice a second, not four hundred times."""
+
+    def __init__(self, runtime: Runtime, interval: float) -> None:
+        self.runtime = runtime
+        self.interval = interval
+        self._last: dict[str | None, float] = {}  # project (None: all) -> when it was last settled
+
+    def settle(self, project: str | None) -> None:
+        now = time.monotonic()  # a rate limit, not a reading of virtual time
+        last = self._last.get(project)
+        if last is not None and now - last < self.interval * 0.9:
+            return
+        if len(self._last) > 4 * MAX_STREAMS:  # projects of streams long closed
+            self._last.clear()
+        self._last[project] = now
+        self.runtime.settle(project)
 
 
 def sse(event: str, data: Any, seq: int) -> bytes:
@@ -43,7 +72,8 @@ def sse(event: str, data: Any, seq: int) -> bytes:
 
 
 async def run(runtime: Runtime, receive: Any, send: Any, project: str | None, since: int, *,
-              tick_seconds: float = TICK_SECONDS, stream_seconds: float = STREAM_SECONDS) -> None:
+              tick_seconds: float = TICK_SECONDS, stream_seconds: float = STREAM_SECONDS,
+              settle: Callable[[str | None], None] | None = None) -> None:
     if project is not None:
         views.tenant_exists(runtime, project)  # 404 before the response starts
     gone = asyncio.Event()
@@ -69,7 +99,10 @@ async def run(runtime: Runtime, receive: Any, send: Any, project: str | None, si
                 exists = now_exists
                 chunks.append(sse("tenant", {"exists": exists}, seq))
             if exists:
-                runtime.settle(project)
+                if settle is not None:
+                    settle(project)
+                else:
+                    runtime.settle(project)
             new = runtime.store.events.since(seq, project, views.EVENT_SCAN)
             if new:
                 seq = new[-1]["seq"]

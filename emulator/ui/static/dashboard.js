@@ -411,8 +411,12 @@
     const live = $("live");
     source.onopen = () => { live.dataset.state = "live"; live.textContent = "live"; };
     // A stream ends every few seconds and the browser reconnects with Last-Event-ID.
+    // A refused stream (the server's cap on open streams: 429) closes it for good: try again later.
     source.onerror = () => {
-      if (source.readyState === EventSource.CLOSED) { live.dataset.state = "offline"; live.textContent = "offline"; }
+      if (source.readyState === EventSource.CLOSED) {
+        live.dataset.state = "offline"; live.textContent = "offline";
+        setTimeout(connect, 5000);
+      }
     };
     source.addEventListener("log", (msg) => {
       const events = JSON.parse(msg.data);

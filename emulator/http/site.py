@@ -1,0 +1,140 @@
+"""Cross-site guards: which Host the server answers to, which Origin may call it, what a write must declare.
+
+With no admin token (the loopback default) the control plane needs no credential, so a web page on
+another site could otherwise drive it from the user's browser: a no-CORS ``fetch`` (or a form) can POST
+to ``http://127.0.0.1:8765/_emulator/reset`` without reading the answer, and a DNS-rebinding page (its
+own host name re-pointed at 127.0.0.1) could even read ``GET /_emulator/state``. Three checks, on every
+request before anything else runs:
+
+- **Host** must name this server: its bind address, a loopback name (``localhost``, ``127.0.0.1``,
+  ``::1``, ``*.localhost``) or a name given with ``--allowed-hosts``. A rebound page's requests carry its
+  own host name and are refused (403, ``host_not_allowed``). Bound to a wildcard address (``0.0.0.0``),
+  where the control plane needs the admin token anyway, any Host is served unless ``--allowed-hosts``
+  lists them; ``--allowed-hosts '*'`` turns the check off.
+- **Origin**, when a browser sends one (every cross-site POST, PUT, DELETE and CORS request), must be
+  the server's own (``http://`` plus the request's Host); ``null`` and other sites are refused (403,
+  ``cross_origin_refused``). The dashboard is same-origin and unaffected. Clients that are not browsers
+  (the SDK, curl) send no Origin.
+- A write (POST, PUT, PATCH, DELETE) to the API or the control plane that carries a body must say it is
+  JSON (``Content-Type: application/json`` or ``+json``), or a multipart form (the Files API's upload
+  form; request validation then refuses it wherever the spec does not consume one); otherwise 415. The
+  SDK always sends one of them. A browser can send a cross-site body without preflight only as
+  ``text/plain``, a form type, or with no type at all (a ``Blob``); a multipart form from another site
+  carries its ``Origin``. Bodiless POSTs (``curl -X POST .../_emulator/reset``) need no type. Presigned
+  upload URLs (``/_files/...``) take raw bytes and are exempt.
+
+[inferred] The real API's behaviour for a body without a JSON content type is undocumented; the SDK
+always sends ``application/json``, so the rule costs a real client nothing.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+
+from emulator.config import Config
+from emulator.http.asgi import Scope, declares_body, header
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+DEFAULT_PORTS = {"http": 80, "https": 443}
+_VERDICTS_KEPT = 256
+
+
+def allowed_host_names(host: str, allowed_hosts: tuple[str, ...] = ()) -> frozenset[str] | None:
+    """The host names (lower case, no port) a server bound to ``host`` answers to; None when any is."""
+    extra = {name.strip("[]").rstrip(".").lower() for name in allowed_hosts}
+    if "*" in extra:
+        return None
+    bind = host.strip("[]").lower()
+    if bind in WILDCARD_BINDS and not extra:
+        return None
+    names = set(LOOPBACK_NAMES) | extra
+    if bind not in WILDCARD_BINDS:
+        names.add(bind)
+    return frozenset(names)
+
+
+def split_host(value: str) -> tuple[str, int | None]:
+    """``Host`` header -> (lower-case name without brackets or trailing dot, port or None)."""
+    value = value.strip().lower()
+    port: int | None = None
+    if value.startswith("["):  # [v6]:port
+        end = value.find("]")
+        name, rest = (value[1:end], value[end + 1:]) if end > 0 else (value, "")
+        if rest.startswith(":") and rest[1:].isdigit():
+            port = int(rest[1:])
+    elif value.count(":") == 1:
+        name, _, raw_port = value.partition(":")
+        if raw_port.isdigit():
+            port = int(raw_port)
+    else:
+        name = value
+    return name.rstrip("."), port
+
+
+def _name_allowed(name: str, allowed: frozenset[str]) -> bool:
+    if name in allowed or name.endswith(".localhost"):  # *.localhost never leaves the machine (RFC 6761)
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback and bool(allowed & LOOPBACK_NAMES)
+    except ValueError:
+        return False
+
+
+class SiteGuard:
+    def __init__(self, host: str, allowed_hosts: tuple[str, ...] = ()) -> None:
+        self.allowed = allowed_host_names(host, allowed_hosts)
+        self._hosts: dict[str, bool] = {}  # Host header -> allowed (clients repeat one or two)
+
+    @classmethod
+    def from_config(cls, config: Config) -> SiteGuard:
+        return cls(config.host, config.allowed_hosts)
+
+    def refusal(self, scope: Scope) -> tuple[int, str, str] | None:
+        """(status, message, code) when the request must be refused, else None."""
+        host = header(scope, b"host")
+        if host is not None and self.allowed is not None:
+            ok = self._hosts.get(host)
+            if ok is None:
+                ok = _name_allowed(split_host(host)[0], self.allowed)
+                if len(self._hosts) < _VERDICTS_KEPT:
+                    self._hosts[host] = ok
+            if not ok:
+                return (403, f"Host {host[:100]!r} does not name this server (DNS-rebinding guard); serve it with "
+                             "--allowed-hosts", "host_not_allowed")
+        origin = header(scope, b"origin")
+        if origin is not None and not same_origin(origin, host):
+            return (403, f"cross-origin request refused: Origin {origin[:100]!r} is not this server's own; the "
+                         "emulator answers its own dashboard and non-browser clients only", "cross_origin_refused")
+        if scope["method"] in WRITE_METHODS and declares_body(scope) and not scope["path"].startswith("/_files/"):
+            content_type = header(scope, b"content-type")
+            if content_type is None or not (is_json(content_type) or is_form(content_type)):
+                return (415, f"a request body must be JSON: send Content-Type: application/json (got "
+                             f"{(content_type or 'none')[:100]!r})", "unsupported_media_type")
+        return None
+
+
+def is_json(content_type: str) -> bool:
+    mime = content_type.partition(";")[0].strip().lower()
+    return mime == "application/json" or (mime.startswith("application/") and mime.endswith("+json"))
+
+
+def is_form(content_type: str) -> bool:
+    return content_type.partition(";")[0].strip().lower() == "multipart/form-data"
+
+
+def same_origin(origin: str, host: str | None) -> bool:
+    if host is None or origin.strip().lower() == "null":
+        return False
+    try:
+        parts = urlsplit(origin.strip())
+        origin_port = parts.port
+    except ValueError:
+        return False
+    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+        return False
+    name, port = split_host(host)
+    default = DEFAULT_PORTS[parts.scheme]  # a Host without a port is on its scheme's default (or behind a proxy)
+    return parts.hostname.rstrip(".") == name and (origin_port or default) == (port or default)
