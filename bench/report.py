@@ -394,6 +394,23 @@ def generated_block(
                 f"{fmt(r.get(f'longrun_{label}_kept_output_mib'), 1, 'MiB')} | "
                 f"{r.get(f'longrun_{label}_released')} of {r.get(f'longrun_{label}_operations')} |"
             )
+    if r.get("soak_seconds"):
+        ratio_ = r.get("soak_growth_ratio")
+        verdict = "n/a" if ratio_ is None else ("PASS" if ratio_ <= 1.10 else "MISS")
+        out += [
+            "",
+            f"### Memory of a shared server under mixed traffic ({r.get('soak_seconds')} s, "
+            f"{r.get('soak_workers')} tenants training; `python -m bench.soak`)",
+            "",
+            "| operations | requests | 5xx | warm-up | RSS after warm-up | highest RSS after | last RSS | "
+            "highest / after warm-up (target <= 1.10) |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            f"| {r.get('soak_operations')} | {r.get('soak_requests')} | {r.get('soak_server_errors')} | "
+            f"{fmt(r.get('soak_warmup_s'), 0, 's')}{'' if r.get('soak_warmed') else ' (retention never reached)'} | "
+            f"{fmt(r.get('soak_rss_warm_mb'), 1, 'MiB')} | {fmt(r.get('soak_rss_max_after_warmup_mb'), 1, 'MiB')} | "
+            f"{fmt(r.get('soak_rss_end_mb'), 1, 'MiB')} | "
+            f"{'n/a' if ratio_ is None else f'{ratio_:.3f}'} {verdict} |",
+        ]
     out += [
         "",
         "### List cost versus store size (1 connection, page of 20)",

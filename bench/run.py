@@ -1,4 +1,5 @@
-"""``python -m bench``: the whole benchmark in one bounded run (about 5-6 minutes on 2 cores).
+"""``python -m bench``: the whole benchmark in one bounded run (about 16 minutes on 2 cores, ten of them the
+memory soak; ``--soak-seconds 0`` skips it).
 
 Order: pick the load generator (wrk, installed with apt-get if missing; else the Python fallback);
 start the emulator; capture its real response bodies; start the ceiling serving those bytes; then
@@ -75,6 +76,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--longrun-budget-mib", type=int, default=8, help="its small output budget (MiB)")
     p.add_argument("--plugin-starts", type=int, default=5, help="start-ups of the pytest plugin's emulator per mode")
     p.add_argument("--plugin-tenants", type=int, default=300, help="fresh tenants measured per mode")
+    p.add_argument("--soak-seconds", type=int, default=600, help="the mixed-traffic memory soak (0 skips it)")
     p.add_argument("--contract-timeout", type=int, default=150, help="seconds; the suite is stopped after")
     p.add_argument("--skip-contract", action="store_true")
     p.add_argument("--stock-examples", type=int, default=stock.EXAMPLES,
@@ -99,6 +101,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.longrun_steps, args.longrun_budget_mib = 40, 1
         args.plugin_starts, args.plugin_tenants = 2, 50
         args.stock_examples = 5
+        args.soak_seconds = min(args.soak_seconds, 30)
     return args
 
 
@@ -379,6 +382,25 @@ class Bench:
                 f"({growth:.0f} KiB per step); {m['released']} of {m['operations']} outputs released")
         self.put("longrun_steps", steps)
 
+    def soak(self) -> None:
+        """A shared server under mixed traffic (``bench.soak``): RSS after warm-up must stay within 10%."""
+        seconds = self.args.soak_seconds
+        if not seconds:
+            return
+        log(f"soak: {seconds} s of mixed traffic against one server, RSS every {max(1, seconds // 60)} s")
+        done = subprocess.run([sys.executable, "-m", "bench.soak", "--seconds", str(seconds)],
+                              capture_output=True, text=True, timeout=seconds + 300, cwd=str(ROOT))
+        m = parse_marked_json(done.stdout)
+        for key in ("seconds", "warmup_s", "warmed", "workers", "operations", "requests", "server_errors",
+                    "growth_ratio"):
+            self.put(f"soak_{key}", m[key])
+        for key in ("rss_warm", "rss_max_after_warmup", "rss_end"):
+            self.put(f"soak_{key}_mb", m[key] / 2**20)
+        log(f"  {m['operations']} operations, {m['requests']} requests ({m['server_errors']} 5xx); RSS "
+            f"{m['rss_warm'] / 2**20:.1f} MiB after {m['warmup_s']:.0f} s of warm-up, at most "
+            f"{m['rss_max_after_warmup'] / 2**20:.1f} MiB after it (x{m['growth_ratio']:.3f})"
+            + ("" if m["warmed"] else "; the sessions never reached the retention limit"))
+
     def startup(self) -> None:
         times = []
         for i in range(self.args.startup_runs):
@@ -507,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         bench.filled(gen)
         bench.longrun()
+        bench.soak()
         bench.startup()
         bench.plugin()
         bench.contract()
