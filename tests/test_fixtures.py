@@ -188,7 +188,8 @@ def test_recording_is_regenerated_byte_for_byte_and_replays(name: str, tmp_path:
     with serve_app(RecordingApp(replay, recorder)) as url:
         replayed = RECORDINGS[name].drive(url)
     recorder.close()
-    assert replay.report() == {"recorded": len(entries), "answered": len(entries), "unused": 0, "unanswered": []}
+    assert replay.report() == {"recorded": len(entries), "answered": len(entries), "unused": 0, "unanswered": [],
+                               "unanswered_total": 0}
     assert replayed == live
     # ...byte for byte: what the client sent and got back through the replay is the recording (but the time).
     assert [{**e, "at": None} for e in load_recording(str(again))] == [{**e, "at": None} for e in entries]

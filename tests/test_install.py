@@ -186,7 +186,7 @@ def test_installed_emulator_loads_every_scenario_fault_file_and_tokens_file_by_n
             principal = runtime.principal_for("demo-key")
             assert principal is not None
             state = runtime.store.get(principal.project)
-            expected = sorted(state.resources) if state is not None else []
+            expected = sorted(state.resources.ids()) if state is not None else []
             url = by_command[("serve", "--clock", "manual", "--scenario", name)]
             assert sorted(_resource_ids(url, "demo-key")) == expected, name
         for name in faults:

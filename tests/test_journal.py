@@ -230,9 +230,12 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(where)], check=False)
 
 
-def test_a_real_full_disk_refuses_writes_cleanly_and_loses_nothing_acknowledged(small_disk: Path) -> None:
+def test_a_real_full_disk_refuses_writes_cleanly_and_loses_nothing_acknowledged(small_disk: Path,
+                                                                                tmp_path: Path) -> None:
     path = small_disk / "state.jsonl"
-    runtime = _runtime(path)
+    limits = tmp_path / "limits.yaml"  # the metadata below grows past the default bound (16 KiB)
+    limits.write_text("session_metadata_kib: 1024\n")
+    runtime = _runtime(path, limits_file=str(limits))
     acknowledged: list[str] = []
     with make_client(runtime) as client:
         s = running_session(client)
@@ -247,7 +250,7 @@ def test_a_real_full_disk_refuses_writes_cleanly_and_loses_nothing_acknowledged(
         assert refused, "the disk never filled"
         kept = client.get(f"{RL}/training-sessions/{s['id']}").json()["metadata"]
         assert sorted(kept) == sorted(acknowledged)  # memory holds exactly what was acknowledged
-    restored = _runtime(path)
+    restored = _runtime(path, limits_file=str(limits))
     with make_client(restored) as client:
         assert sorted(client.get(f"{RL}/training-sessions/{s['id']}").json()["metadata"]) == sorted(acknowledged)
 

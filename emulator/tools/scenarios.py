@@ -130,7 +130,7 @@ class InProcessClient:
                    query: dict[str, str] | None = None, headers: dict[str, str] | None = None,
                    tenant: str | None = None) -> tuple[int, Any]:
         raw = b"" if body is None else orjson.dumps(body)
-        sent = {"host": "emulator.scenario", "content-length": str(len(raw)), **(headers or {})}
+        sent = {"host": "scenario.localhost", "content-length": str(len(raw)), **(headers or {})}
         if tenant is not None:  # a control-plane call scoped to that tenant
             sent["x-emulator-tenant"] = tenant
         if body is not None:
@@ -144,7 +144,7 @@ class InProcessClient:
         scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
                  "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query_string,
                  "root_path": "", "headers": [(k.lower().encode(), v.encode()) for k, v in sent.items()],
-                 "client": ("127.0.0.1", 0), "server": ("emulator.scenario", 80), SCENARIO: True}
+                 "client": ("127.0.0.1", 0), "server": ("scenario.localhost", 80), SCENARIO: True}
         pending = [{"type": "http.request", "body": raw, "more_body": False}]
         status, chunks = 0, []
 
