@@ -103,7 +103,8 @@ class UnitOfWork:
                 tenant = store.open(project) if self.write else store.new_tenant(project)
             ctx = runtime.ctx(self.principal)
             engine.settle(tenant, ctx)
-            tenant.changes.noting = self.write
+            # Only a journal drains what the tables note: without one, noting would keep every id handed out.
+            tenant.changes.noting = self.write and tenant.changes.enabled
         except BaseException:
             runtime.lock.release()
             raise

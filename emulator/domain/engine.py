@@ -37,7 +37,7 @@ _TABLE_OF = MappingProxyType({event.value: event.table for event in TimelineEven
 
 def settle(tenant: Tenant, ctx: Ctx) -> None:
     log = tenant.changes
-    noting, log.noting = log.noting, True
+    noting, log.noting = log.noting, log.enabled  # (no journal: nothing to note, nothing may pile up)
     try:
         timeline = tenant.timeline
         while True:
