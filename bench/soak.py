@@ -6,8 +6,10 @@ resource and one RUNNING session, loop for N seconds over keep-alive connections
 optim-step (submit, then read back), every fourth step a sample of 2 x 8 tokens and a weights-sync, a
 list of sessions and a read of the resource, and a GET of an unknown operation (404). The server's
 resident memory is read every ``N/60`` seconds. Warm-up lasts until every session holds as many finished
-operations as the retention limit keeps (``finished_operations_per_session``), and at least the first
-``--warmup-share`` of the run (default 20%): by then the event log is at its cap and the caches are full.
+operations as the retention limit keeps (``finished_operations_per_session``) and the event log is at its
+cap (50,000 entries), and at least the first ``--warmup-share`` of the run (default 20%), by when the
+bounded caches have filled too (the largest, the clock's 65,536 formatted instants, after some 30,000
+operations on the system clock: a slow machine may still be filling it).
 Prints one ``BENCH_JSON`` line: operations, requests, server errors, when warm-up ended (``warmed``:
 false when the sessions never filled), RSS at its end, the highest and the last RSS after it, and the
 ratio of the highest to the first.
@@ -38,6 +40,7 @@ OPT = {"adam_params": {"learning_rate": 0.0001}}
 SAMPLE = {"model_inputs": [{"chunks": [{"encoded_text": {"tokens": [1, 2, 3, 4]}}]}], "num_samples": 2,
           "sampling_params": {"max_tokens": 8}}
 SYNC = {"weight_sync_type": "WEIGHT_SYNC_TYPE_SYNCHRONOUS"}
+EVENT_LOG_CAP = 50_000  # emulator.store.memory.EventLog
 
 
 class Counts:
@@ -46,6 +49,7 @@ class Counts:
         self.operations = 0
         self.server_errors = 0
         self.filled: dict[int, float] = {}  # worker -> when its session reached the retention limit
+        self.log_full: float | None = None  # when the event log reached its cap
 
 
 async def _call(client: httpx.AsyncClient, counts: Counts, method: str, path: str, body: Any = None,
@@ -96,14 +100,20 @@ async def _drive(url: str, pid: int, seconds: float, workers: int, warmup: float
     tasks = [asyncio.create_task(_worker(url, i, start, until, counts)) for i in range(workers)]
     samples: list[tuple[float, int]] = []
     every = max(1.0, seconds / 60)
-    while not all(t.done() for t in tasks):
-        await asyncio.sleep(every)
-        samples.append((round(time.monotonic() - start, 1), procs.rss_of(pid)))
+    async with httpx.AsyncClient(base_url=url, timeout=30) as control:
+        while not all(t.done() for t in tasks):
+            await asyncio.sleep(every)
+            samples.append((round(time.monotonic() - start, 1), procs.rss_of(pid)))
+            if counts.log_full is None:
+                newest = (await control.get("/_emulator/events", params={"since": EVENT_LOG_CAP - 1,
+                                                                         "limit": 1})).json()["data"]
+                if newest:
+                    counts.log_full = time.monotonic() - start
     for task in tasks:
         task.result()  # a client that failed fails the run
-    warmed = len(counts.filled) == workers
+    warmed = len(counts.filled) == workers and counts.log_full is not None
     if warmed:
-        warmup = max(warmup, *counts.filled.values())
+        warmup = max(warmup, counts.log_full or 0.0, *counts.filled.values())
     after = [rss for t, rss in samples if t >= warmup]
     warm = next((rss for t, rss in samples if t >= warmup), samples[-1][1])
     return {"seconds": seconds, "warmup_s": round(warmup, 1), "warmed": warmed, "workers": workers, "operations": counts.operations,
