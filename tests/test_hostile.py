@@ -115,14 +115,19 @@ def test_a_state_document_may_hold_bodies_at_the_request_limit_but_no_deeper(cli
 def test_unknown_optimizer_keys_are_dropped_not_stored_or_echoed(client: TestClient) -> None:
     # together 3.1.1: AdamConfigParam has no field, MuonConfigParam only scaling_strategy.
     junk = "j" * 200_000
-    r = create_resource(client, optimizer_config={"adam": {"junk": junk}})
-    assert r["optimizer_config"] == {"adam": {}}
+    resp = client.post(f"{RL}/model-resources", json={"base_model": BASE, "optimizer_config": {"adam": {"junk": junk}}})
+    assert resp.status_code == 200 and resp.json()["optimizer_config"] == {"adam": {}}
+    assert "optimizer_config.adam.junk ignored" in resp.headers["x-emulator-warning"]
     r = create_resource(client, optimizer_config={"muon": {"scaling_strategy": "MUON_SCALING_STRATEGY_ORIGINAL",
                                                            "junk": junk}, "sgd": {"lr": 1}})
     assert r["optimizer_config"] == {"muon": {"scaling_strategy": "MUON_SCALING_STRATEGY_ORIGINAL"}}
     listed = client.get(f"{RL}/model-resources")
     assert listed.status_code == 200 and len(listed.content) < 10_000
     assert len(client.get("/_emulator/state").content) < 50_000
+    strict = Runtime(Config(clock="manual", strict=True))
+    with make_client(strict) as c:
+        resp = c.post(f"{RL}/model-resources", json={"base_model": BASE, "optimizer_config": {"adam": {"junk": 1}}})
+        assert assert_error(resp, 400)["code"] == "strict_mode"
 
 
 def test_session_metadata_is_bounded_in_size(client: TestClient) -> None:

@@ -42,15 +42,24 @@ def catalog_model(base_model: str, param: str = "base_model") -> CatalogModel:
 
 
 # What the SDK's types (together 3.1.1: AdamConfigParam has no field, MuonConfigParam only scaling_strategy)
-# let a client set. Anything else is dropped, as a protobuf JSON gateway discards unknown fields [inferred];
-# kept, it was stored and echoed in every answer, however large or deep.
+# let a client set. Anything else is dropped with a warning (refused under --strict), as a protobuf JSON
+# gateway discards unknown fields [inferred]; kept, it was stored and echoed in every answer, however large
+# or deep.
 OPTIMIZER_FIELDS: Mapping[str, tuple[str, ...]] = MappingProxyType({"adam": (), "muon": ("scaling_strategy",)})
+DROPPED_NAMED = 5  # fields named in the warning; a client may send thousands
 
 
-def _optimizer(given: Any) -> dict[str, Any]:
-    out = {name: {k: v for k, v in config.items() if k in OPTIMIZER_FIELDS[name] and v is not None}
-           for name, config in (given or {}).items() if name in OPTIMIZER_FIELDS and isinstance(config, dict)}
-    return out or {"adam": {}}
+def _optimizer(given: Any) -> tuple[dict[str, Any], list[str]]:
+    """(the optimizer config as kept, the paths of the fields dropped)."""
+    out: dict[str, Any] = {}
+    dropped: list[str] = []
+    for name, config in (given or {}).items():
+        if name not in OPTIMIZER_FIELDS:
+            dropped.append(f"optimizer_config.{str(name)[:40]}")
+        elif isinstance(config, dict):
+            out[name] = {k: v for k, v in config.items() if k in OPTIMIZER_FIELDS[name] and v is not None}
+            dropped += [f"optimizer_config.{name}.{str(k)[:40]}" for k in config if k not in OPTIMIZER_FIELDS[name]]
+    return out or {"adam": {}}, dropped
 
 
 def _validated_settings(tenant: Tenant, body: dict[str, Any]) -> dict[str, Any]:
@@ -71,7 +80,7 @@ def _validated_settings(tenant: Tenant, body: dict[str, Any]) -> dict[str, Any]:
     replicas = DEFAULT_GENERATOR_REPLICAS if replicas is None else int(replicas)
     if replicas < 0:
         raise Invalid("num_generator_replicas must be >= 0", param="compute_config.num_generator_replicas")
-    optimizer = _optimizer(body.get("optimizer_config"))
+    optimizer, dropped = _optimizer(body.get("optimizer_config"))
     if "adam" in optimizer and "muon" in optimizer:
         # "set one of adam or muon" (a protobuf oneof: its JSON parser refuses a second member) [inferred]
         raise Invalid("optimizer_config takes one of adam or muon, not both", param="optimizer_config")
@@ -90,11 +99,16 @@ def _validated_settings(tenant: Tenant, body: dict[str, Any]) -> dict[str, Any]:
                                  f"not {model.base_model}", param="base_weights_ref")
     return {"base_model": model.base_model, "lora_enabled": lora_enabled, "gpu_type": gpu_type,
             "num_generator_replicas": replicas, "optimizer_config": optimizer, "inactive_timeout": timeout,
-            "base_weights_ref": ref, "model": model}
+            "base_weights_ref": ref, "model": model, "dropped": dropped}
 
 
 def create(tenant: Tenant, ctx: Ctx, body: dict[str, Any]) -> ModelResource:
     s = _validated_settings(tenant, body)
+    dropped = s["dropped"]
+    if dropped:
+        more = f" and {len(dropped) - DROPPED_NAMED} more" if len(dropped) > DROPPED_NAMED else ""
+        ctx.ignored(", ".join(dropped[:DROPPED_NAMED]) + more,
+                    "the SDK's optimizer types have no such field (adam: none; muon: scaling_strategy)")
     now = ctx.now
     r = ModelResource(
         id=tenant.ids.uuid("model_resources"), created_by=ctx.principal.user, base_model=s["base_model"],
