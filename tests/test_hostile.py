@@ -118,6 +118,9 @@ def test_unknown_optimizer_keys_are_dropped_not_stored_or_echoed(client: TestCli
     resp = client.post(f"{RL}/model-resources", json={"base_model": BASE, "optimizer_config": {"adam": {"junk": junk}}})
     assert resp.status_code == 200 and resp.json()["optimizer_config"] == {"adam": {}}
     assert "optimizer_config.adam.junk ignored" in resp.headers["x-emulator-warning"]
+    # A client's key is quoted in a header: ASCII only (a header carries Latin-1 at most).
+    resp = client.post(f"{RL}/model-resources", json={"base_model": BASE, "optimizer_config": {"adam": {"\x80ключ": 1}}})
+    assert resp.status_code == 200 and "adam.\\x80\\u043a" in resp.headers["x-emulator-warning"]
     r = create_resource(client, optimizer_config={"muon": {"scaling_strategy": "MUON_SCALING_STRATEGY_ORIGINAL",
                                                            "junk": junk}, "sgd": {"lr": 1}})
     assert r["optimizer_config"] == {"muon": {"scaling_strategy": "MUON_SCALING_STRATEGY_ORIGINAL"}}

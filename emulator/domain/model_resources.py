@@ -55,11 +55,16 @@ def _optimizer(given: Any) -> tuple[dict[str, Any], list[str]]:
     dropped: list[str] = []
     for name, config in (given or {}).items():
         if name not in OPTIMIZER_FIELDS:
-            dropped.append(f"optimizer_config.{str(name)[:40]}")
+            dropped.append(f"optimizer_config.{_shown(name)}")
         elif isinstance(config, dict):
             out[name] = {k: v for k, v in config.items() if k in OPTIMIZER_FIELDS[name] and v is not None}
-            dropped += [f"optimizer_config.{name}.{str(k)[:40]}" for k in config if k not in OPTIMIZER_FIELDS[name]]
+            dropped += [f"optimizer_config.{name}.{_shown(k)}" for k in config if k not in OPTIMIZER_FIELDS[name]]
     return out or {"adam": {}}, dropped
+
+
+def _shown(key: str) -> str:
+    # A client's key, quoted in a warning header: short, and ASCII (a header carries Latin-1 at most).
+    return key[:40].encode("ascii", "backslashreplace").decode("ascii")
 
 
 def _validated_settings(tenant: Tenant, body: dict[str, Any]) -> dict[str, Any]:
