@@ -414,7 +414,7 @@ def test_the_access_log_prints_no_secret_from_a_query(capsys: pytest.CaptureFixt
         c.get("/_emulator/events", params={"tenant": "api-key-secret-456"},
               headers={"X-Emulator-Admin-Token": "admin-secret-123"})
     err = capsys.readouterr().err
-    assert "/_emulator/events?tenant=api-..." in err, err
+    assert "/_emulator/events?tenant=***" in err, err
     assert "secret-456" not in err and "admin-secret" not in err and "secret-123" not in err, err
 
 
@@ -426,6 +426,7 @@ def test_recordings_redact_every_secret_and_are_owner_only(tmp_path: Path) -> No
         c.get("/v1/rl/model-resources")
         c.get("/_emulator/events", params={"tenant": "api-key-secret-456"}, headers=admin)
         c.post("/_emulator/reset", json={"tenant": "api-key-secret-456"}, headers=admin)
+        c.get("/_emulator/clock", headers={**admin, "X-Emulator-Tenant": "api-key-secret-456"})
     text = path.read_text()
     assert "secret-456" not in text and "admin-secret" not in text, text
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -450,9 +451,12 @@ def test_a_non_ascii_key_names_one_tenant_in_headers_bodies_and_queries(runtime:
         project = c.get("/_emulator/ui/api/lookup", params={"api_key": key}).json()["project"]
         events = c.get("/_emulator/events", params={"tenant": key}).json()["data"]
         assert events and {e["project"] for e in events} == {project} and project in runtime.store.projects()
-        assert c.post("/_emulator/reset", json={"tenant": key}).json() == {"reset": project}
+        assert c.post("/_emulator/reset", json={"tenant": key}).json()["reset"] == project
         assert c.get(f"{RL}/model-resources/{rid}", headers=auth).status_code == 404  # that tenant was reset
         assert assert_error(c.get("/_emulator/events?tenant=%FF"), 400)["code"] == "invalid_query"
+        # The control plane's X-Emulator-Tenant names the same tenant (and bytes that are not UTF-8 are refused).
+        scoped = c.get("/_emulator/clock", headers={"X-Emulator-Tenant": key.encode()})
+        assert scoped.status_code == 200, scoped.text
 
 
 def test_a_key_that_is_not_utf8_is_refused_not_read_another_way(live: tuple[str, Runtime]) -> None:
@@ -463,6 +467,10 @@ def test_a_key_that_is_not_utf8_is_refused_not_read_another_way(live: tuple[str,
         head, _, body = reply.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 401"), reply[:300]
         assert b"not valid UTF-8" in body
+    reply = _raw(url, b"GET /_emulator/clock HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                 b"X-Emulator-Tenant: caf\xe9\r\n\r\n")
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and json.loads(body)["error"]["code"] == "invalid_header", reply[:300]
 
 
 # --- 16. replay -------------------------------------------------------------------------------------
