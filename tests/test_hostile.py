@@ -287,6 +287,15 @@ def test_headers_over_the_limit_answer_431_error_data(live: tuple[str, Runtime])
     assert httpx.get(f"{url}/_emulator/health").status_code == 200
 
 
+def test_a_control_character_in_a_dropped_key_is_escaped_in_the_warning(live: tuple[str, Runtime]) -> None:
+    # (a real server: uvicorn refuses a header value with a control character, and dropped the connection)
+    url, _runtime = live
+    resp = httpx.post(f"{url}{RL}/model-resources", headers={"Authorization": "Bearer ctl"}, timeout=10,
+                      json={"base_model": BASE, "optimizer_config": {"\x1eC\x86": [1], "adam": {}}})
+    assert resp.status_code == 200, resp.text
+    assert "optimizer_config.\\x1eC\\x86 ignored" in resp.headers["x-emulator-warning"]
+
+
 def test_the_principal_cache_is_bounded_in_bytes_not_entries() -> None:
     tenancy = Tenancy()
     for i in range(400):  # 400 distinct 60 KiB keys: 24 MiB of keys

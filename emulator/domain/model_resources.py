@@ -63,8 +63,9 @@ def _optimizer(given: Any) -> tuple[dict[str, Any], list[str]]:
 
 
 def _shown(key: str) -> str:
-    # A client's key, quoted in a warning header: short, and ASCII (a header carries Latin-1 at most).
-    return key[:40].encode("ascii", "backslashreplace").decode("ascii")
+    # A client's key, quoted in a warning header: short, and printable ASCII only (a header value may hold no
+    # control character, and carries Latin-1 at most); anything else is escaped, as \x1e or \u043a.
+    return "".join(c if " " <= c <= "~" else c.encode("unicode_escape").decode("ascii") for c in str(key)[:40])
 
 
 def _validated_settings(tenant: Tenant, body: dict[str, Any]) -> dict[str, Any]:
