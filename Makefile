@@ -6,8 +6,9 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8765
 ARGS ?=
+WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: serve test unit contract bench lint clean sync-spec screenshot recordings
+.PHONY: serve cluster test unit contract bench lint clean sync-spec screenshot recordings
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +18,11 @@ $(STAMP): pyproject.toml
 
 serve: $(STAMP)
 	$(BIN)/python -m emulator serve --host $(HOST) --port $(PORT) $(ARGS)
+
+# One emulator for a team: WORKERS shards behind HAProxy (Debian's haproxy on PATH) on HOST:PORT; ARGS go to
+# every shard (e.g. ARGS="--state-dir .state --clock manual"). README: "One emulator for a team".
+cluster: $(STAMP)
+	$(BIN)/python -m emulator cluster --workers $(WORKERS) --host $(HOST) --port $(PORT) $(ARGS)
 
 # Every suite: unit + API + SDK end-to-end tests, then the contract suite against a fresh emulator.
 test: $(STAMP)

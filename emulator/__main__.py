@@ -3,6 +3,9 @@
 - ``serve [--host H] [--port P] ...``: the emulator (``--port 0`` picks a free port).
 - ``replay NAME|FILE [--port P]``: answer requests from a recording (shipped, by name, or a file).
 - ``record --upstream URL --out FILE [--port P]``: a recording proxy.
+- ``cluster --workers N [--state-dir DIR] [serve options]``: N shards behind HAProxy (one emulator for a
+  team); ``cluster --print-config --shard-address HOST:PORT ...``: HAProxy's configuration for shards
+  started elsewhere.
 - ``coverage``: rewrite COVERAGE.md.
 
 Every failure to start is one line on stderr and exit status 2, never a traceback.
@@ -118,6 +121,12 @@ def _record(args: argparse.Namespace) -> int:
     return _run(ProxyApp(args.upstream, recorder), args.host, args.port, f"Recording proxy to {args.upstream}")
 
 
+def _cluster(args: argparse.Namespace, rest: list[str]) -> int:
+    from emulator.tools import cluster
+
+    return cluster.main(args, rest)
+
+
 def _coverage(args: argparse.Namespace) -> int:
     from emulator.tools import coverage
 
@@ -150,6 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
     record.add_argument("--out", required=True)
     record.add_argument("--host", default="127.0.0.1")
     record.add_argument("--port", type=_port, default=8765)
+    from emulator.tools.cluster import add_arguments as add_cluster_arguments
+
+    add_cluster_arguments(sub.add_parser(
+        "cluster", help="N shards behind HAProxy: one emulator for a team (other options go to every shard's serve)",
+        description="Start N shards (serve --shard I/N) and HAProxy in front, routing every tenant to its shard. "
+                    "Options not listed here are passed to every shard's serve (e.g. --clock manual --seed 1)."))
     sub.add_parser("coverage", help="rewrite COVERAGE.md (spec operations versus handlers)")
     return parser
 
@@ -157,7 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     # connexion imports starlette's TestClient, which warns about httpx on every start; not our concern.
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "cluster":  # (what it does not know goes to each shard's serve)
+        return _cluster(args, rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     commands = {"serve": _serve, "replay": _replay, "record": _record, "coverage": _coverage}
     return commands[args.command](args)
 

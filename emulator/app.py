@@ -10,6 +10,8 @@ Outermost first:
 3. ``TableRoutingMiddleware`` - the operationId from ``openapi.yaml`` (``admin.yaml`` under
    ``/_emulator``) by a precompiled path table, in connexion's routing slot.
 4. ``AuthMiddleware`` - bearer token -> principal (401 before any validation), admin token.
+   (``ShardGuard``, with ``--shard`` only: another shard's tenant is 421; control calls for the whole
+   cluster go to every shard; :mod:`emulator.http.shards`.)
 5. ``FaultMiddleware`` - fault rules (answers, latency, state effects).
 6. request validation with compiled validators, plus connexion's ``ResponseValidationMiddleware`` when
    ``--validate-responses`` is on.
@@ -53,6 +55,7 @@ from emulator.http.faults import FaultMiddleware
 from emulator.http.files import FileServer
 from emulator.http.routing import TableRoutingMiddleware
 from emulator.http.site import SiteGuard
+from emulator.http.shards import ShardGuard
 from emulator.http.validation import FastRequestValidationMiddleware
 from emulator.runtime import Runtime
 from emulator.ui import Dashboard, is_dashboard_path
@@ -92,6 +95,8 @@ class EmulatorApp:
             functools.partial(FaultMiddleware, faults=runtime.faults, events=runtime.store.events),
             FastRequestValidationMiddleware,
         ]
+        if runtime.shard is not None:  # a shard of a cluster: its own tenants only, cluster-wide control calls
+            middlewares.insert(3, functools.partial(ShardGuard, runtime=runtime))
         if validate_responses:
             middlewares.append(ResponseValidationMiddleware)
         self.api = ConnexionMiddleware(Dispatcher(runtime), middlewares=middlewares)

@@ -11,6 +11,7 @@ import ipaddress
 import json
 import math
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import yaml
 
 from emulator.clock import MAX_SPEED, MODES, parse_rfc3339
+from emulator.sharding import Shard
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 PROFILES = ("instant", "realistic")
@@ -62,6 +64,8 @@ class Config:
     send_timeout: float = 30.0          # seconds a response may wait for a client that reads nothing
     max_event_streams: int = 32         # dashboard event streams open at once; beyond it 429
     allowed_hosts: tuple[str, ...] = field(default_factory=tuple)  # Host names served besides the bind address
+    shard: Shard | None = None          # this process serves only the tenants of this shard (emulator.sharding)
+    balancer: str | None = None         # a shard's cluster front (HAProxy): control calls for every shard go there
 
     def __post_init__(self) -> None:
         if self.clock not in MODES:
@@ -90,6 +94,11 @@ class Config:
         for name in self.allowed_hosts:
             if not name or any(c in name for c in "/ \t@"):
                 raise ConfigError(f"--allowed-hosts: {name!r} is not a host name (e.g. myhost.local or 10.0.0.5)")
+        if self.balancer is not None:
+            if self.shard is None:
+                raise ConfigError("--balancer is the front of a sharded cluster: it needs --shard I/N")
+            if not re.fullmatch(r"https?://[^/\s]+/?", self.balancer):
+                raise ConfigError(f"--balancer must be the balancer's root URL (http://HOST:PORT), not {self.balancer!r}")
         if self.admin_token is not None and not self.admin_token.strip():
             raise ConfigError("--admin-token must not be empty")
         if not self.is_loopback and not self.admin_token:
@@ -153,6 +162,10 @@ def _start_time(text: str) -> float:
     return parse_rfc3339(text)
 
 
+def _shard(text: str) -> Shard:
+    return Shard.parse(text)
+
+
 def _defects(text: str) -> tuple[str, ...]:
     return tuple(d for d in text.split(",") if d)
 
@@ -203,6 +216,11 @@ OPTIONS: tuple[tuple[str, str, Callable[[str], Any] | None, str], ...] = (
                                                        "beyond it 429"),
     ("allowed_hosts", "--allowed-hosts", _hosts, "comma-separated Host names served besides the bind address "
                                                  "and loopback names (DNS-rebinding guard; '*' allows any)"),
+    ("shard", "--shard", _shard, "I/N: serve only the tenants of shard I of N (a cluster behind HAProxy; requests "
+                                 "for other tenants answer 421); give each shard its own --state-file"),
+    ("balancer", "--balancer", None, "with --shard: the cluster's front URL, through which control-plane calls for "
+                                     "the whole cluster (reset, the clock, the dashboard's tenant list) reach every "
+                                     "shard"),
 )
 FLAGS = (
     ("validate_responses", "--validate-responses", "validate every response against openapi.yaml (on in tests)"),

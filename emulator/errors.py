@@ -71,6 +71,13 @@ class Unavailable(EmulatorError):
     code = "storage_unavailable"
 
 
+class Misdirected(EmulatorError):
+    """The tenant lives in another process: this one is a shard of a cluster and holds other tenants only
+    (:mod:`emulator.sharding`). Nothing was read or changed; the balancer's configuration sent it astray."""
+
+    code = "wrong_shard"
+
+
 MAX_MESSAGE = 1000
 
 

@@ -29,9 +29,10 @@ from emulator.domain import engine
 from emulator.domain.context import Ctx, Principal
 from emulator.domain.limits import DEFAULT_LIMITS, Limits
 from emulator.domain.timing import Timing, load_timing
-from emulator.errors import NotFound, Unavailable
+from emulator.errors import Misdirected, NotFound, Unavailable
 from emulator.faults import FaultError, FaultSet
 from emulator.integrity import Integrity
+from emulator.sharding import shard_of
 from emulator.store import Store, Tenant, snapshot
 from emulator.store.persistence import Persistence, StateFileError
 from emulator.tenancy import Tenancy
@@ -98,6 +99,8 @@ class UnitOfWork:
             store = runtime.store
             tenant = store.get(project)
             if tenant is None:
+                if runtime.shard is not None:  # (a tenant held here is this shard's: checked when it came)
+                    runtime.check_owner(project)
                 if self.write and not self.creates:
                     raise NotFound(f"no tenant {project!r}", code="unknown_tenant")
                 tenant = store.open(project) if self.write else store.new_tenant(project)
@@ -129,6 +132,7 @@ class Runtime:
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        self.shard = config.shard   # a shard of a cluster holds only its own tenants (emulator.sharding)
         self.lock = threading.RLock()
         self.store = Store(seed=config.seed, journaled=bool(config.state_file))
         self.clock = Clock(config.clock, config.speed, config.start_time)
@@ -171,6 +175,12 @@ class Runtime:
                     self._restore_clock(doc)
                 except snapshot.StateError as exc:
                     raise ConfigError(f"--state-file {config.state_file}: {exc}") from exc
+            foreign = self.foreign_projects([*self.store.projects(), *self.clocks.tenants])
+            if foreign:
+                raise ConfigError(f"--state-file {config.state_file} holds tenants of other shards than "
+                                  f"{self.shard} ({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}): was it written by another shard, "
+                                  "or with another shard count? Each shard keeps its own file, and the count "
+                                  "stays fixed for the life of the files")
 
     @property
     def timing(self) -> Timing:
@@ -181,6 +191,22 @@ class Runtime:
         """Whether a tenant holds records (its virtual time may then never go back behind them)."""
         tenant = self.store.get(project)
         return tenant is not None and (len(tenant.timeline) > 0 or any(len(t) for t in tenant.tables()))
+
+    # --- shards ------------------------------------------------------------------------------------
+
+    def check_owner(self, project: str) -> None:
+        """:class:`~emulator.errors.Misdirected` unless this process may hold ``project``'s tenant (always,
+        unless it is a shard of a cluster). Called before anything of the tenant is read or made."""
+        shard = self.shard
+        if shard is not None and not shard.owns(project):
+            raise Misdirected(f"tenant {project} belongs to shard {shard_of(project, shard.count)} of "
+                              f"{shard.count}, and this is shard {shard.index}: the balancer in front sent the "
+                              "request to the wrong shard (is it configured for this shard count?)")
+
+    def foreign_projects(self, projects: Any) -> list[str]:
+        """Those of ``projects`` that belong to other shards (none unless this is a shard)."""
+        shard = self.shard
+        return [] if shard is None else sorted({p for p in projects if not shard.owns(p)})
 
     # --- callers and their context -------------------------------------------------------------------
 
@@ -262,6 +288,12 @@ class Runtime:
         with self.lock:
             self._check_writable()
             tenant_clocks = self._tenant_clocks(doc)
+            foreign = self.foreign_projects([*(doc.get("tenants") or {}), *tenant_clocks]) \
+                if isinstance(doc, dict) and isinstance(doc.get("tenants") or {}, dict) else []
+            if foreign:
+                raise snapshot.StateError(f"the document holds tenants of other shards than {self.shard} "
+                                          f"({', '.join(foreign[:3])}): a shard imports its own tenants only "
+                                          "(import each tenant with X-Emulator-Tenant, through the balancer)")
             snapshot.import_state(self.store, doc, self.state_checker, self.integrity.check)
             self.rendered.clear()
             self._restore_clock(doc, tenant_clocks)

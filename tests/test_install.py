@@ -81,6 +81,7 @@ def test_wheel_carries_every_file_it_needs(wheel: Path) -> None:
     archive = zipfile.ZipFile(wheel)
     names = set(archive.namelist())
     needed = {"emulator/specs/openapi.yaml", "emulator/specs/admin.yaml", "emulator/ui/static/index.html",
+              "emulator/tools/haproxy.cfg.tmpl",
               "emulator/ui/static/vendor/uPlot.iife.min.js", "emulator/ui/static/vendor/LICENSE",
               "contract_tests/pytest.ini", "contract_tests/openapi.yaml", "contract_tests/schemathesis.toml"}
     # pyproject.toml lists the packages: every module of the source tree must be in the wheel.
@@ -159,6 +160,23 @@ def test_installed_emulator_serves_from_an_unrelated_directory(served: str) -> N
         up = c.post("/v1/files", files={"purpose": (None, "calibration"), "file_name": (None, "c.jsonl")},
                     headers={"Authorization": "Bearer any-key"})
         assert up.status_code == 302 and up.headers["location"].startswith(served + "/_files/uploads/"), up.text
+
+
+def test_installed_cluster_prints_its_configuration_and_runs_behind_haproxy(venv: Path, elsewhere: Path) -> None:
+    """The HAProxy template ships; with HAProxy on PATH, a cluster of the installed package serves (issue 28)."""
+    import shutil
+
+    proc = _run([venv / "bin" / "together-rl-emulator", "cluster", "--print-config", "--shard-address",
+                 "127.0.0.1:9001", "--shard-address", "127.0.0.1:9002"], cwd=elsewhere)
+    assert "backend shard1" in proc.stdout and "crc32,mod(2)" in proc.stdout
+    if shutil.which("haproxy") is None:
+        pytest.skip("HAProxy is not installed (apt-get install haproxy; .ci/run does): the cluster is not started")
+    with _installed(venv, elsewhere, ["cluster", "--workers", "2", "--check-interval", "200"]) as (url,):
+        for key in ("any-key", "other-key"):
+            r = httpx.post(f"{url}/v1/rl/model-resources", json={"base_model": "Qwen/Qwen3.8-27B"},
+                           headers={"Authorization": f"Bearer {key}"}, timeout=30)
+            assert r.status_code == 200 and r.headers["x-emulator-shard"] in ("0", "1"), r.text
+        assert len(httpx.get(f"{url}/_emulator/ui/api/tenants", timeout=30).json()["data"]) == 2
 
 
 def _resource_ids(url: str, token: str) -> list[str]:

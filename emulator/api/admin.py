@@ -29,6 +29,7 @@ def _project(req: Request, token: str | None, param: str = "tenant") -> str | No
     project = req.runtime.tenancy.project_for_token(token)
     if project is None:
         raise Invalid(f"{param}: not a known API token", param=param)
+    req.runtime.check_owner(project)  # a shard of a cluster acts for its own tenants only (421)
     return project
 
 

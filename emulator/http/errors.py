@@ -33,6 +33,7 @@ SEMANTIC: Mapping[type[errors.EmulatorError], tuple[int, str]] = MappingProxyTyp
     errors.Conflict: (400, "idempotency_error"),
     errors.NotFound: (404, "not_found_error"),
     errors.Exists: (409, "conflict_error"),
+    errors.Misdirected: (421, "invalid_request_error"),   # 421 Misdirected Request (RFC 9110 15.5.20)
     errors.Capacity: (429, "rate_limit_error"),
     errors.Unavailable: (503, "server_error"),
 })

@@ -16,7 +16,7 @@ from emulator.http.asgi import Receive, Scope, Send, read_body, send_json
 from emulator.http.envelope import Forbidden, MethodNotAllowed
 from emulator.runtime import Runtime
 from emulator.store import Tenant
-from emulator.store.presigned import Grant, GrantRefused
+from emulator.store.presigned import Grant, GrantRefused, claimed_project
 
 PAYLOADS = "/_files/payloads/"
 CHECKPOINTS = "/_files/checkpoints/"
@@ -51,6 +51,8 @@ class FileServer:
         raise NotFound("no such object", code="no_such_object")
 
     def _grant(self, token: str, kinds: tuple[str, ...]) -> Grant:
+        if self.runtime.shard is not None and (project := claimed_project(token)) is not None:
+            self.runtime.check_owner(project)  # another shard's URL: 421, not "unknown"
         try:
             grant = self.runtime.store.presigner.redeem(token, kinds, self.runtime.clocks.now)
         except GrantRefused as exc:

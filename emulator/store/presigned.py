@@ -96,6 +96,15 @@ class Presigner:
         return hmac.new(self._key, claim, hashlib.sha256).digest()[:_MAC_BYTES]
 
 
+def claimed_project(token: str) -> str | None:
+    """The project a token names, unverified (the claim is readable: a sharded cluster's balancer routes a
+    URL by it, and a shard that gets another shard's URL says so rather than "unknown")."""
+    try:
+        return _unb64(token.partition(".")[0]).decode().split("|", 1)[0] or None
+    except (ValueError, UnicodeError):
+        return None
+
+
 def _is_hex(text: str) -> bool:
     try:
         bytes.fromhex(text)

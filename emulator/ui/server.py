@@ -33,6 +33,7 @@ from emulator.http import asgi
 from emulator.http.asgi import Receive, Scope, Send, query_pairs
 from emulator.http.auth import check_admin
 from emulator.http.envelope import HttpError, MethodNotAllowed
+from emulator.http.shards import FanOut, named_shard
 from emulator.ui import stream, views
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ class Dashboard:
             views.tenant_exists(self.runtime, m.group(1))
             await self._send_static(send, "index.html", csp=True)
         elif path == "/api/tenants":
-            await send_json(send, views.tenants(self.runtime))
+            await send_json(send, await self._tenant_list(scope, query))
         elif m := TENANT_DATA.fullmatch(path):
             await send_json(send, views.tenant(self.runtime, m.group(1)))
         elif path == "/api/lookup":
@@ -102,6 +103,33 @@ class Dashboard:
                 self.streams -= 1
         else:
             raise NotFound(f"no dashboard route {scope['path']}", code="unknown_endpoint")
+
+    async def _tenant_list(self, scope: Scope, query: dict[str, str]) -> dict[str, Any]:
+        """The tenant list; on a shard of a cluster with a balancer (and no shard named), every shard's
+        tenants, gathered through the balancer, with ``shards`` saying which answered. The clock, events and
+        fault rules are this shard's (the page's event stream comes from this same shard)."""
+        own = views.tenants(self.runtime)
+        shard, balancer = self.runtime.shard, self.runtime.config.balancer
+        if shard is None or named_shard(scope, shard):
+            return own
+        own["shards"] = [{"shard": shard.index, "status": "ok"}]
+        if balancer is None:  # (a shard on its own: the list is its own, and says so)
+            return own
+        headers = list(scope["headers"])
+        if query.get("admin_token"):
+            headers.append((b"x-emulator-admin-token", query["admin_token"].encode()))
+        for answer in await FanOut(balancer, shard).send("GET", f"{UI_PATH}/api/tenants", headers):
+            try:
+                rows = orjson.loads(answer.body)["data"] if answer.status == 200 else None
+            except (ValueError, KeyError, TypeError):
+                rows = None
+            if rows is None:
+                own["shards"].append({"shard": answer.shard, "status": "unavailable", "error": answer.describe()})
+                continue
+            own["data"].extend(rows)
+            own["shards"].append({"shard": answer.shard, "status": "ok"})
+        own["shards"].sort(key=lambda s: s["shard"])
+        return own
 
     def _files(self) -> dict[str, Traversable]:
         """Relative path -> file of every shipped asset; only these names are ever served."""

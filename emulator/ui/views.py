@@ -36,7 +36,9 @@ TIMELINE_KINDS = {"model_resources", "training_session", "operation"}
 
 
 def tenant_exists(runtime: Runtime, project: str) -> None:
-    """404 for a project with no state (a read unit of work would answer an empty one)."""
+    """404 for a project with no state (a read unit of work would answer an empty one); 421 on a shard of a
+    cluster that does not hold it."""
+    runtime.check_owner(project)
     if project not in runtime.projects():
         raise NotFound(f"no tenant {project!r}: no API key of that project has called the emulator "
                        "(or it was reset)", param="project", code="unknown_tenant")
@@ -49,12 +51,14 @@ def lookup(runtime: Runtime, api_key: str) -> dict[str, Any]:
     principal = runtime.principal_for(api_key)
     if principal is None:
         raise NotFound("that API key is not in the tokens file", param="api_key", code="unknown_api_key")
+    runtime.check_owner(principal.project)
     return {"project": principal.project, "user": principal.user,
             "exists": principal.project in runtime.projects()}
 
 
 def tenants(runtime: Runtime) -> dict[str, Any]:
-    """Every project with state, in the order they first called, with counts by short status."""
+    """Every project with state, in the order they first called, with counts by short status (on a shard of a
+    cluster: its own, each row naming the shard; the dashboard's server gathers every shard's)."""
     out = []
     for project in runtime.projects():
         with runtime.unit_of_work(project, write=False) as (state, _ctx):
@@ -67,6 +71,7 @@ def tenants(runtime: Runtime) -> dict[str, Any]:
                 "sessions": _count(state.sessions.values()),
                 "operations": len(state.operations),
                 "checkpoints": len(state.checkpoints),
+                **({"shard": runtime.shard.index} if runtime.shard is not None else {}),
             })
     events = runtime.store.events.since(0, None, EVENT_SCAN)
     return {"data": out, "clock": runtime.clock.describe(), "seq": events[-1]["seq"] if events else 0,

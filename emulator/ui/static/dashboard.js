@@ -132,6 +132,13 @@
       mergeEvents(data.events, data.seq);
       showFaults(data.faults);
       drawTenants(data.data);
+      // A cluster: the list is every shard's, the event stream this shard's only, so the list is also
+      // reloaded every few seconds; a shard that did not answer is named.
+      if (data.shards) {
+        const down = data.shards.filter((s) => s.status !== "ok").map((s) => s.shard);
+        if (down.length) say(`shard(s) ${down.join(", ")} did not answer: their tenants are missing from the list`, true);
+        if (!clusterTimer) clusterTimer = setInterval(refresh, 3000);
+      }
     }
     document.body.dataset.seq = String(state.lastSeq);
   }
@@ -142,9 +149,11 @@
     return parts.length ? parts.flatMap((p) => [p, " "]) : ["0"];
   }
 
+  let clusterTimer = null;
   function drawTenants(rows) {
     fill("tenants", rows.map((t) => el("tr", {dataset: {project: t.project}},
-      el("td", {class: "id"}, el("a", {href: tenantUrl(t.project)}, t.project)),
+      el("td", {class: "id"}, el("a", {href: tenantUrl(t.project)}, t.project),
+        t.shard === undefined ? null : el("span", {class: "muted"}, ` shard ${t.shard}`)),
       el("td", {class: "mono"}, t.users.join(", ")),
       el("td", null, counts(t.resources)), el("td", null, counts(t.sessions)),
       el("td", {class: "num"}, t.operations), el("td", {class: "num"}, t.checkpoints))), "tenants-empty");

@@ -1,0 +1,231 @@
+"""A shard of a cluster (``serve --shard I/N``): what it refuses, and the control calls it takes to every shard.
+
+Emulates nothing of the real API. In a cluster (README "One emulator for a team"), HAProxy sends each
+tenant's requests to the shard that holds it (:mod:`emulator.sharding`); this layer, in the middleware
+stack after auth and before fault rules (only in shard mode), keeps a shard honest:
+
+- A vendor request of another shard's tenant answers **421** ``wrong_shard`` before any fault rule counts
+  it or any state is made (:class:`~emulator.errors.Misdirected`; the control plane's tenant scope, the
+  dashboard and presigned URLs check the same through :meth:`Runtime.check_owner`).
+- ``X-Emulator-Shard: I`` (or ``?shard=I``) names one shard: the balancer routes it there, and the shard
+  refuses it (421) if it is not shard I. An unscoped control call so named acts on that shard alone.
+- An unscoped control call that changes what every tenant sees (reset everything, reseed, the global
+  clock and profile, the global fault rules) goes to every shard: this shard applies it and sends it,
+  named, to each other shard through ``--balancer``. All applied: the answer is this shard's (every shard
+  answers alike). Otherwise **502** ``cluster_partial`` names which shards changed and which did not;
+  nothing is undone. A shard that answers 421 is not counted (a reset whose body names a tenant).
+- The whole state document, the event log (``GET``/``PUT /_emulator/state``, ``GET /_emulator/events``)
+  are a shard's own: unscoped they need a shard named (400 otherwise); scoped to a tenant they go to its
+  shard. A scenario loads into a named tenant (``X-Emulator-Tenant``).
+- Everything else unscoped (health, reading the clock, the profile, the fault rules, the scenario list) is
+  answered by the shard that gets it; the cluster-wide changes above keep the shards alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import parse_qsl
+
+import httpx
+import orjson
+
+from emulator.errors import Invalid, Misdirected
+from emulator.http.asgi import (
+    ASGIApp,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    header,
+    operation_id,
+    read_body,
+    send_json,
+)
+from emulator.http.auth import is_admin_operation, principal
+from emulator.http.envelope import error_body
+from emulator.http.errors import ErrorEnvelope
+from emulator.runtime import Runtime
+from emulator.sharding import Shard
+
+SHARD_HEADER = "X-Emulator-Shard"
+TENANT_HEADER = b"x-emulator-tenant"
+FAN_OUT_TIMEOUT = 60.0
+# Unscoped control calls, by what they mean for a cluster (the others are answered by the shard that gets them).
+CLUSTER_WIDE = frozenset({"adminReset", "adminSetSeed", "adminSetClock", "adminAdvanceClock", "adminSetProfile",
+                          "adminAddFaults", "adminClearFaults", "adminRemoveFault"})
+PER_SHARD = frozenset({"adminExportState", "adminImportState", "adminListEvents"})
+NEEDS_TENANT = frozenset({"adminLoadScenario"})
+# Request headers a fanned-out call carries on (the admin token among them); the rest are the hop's own.
+HOP_HEADERS = frozenset({b"host", b"content-length", b"connection", b"transfer-encoding", b"keep-alive",
+                         b"x-emulator-shard", b"accept-encoding"})
+
+
+def query(scope: Scope) -> dict[str, str]:
+    return dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
+
+
+def named_shard(scope: Scope, shard: Shard) -> bool:
+    """Whether the request names a shard (``X-Emulator-Shard`` or ``?shard=``); 421 when it names another
+    one than ``shard``, 400 when it names none that exists."""
+    raw = header(scope, SHARD_HEADER.lower().encode())
+    if raw is None:
+        raw = query(scope).get("shard")
+    if raw is None:
+        return False
+    text = raw.strip()
+    if not text.isdigit() or int(text) >= shard.count:
+        raise Invalid(f"{SHARD_HEADER}: a shard of this cluster, 0 to {shard.count - 1}, not {raw!r}",
+                      param=SHARD_HEADER, code="unknown_shard")
+    if int(text) != shard.index:
+        raise Misdirected(f"this is shard {shard.index} of {shard.count}, not shard {text}: the balancer in front "
+                          "sent the request to the wrong shard")
+    return True
+
+
+def scoped(scope: Scope) -> bool:
+    """Whether a control call names a tenant in its header or query (a balancer routes those by tenant)."""
+    return bool(header(scope, TENANT_HEADER) or query(scope).get("tenant"))
+
+
+@dataclass(slots=True)
+class ShardAnswer:
+    shard: int
+    status: int              # 0: no answer (the error says why)
+    body: bytes
+    error: str = ""
+
+    def describe(self) -> str:
+        if not self.status:
+            return f"shard {self.shard}: no answer ({self.error})"
+        try:
+            message = orjson.loads(self.body)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = ""
+        return f"shard {self.shard}: {self.status}" + (f" ({message})" if message else "")
+
+
+class FanOut:
+    """Requests to the other shards of a cluster, each named with ``X-Emulator-Shard``, through the balancer."""
+
+    def __init__(self, balancer: str, shard: Shard) -> None:
+        self.balancer = balancer.rstrip("/")
+        self.shard = shard
+
+    def others(self) -> list[int]:
+        return [i for i in range(self.shard.count) if i != self.shard.index]
+
+    async def send(self, method: str, target: str, headers: Iterable[tuple[bytes, bytes]], body: bytes = b""
+                   ) -> list[ShardAnswer]:
+        """``method target`` (a path with its query) to every other shard at once."""
+        kept = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers if k.lower() not in HOP_HEADERS]
+        async with httpx.AsyncClient(base_url=self.balancer, timeout=FAN_OUT_TIMEOUT) as client:
+            async def one(index: int) -> ShardAnswer:
+                try:
+                    resp = await client.request(method, target, content=body or None,
+                                                headers=[*kept, (SHARD_HEADER, str(index))])
+                except httpx.HTTPError as exc:
+                    return ShardAnswer(index, 0, b"", f"{type(exc).__name__}: {exc}")
+                return ShardAnswer(index, resp.status_code, resp.content)
+
+            return list(await asyncio.gather(*(one(i) for i in self.others())))
+
+
+def combine(answers: list[ShardAnswer]) -> tuple[int, bytes]:
+    """One answer for a change sent to every shard (``answers[0]`` is this shard's)."""
+    counted = [a for a in answers if a.status != 421] or answers[:1]
+    first = counted[0]
+    if all(200 <= a.status < 300 for a in counted):
+        return first.status, first.body
+    if all(a.status == first.status for a in counted):  # refused alike everywhere (a bad value): one refusal
+        return first.status, first.body
+    changed = [str(a.shard) for a in counted if 200 <= a.status < 300]
+    message = (f"the call reached only part of the cluster: changed on shard(s) {', '.join(changed) or 'none'}; "
+               + "; ".join(a.describe() for a in counted if not 200 <= a.status < 300)
+               + ". Nothing was undone: repeat it once every shard is up (GET /_emulator/health with "
+               f"{SHARD_HEADER} tells)")
+    return 502, orjson.dumps(error_body(message, "server_error", None, "cluster_partial"))
+
+
+class ShardGuard:
+    """See the module docstring. ``balancer``: the cluster's front, for the cluster-wide calls (None: they
+    are refused unless a shard is named)."""
+
+    def __init__(self, app: ASGIApp, runtime: Runtime) -> None:
+        self.app = app
+        self.runtime = runtime
+        shard = runtime.shard
+        assert shard is not None
+        self.shard = shard
+        self.fan_out = FanOut(runtime.config.balancer, shard) if runtime.config.balancer else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        op = operation_id(scope)
+        if op is None or scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if not is_admin_operation(op):
+            caller = principal(scope)
+            if caller is not None:
+                self.runtime.check_owner(caller.project)
+            await self.app(scope, receive, send)
+            return
+        if named_shard(scope, self.shard) or scoped(scope):
+            await self.app(scope, receive, send)
+            return
+        here = f"this is shard {self.shard} of a cluster"
+        if op in PER_SHARD:
+            raise Invalid(f"{here}, and each shard has its own state and event log: name a shard "
+                          f"({SHARD_HEADER}: 0 to {self.shard.count - 1}, or ?shard=) or a tenant "
+                          "(X-Emulator-Tenant)", param=SHARD_HEADER, code="shard_required")
+        if op in NEEDS_TENANT:
+            raise Invalid(f"{here}: a scenario loads into a tenant, which lives on one shard; name it with "
+                          "X-Emulator-Tenant (the shipped scenarios' own key is demo-key)", param="X-Emulator-Tenant",
+                          code="tenant_required")
+        if op in CLUSTER_WIDE:
+            if self.fan_out is None:
+                raise Invalid(f"{here} started without --balancer, so it cannot reach the others: call the "
+                              f"balancer, or name this shard ({SHARD_HEADER}: {self.shard.index}) to change it "
+                              "alone", param=SHARD_HEADER, code="shard_required")
+            await self._everywhere(self.fan_out, scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _everywhere(self, fan_out: FanOut, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await read_body(receive)
+        mine = await run_captured(self.app, scope, body)
+        target = scope.get("raw_path") or scope["path"].encode()
+        if scope.get("query_string"):
+            target += b"?" + scope["query_string"]
+        others = await fan_out.send(scope["method"], target.decode("latin-1"), scope["headers"], body)
+        status, payload = combine([ShardAnswer(self.shard.index, mine[0], mine[1]), *others])
+        await send_json(send, status, payload)
+
+
+async def run_captured(app: ASGIApp, scope: Scope, body: bytes) -> tuple[int, bytes]:
+    """Run ``app`` on a request whose body was already read; returns the status and body it answered."""
+    sent = False
+    status, chunks = 500, []
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            await asyncio.Event().wait()  # (nothing more comes: the app would wait for a disconnect)
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: Message) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    try:
+        await app(scope, receive, send)
+    except Exception as exc:  # noqa: BLE001 - rendered as the error envelope would
+        rendered_status, rendered, _ = ErrorEnvelope(app).render(exc, scope)
+        return rendered_status, rendered
+    return status, b"".join(chunks)
+
