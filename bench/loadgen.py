@@ -16,14 +16,14 @@ from bench.stats import parse_marked_json, summarize, wrk_version
 LUA = Path(__file__).resolve().parent / "lua"
 
 
-def _apt_install(log: Any) -> str | None:
-    """Try ``apt-get install -y wrk`` (then with ``apt-get update`` first). Returns an error or None."""
+def _apt_install(log: Any, package: str = "wrk") -> str | None:
+    """Try ``apt-get install -y PACKAGE`` (then with ``apt-get update`` first). Returns an error or None."""
     if shutil.which("apt-get") is None:
         return "apt-get is not available"
     if os.geteuid() != 0:
-        return "not root, cannot apt-get install wrk"
+        return f"not root, cannot apt-get install {package}"
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "wrk"]
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", package]
     last = ""
     for step in ([install], [["apt-get", "update", "-q"], install]):
         try:
@@ -35,11 +35,11 @@ def _apt_install(log: Any) -> str | None:
                     last = f"{' '.join(cmd)}: {said[0]}"
                     break
             else:
-                if shutil.which("wrk"):
+                if shutil.which(package):
                     return None
         except (OSError, subprocess.TimeoutExpired) as exc:
             last = f"{exc}"
-    return last or "wrk still missing after apt-get install"
+    return last or f"{package} still missing after apt-get install"
 
 
 class LoadGen:
@@ -82,8 +82,10 @@ class LoadGen:
         token: str,
         path: str = "/",
         ids_file: str | None = None,
+        tenants: bool = False,
     ) -> dict[str, Any]:
-        """One bounded run; ``scenario`` is ``static`` (GET ``path``), ``create_session`` or ``loop``."""
+        """One bounded run; ``scenario`` is ``static`` (GET ``path``), ``create_session`` or ``loop``.
+        ``tenants``: in the loop, each connection is a tenant of its own (``TOKEN-<n>``)."""
         if self.kind == "wrk":
             threads = connections if scenario == "loop" else 1
             cmd = [
@@ -99,7 +101,7 @@ class LoadGen:
             if scenario == "static":
                 cmd += ["-H", f"Authorization: Bearer {token}", url + path]
             else:
-                cmd += [url, "--", token] + ([ids_file] if ids_file else [])
+                cmd += [url, "--", token] + ([ids_file] if ids_file else []) + (["per-connection"] if tenants else [])
         else:
             spec = {
                 "url": url,
@@ -109,6 +111,7 @@ class LoadGen:
                 "token": token,
                 "path": path,
                 "ids_file": ids_file,
+                "tenants": tenants,
             }
             spec_file = self.workdir / "pyload.json"
             spec_file.write_text(json.dumps(spec))

@@ -102,6 +102,8 @@ class Loop:
 
     def __init__(self, spec: dict[str, Any], host: str, conn: int) -> None:
         self.host, self.token, self.conn = host, spec["token"], conn
+        if spec.get("tenants"):  # each connection a tenant of its own (as loop.lua's per-connection)
+            self.token = f"{self.token}-{conn}"
         self.state, self.polls, self.seq = 0, 0, 0
         self.rid = self.sid = self.oid = ""
         self.loops = 0

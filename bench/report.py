@@ -245,6 +245,49 @@ def target_rows(r: dict[str, Any], labels: list[str]) -> list[tuple[str, str, st
     return rows
 
 
+def cluster_model(r: dict[str, Any], cores: int) -> float | None:
+    """Training-loop requests/s of a cluster on ``cores`` cores (shards and HAProxy on one machine, the load
+    from elsewhere): each core gives 1e6 us of CPU a second; a request costs a shard ``t_s`` and HAProxy
+    ``t_lb`` us (measured per request in the cluster run), so R = cores x 1e6 / (t_s + t_lb), which is the
+    per-shard rate 1e6 / t_s times the cores, less the balancer's share t_lb / (t_s + t_lb)."""
+    t_s, t_lb = r.get("cluster_sharded_cpu_us_per_req"), r.get("cluster_sharded_lb_cpu_us_per_req")
+    if not t_s or t_lb is None:
+        return None
+    return cores * 1e6 / (t_s + t_lb)
+
+
+def cluster_block(r: dict[str, Any], notes: dict[str, str], info: dict[str, Any]) -> list[str]:
+    out = ["", "### One process vs N shards behind HAProxy (training loop, one tenant per connection)", ""]
+    if r.get("cluster_sharded_rps") is None:
+        return out + [f"Not measured: {notes.get('cluster', 'no result')}."]
+    n, conns = r.get("cluster_workers"), r.get("cluster_connections")
+    out += [
+        f"| setup ({conns} connections, {conns} tenants) | req/s | loops/s | p50 | p99 | CPU per request | errors |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| 1 process (`serve`) | {fmt(r.get('cluster_single_rps'), 0)} | "
+        f"{fmt(r.get('cluster_single_loops_per_s'), 1)} | {_ms(r.get('cluster_single_p50_ms'))} | "
+        f"{_ms(r.get('cluster_single_p99_ms'))} | {fmt(r.get('cluster_single_cpu_us_per_req'), 0)} us | "
+        f"{r.get('cluster_single_errors')} |",
+        f"| {n} shards behind HAProxy (`cluster --workers {n}`) | {fmt(r.get('cluster_sharded_rps'), 0)} | "
+        f"{fmt(r.get('cluster_sharded_loops_per_s'), 1)} | {_ms(r.get('cluster_sharded_p50_ms'))} | "
+        f"{_ms(r.get('cluster_sharded_p99_ms'))} | {fmt(r.get('cluster_sharded_cpu_us_per_req'), 0)} us in the "
+        f"shards + {fmt(r.get('cluster_sharded_lb_cpu_us_per_req'), 0)} us in HAProxy | "
+        f"{r.get('cluster_sharded_errors')} |",
+        "",
+        f"- Ratio, {n} shards / 1 process: **{fmt(r.get('cluster_rps_ratio'), 2)}x** on {info['nproc']} cores, "
+        "which the load generator shares with the servers.",
+        f"- The balancer's own cost: {fmt(r.get('cluster_sharded_lb_cpu_us_per_req'), 0)} us of HAProxy CPU per "
+        f"request in the loop; a GET of one resource at 1 connection answers in "
+        f"{_ms(r.get('lb_get_via_p50_ms'))} (p50) through HAProxy against {_ms(r.get('lb_get_direct_p50_ms'))} "
+        f"straight to the shard ({fmt(r.get('lb_get_cpu_us_per_req'), 0)} us of HAProxy CPU per request).",
+        "- Model for more cores (shards and HAProxy on one machine, load from elsewhere; BENCHMARKS.md "
+        "\"Scaling a cluster\"): "
+        + ", ".join(f"{k} cores ~{fmt(cluster_model(r, k), 0)} req/s" for k in (2, 4, 8, 16))
+        + ".",
+    ]
+    return out
+
+
 def generated_block(
     r: dict[str, Any],
     notes: dict[str, str],
@@ -324,6 +367,7 @@ def generated_block(
         ]
     if "loop" in notes:
         out += ["", f"Training loop not measured: {notes['loop']}"]
+    out += cluster_block(r, notes, info)
     sweep = sorted({int(k.split("_")[1][1:]) for k in r if k.startswith("get_c") and k.endswith("_rps")})
     if sweep:
         out += [

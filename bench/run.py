@@ -1,13 +1,15 @@
-"""``python -m bench``: the whole benchmark in one bounded run (about 16 minutes on 2 cores, ten of them the
+"""``python -m bench``: the whole benchmark in one bounded run (about 20 minutes on 2 cores, ten of them the
 memory soak; ``--soak-seconds 0`` skips it).
 
 Order: pick the load generator (wrk, installed with apt-get if missing; else the Python fallback);
 start the emulator; capture its real response bodies; start the ceiling serving those bytes; then
 for each scenario at 1 and 32 connections measure the emulator and the ceiling back to back;
-a GET sweep over more concurrencies for the plot; memory and list scaling on in-process-filled
-emulators; start-up time; the pytest plugin's start-up and per-test cost; the contract suite's wall
-time; stock Schemathesis with another seed than ``make test``'s, and how many cases it generated. Writes
-``bench/results.json``, ``bench/latency_vs_concurrency.png`` and the generated part of ``BENCHMARKS.md``.
+a GET sweep over more concurrencies for the plot; the training loop in one process against N shards
+behind HAProxy (one tenant per connection) and HAProxy's own cost; memory and list scaling on
+in-process-filled emulators; start-up time; the pytest plugin's start-up and per-test cost; the contract
+suite's wall time; stock Schemathesis with another seed than ``make test``'s, and how many cases it
+generated. Writes ``bench/results.json``, ``bench/latency_vs_concurrency.png`` and the generated part of
+``BENCHMARKS.md``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,6 +32,7 @@ from bench import machine, procs, report, stock
 from bench.client import Client
 from bench.loadgen import LoadGen
 from bench.stats import better_round, median, parse_marked_json, pool_size, ratio
+from emulator.sharding import default_project, shard_of
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "bench-token"
@@ -83,6 +87,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"cases per operation of the stock Schemathesis run (default {stock.EXAMPLES})")
     p.add_argument("--stock-seed", type=int, default=stock.SEED, help=f"its seed (default {stock.SEED})")
     p.add_argument("--skip-stock", action="store_true", help="skip the stock Schemathesis run")
+    p.add_argument("--cluster-workers", type=int, default=max(2, os.cpu_count() or 2),
+                   help="shards of the cluster scenario (default: the number of cores, at least 2)")
+    p.add_argument("--cluster-connections", type=int, default=16,
+                   help="connections of the cluster scenario, each a tenant of its own (default 16)")
+    p.add_argument("--skip-cluster", action="store_true", help="skip 1 process vs N shards behind HAProxy")
     p.add_argument("--keep-work", action="store_true", help="keep the temporary directory (server logs)")
     p.add_argument("--quick", action="store_true", help="a fast smoke run: 1-2 s runs, 20k sessions")
     p.add_argument("--results", default=str(ROOT / "bench" / "results.json"))
@@ -102,6 +111,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.plugin_starts, args.plugin_tenants = 2, 50
         args.stock_examples = 5
         args.soak_seconds = min(args.soak_seconds, 30)
+        args.cluster_connections = 8
     return args
 
 
@@ -295,6 +305,87 @@ class Bench:
                 reset(c)
             c.close()
         self.put("get_rps_ratio", self.results.get("get_c32_rps_ratio"))
+
+    # --- one process vs N shards behind HAProxy ----------------------------------------------------
+
+    def cluster(self, gen: LoadGen) -> None:
+        """The training loop with as many tenants as connections: one process, then ``cluster --workers N``
+        (N shards behind HAProxy); the CPU each side used per request; and the balancer's own cost: the CPU
+        HAProxy used per request, and the latency it adds to a GET (through it versus straight to the shard)."""
+        a = self.args
+        if a.skip_cluster:
+            self.notes["cluster"] = "skipped (--skip-cluster)"
+            return
+        from bench.loadgen import _apt_install
+
+        if shutil.which("haproxy") is None:
+            log("haproxy is not installed; installing Debian's haproxy with apt-get")
+            why = _apt_install(log, "haproxy")
+            if shutil.which("haproxy") is None:
+                self.notes["cluster"] = f"HAProxy unavailable: {why}"
+                log(f"  cluster scenario skipped: {self.notes['cluster']}")
+                return
+        n, conns = a.cluster_workers, a.cluster_connections
+        self.put("cluster_workers", n)
+        self.put("cluster_connections", conns)
+        rounds = a.rounds
+
+        def best(url: str, pids: list[int], lb_pid: int | None = None) -> dict[str, Any]:
+            gen.run(url, "loop", conns, 1, TOKEN, tenants=True)  # warm-up: tenants, base models
+            found: dict[str, Any] | None = None
+            for _ in range(rounds):
+                cpu0 = sum(procs.cpu_seconds(p) for p in pids)
+                lb0 = procs.cpu_seconds(lb_pid) if lb_pid else 0.0
+                m = gen.run(url, "loop", conns, a.duration, TOKEN, tenants=True)
+                answered = max(1, m["requests"])
+                m["cpu_us_per_req"] = (sum(procs.cpu_seconds(p) for p in pids) - cpu0) / answered * 1e6
+                m["lb_cpu_us_per_req"] = (procs.cpu_seconds(lb_pid) - lb0) / answered * 1e6 if lb_pid else 0.0
+                if found is None or better_round(m, found):
+                    found = m
+            assert found is not None
+            return found
+
+        log(f"1 process vs {n} shards behind HAProxy: training loop, {conns} connections, one tenant each")
+        with procs.Server("cluster-single", ["-m", "emulator", "serve", "--host", "127.0.0.1", "--port", "0"],
+                          self.work) as one:
+            single = best(one.url, [one.pid])
+        with procs.Server("cluster", ["-m", "emulator", "cluster", "--workers", str(n), "--port", "0",
+                                      "--run-dir", str(self.work / "cluster-run")], self.work, timeout=120) as cl:
+            deadline = time.monotonic() + 30
+            while "HAProxy pid" not in cl.stdout() and time.monotonic() < deadline:  # (printed after the URL)
+                time.sleep(0.05)
+            printed = cl.stdout()
+            shards = {int(i): (url, int(pid)) for i, url, pid in
+                      re.findall(r"shard (\d+)/\d+: (http://\S+) \(pid (\d+)", printed)}
+            lb_pid = int(re.search(r"HAProxy pid (\d+)", printed).group(1))  # type: ignore[union-attr]
+            many = best(cl.url, [pid for _, pid in shards.values()], lb_pid)
+            # The balancer alone: GET one resource of a tenant on shard 0, straight to it and through HAProxy.
+            key = next(f"lb-{i}" for i in range(1000) if shard_of(default_project(f"lb-{i}"), n) == 0)
+            c = Client(cl.url, key)
+            rid = c.json("POST", "/v1/rl/model-resources", RES)[0]["id"]
+            c.close()
+            path = f"/v1/rl/model-resources/{rid}"
+            direct = gen.run(shards[0][0], "static", 1, a.duration, key, path=path)
+            lb0 = procs.cpu_seconds(lb_pid)
+            via = gen.run(cl.url, "static", 1, a.duration, key, path=path)
+            via_lb_cpu = (procs.cpu_seconds(lb_pid) - lb0) / max(1, via["requests"]) * 1e6
+        for prefix, m in (("cluster_single", single), ("cluster_sharded", many)):
+            for k in ("rps", "loops_per_s", "p50_ms", "p99_ms", "errors", "cpu_us_per_req"):
+                self.put(f"{prefix}_{k}", m.get(k))
+        self.put("cluster_sharded_lb_cpu_us_per_req", many["lb_cpu_us_per_req"])
+        self.put("cluster_rps_ratio", ratio(many["rps"], single["rps"]))
+        self.put("lb_get_direct_p50_ms", direct["p50_ms"])
+        self.put("lb_get_via_p50_ms", via["p50_ms"])
+        self.put("lb_get_direct_rps", direct["rps"])
+        self.put("lb_get_via_rps", via["rps"])
+        self.put("lb_get_cpu_us_per_req", via_lb_cpu)
+        log(f"  1 process: {single['rps']:.0f} req/s ({single['loops_per_s']:.1f} loops/s), "
+            f"{single['cpu_us_per_req']:.0f} us CPU per request, errors {single['errors']}")
+        log(f"  {n} shards:  {many['rps']:.0f} req/s ({many['loops_per_s']:.1f} loops/s), shards "
+            f"{many['cpu_us_per_req']:.0f} us + HAProxy {many['lb_cpu_us_per_req']:.0f} us CPU per request, "
+            f"errors {many['errors']}; ratio {self.results['cluster_rps_ratio']}x")
+        log(f"  GET one resource, 1 connection: straight to the shard p50 {direct['p50_ms']:.3f} ms, through "
+            f"HAProxy {via['p50_ms']:.3f} ms; HAProxy {via_lb_cpu:.0f} us CPU per request")
 
     # --- memory, list scaling, start-up, contract suite --------------------------------------------
 
@@ -527,6 +618,7 @@ def main(argv: list[str] | None = None) -> int:
             f"other processes used {bench.results['foreign_cpu_share_during_http']:.0%} of the machine's CPU "
             "during the HTTP scenarios"
         )
+        bench.cluster(gen)
         bench.filled(gen)
         bench.longrun()
         bench.soak()

@@ -1,7 +1,7 @@
 -- The training loop, one state machine per wrk thread (run with as many threads as connections,
 -- so each connection has its own): create resource -> poll it READY -> create session -> poll it
 -- RUNNING -> forward-backward -> poll COMPLETED -> optim-step -> poll COMPLETED; then again.
--- Any non-200 or FAILED answer counts a flow error and restarts the loop. args: token.
+-- Any non-200 or FAILED answer counts a flow error and restarts the loop. args: token [per-connection].
 loops = 0
 flow_errors = 0
 local state, polls, seq = 0, 0, 0
@@ -15,7 +15,8 @@ local OPT = '{"adam_params":{"learning_rate":0.0001}}'
 local S = "/v1/rl/training-sessions/"
 
 function init(args)
-  auth = "Bearer " .. args[1]
+  -- "per-connection": each connection (wrk thread) is a tenant of its own, KEY-<thread>
+  auth = "Bearer " .. args[1] .. (args[2] == "per-connection" and ("-" .. tostring(tid)) or "")
   post_h = {["Authorization"] = auth, ["Content-Type"] = "application/json"}
   get_h = {["Authorization"] = auth}
 end
