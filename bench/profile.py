@@ -17,6 +17,7 @@ import pstats
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 SCENARIOS = ("get", "list", "create", "loop")
 
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         c = Client(srv.url, TOKEN)
-        kwargs: dict[str, str] = {}
+        kwargs: dict[str, Any] = {}
         if args.scenario in ("get", "list"):
             rids = make_resources(c, 20 if args.scenario == "list" else 1)
             sids = [c.json("POST", SESSIONS, {"model_resources_id": rid})[0]["id"] for rid in rids for _ in range(5)]

@@ -102,7 +102,7 @@ def test_another_shards_tenant_is_421_and_leaves_nothing_behind(shard0: Runtime)
                      client.get("/_emulator/ui/api/stream", params={"project": default_project(theirs)})):
             error = assert_error(resp, 421)
             assert error["code"] == "wrong_shard", error
-            assert f"belongs to shard 1 of 2, and this is shard 0" in error["message"], error
+            assert "belongs to shard 1 of 2, and this is shard 0" in error["message"], error
         # A presigned URL of another shard's tenant (the balancer routes them by the project they name).
         token = Presigner().issue(default_project(theirs), "e", "payload-upload", "payload-x", 0.0)
         assert assert_error(client.put(f"/_files/payloads/{token}", content=b"{}"), 421)["code"] == "wrong_shard"
@@ -218,9 +218,21 @@ def test_a_tokens_file_becomes_a_map_without_the_keys(tmp_path: Path) -> None:
         cluster.tokens_map(str(bad))
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "emulator", "cluster", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, env={**os.environ, **(env or {})})
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``together-rl-emulator cluster ARGS`` in this process (what it prints, its exit status): these calls
+    never start anything."""
+    import contextlib
+    import io
+
+    from emulator.__main__ import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(["cluster", *args])
+        except SystemExit as exc:  # argparse's own refusals
+            code = int(exc.code or 0)
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 @pytest.mark.parametrize(("args", "says"), [
@@ -296,7 +308,10 @@ class Running:
         raise AssertionError(f"no {pattern!r} from the cluster:\n{''.join(self.lines)}")
 
     def pid_of(self, shard: int, after: int = 0) -> int:
-        return int(self.wait_for(rf"shard {shard}/2: \S+ \(pid (\d+)", 60, after).group(1))
+        """The pid the cluster printed last for ``shard`` (after line ``after``), waiting for one."""
+        pattern = rf"shard {shard}/2: \S+ \(pid (\d+)"
+        self.wait_for(pattern, 60, after)
+        return int([m for line in self.lines[after:] if (m := re.search(pattern, line))][-1].group(1))
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -310,7 +325,9 @@ class Running:
 @pytest.fixture(scope="module")
 def lb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     tmp = tmp_path_factory.mktemp("cluster")
-    running = Running(tmp, "--state-dir", str(tmp / "state"), "--clock", "manual")
+    # (a restart after 2 s: long enough to see a shard down, HAProxy's retries of a refused connection
+    # ride over a quicker one)
+    running = Running(tmp, "--state-dir", str(tmp / "state"), "--restart-delay", "2", "--clock", "manual")
     try:
         yield running
     finally:
@@ -424,18 +441,41 @@ def test_a_shard_killed_and_restarted_loses_no_acknowledged_write(lb: Running) -
                 resp = api.post(f"{RL}/model-resources", json={"base_model": BASE})
                 assert resp.status_code == 200
                 acknowledged[key].append(resp.json()["id"])
+    # ... and a writer that keeps writing while the shard dies: what it was answered 200 must survive.
+    writer, written, stop = victims[2], [], threading.Event()
+
+    def write() -> None:
+        with _api(lb.url, writer) as api:
+            while not stop.is_set():
+                try:
+                    resp = api.post(f"{RL}/model-resources", json={"base_model": BASE})
+                except httpx.HTTPError:
+                    continue
+                if resp.status_code == 200:
+                    written.append(resp.json()["id"])
+                time.sleep(0.02)
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    time.sleep(0.5)
     mark = len(lb.lines)
     os.kill(lb.pid_of(1), signal.SIGKILL)
     with _api(lb.url, k0) as api0, _api(lb.url, victims[0]) as api1:
-        # While shard 1 is down: its tenants get the balancer's 503 (ErrorData, Retry-After), shard 0 serves.
+        # While shard 1 is down (HAProxy's checks notice within 3 intervals): its tenants get the balancer's
+        # 503 (ErrorData, Retry-After), and shard 0 serves.
+        time.sleep(0.6)
         deadline = time.monotonic() + 10
         down = api1.get(f"{RL}/model-resources")
         while down.status_code != 503 and time.monotonic() < deadline:
             down = api1.get(f"{RL}/model-resources")
+        stop.set()
+        thread.join(timeout=30)
         error = assert_error(down, 503)
         assert error["code"] == "shard_unavailable" and down.headers["retry-after"] == "1", error
         served = [api0.post(f"{RL}/model-resources", json={"base_model": BASE}) for _ in range(5)]
         assert [r.status_code for r in served] == [200] * 5
+        # ... and all that while shard 1 had not started again (the cluster prints a shard's pid when it is up).
+        assert not any(re.search(r"shard 1/2: \S+ \(pid", line) for line in lb.lines[mark:]), lb.lines[mark:]
         # Restarted by the cluster on the same port and state file: every acknowledged write is there.
         lb.wait_for(r"shard 1 exited with status -9; restarting", 10, mark)
         lb.pid_of(1, after=mark + 1)
@@ -446,12 +486,24 @@ def test_a_shard_killed_and_restarted_loses_no_acknowledged_write(lb: Running) -
         with _api(lb.url, key) as api:
             resp = api.get(f"{RL}/model-resources", params={"limit": 50})
             assert resp.status_code == 200 and _on_shard(resp) == 1, resp.text
-            assert sorted(r["id"] for r in resp.json()["data"]) == sorted(ids), key
+            if key != writer:
+                assert sorted(r["id"] for r in resp.json()["data"]) == sorted(ids), key
+    assert len(written) > 3, written
+    with _api(lb.url, writer) as api:
+        held, cursor = set(), None
+        while True:  # (a write answered by nobody may be there too: it was made durable, then the shard died)
+            page = api.get(f"{RL}/model-resources", params={"limit": 100, **({"after": cursor} if cursor else {})})
+            assert page.status_code == 200, page.text
+            held |= {r["id"] for r in page.json()["data"]}
+            if not page.json()["meta"]["has_more"]:
+                break
+            cursor = page.json()["meta"]["next_cursor"]
+    assert set(acknowledged[writer]) | set(written) <= held
 
 
 @pytest.mark.slow
 def test_a_tokens_file_routes_a_project_by_its_users(tmp_path: Path) -> None:
-    running = Running(tmp_path, "--tokens-file", "team")
+    running = Running(tmp_path, "--tokens-file", "team", "--admin-token", "secret")
     try:
         seen: dict[str, Any] = {}
         for key in ("alice-key", "bob-key", "carol-key"):
@@ -465,5 +517,59 @@ def test_a_tokens_file_routes_a_project_by_its_users(tmp_path: Path) -> None:
             assert bob.get(f"{RL}/model-resources/{seen['alice-key'][1]}").status_code == 200
         with _api(running.url, "not-listed") as nobody:
             assert_error(nobody.get(f"{RL}/model-resources"), 401)
+        # The admin token travels with what fans out: the dashboard's list, and a reset of everything.
+        admin = {"X-Emulator-Admin-Token": "secret"}
+        assert_error(httpx.get(f"{running.url}/_emulator/ui/api/tenants", timeout=30), 401)
+        listed = httpx.get(f"{running.url}/_emulator/ui/api/tenants", params={"admin_token": "secret"}, timeout=30)
+        assert {t["project"] for t in listed.json()["data"]} == {"proj_team", "proj_other"}, listed.text
+        assert_error(httpx.post(f"{running.url}/_emulator/reset", timeout=30), 401)
+        reset = httpx.post(f"{running.url}/_emulator/reset", headers=admin, timeout=30)
+        assert reset.status_code == 200, reset.text
+        for key, (_, rid) in seen.items():
+            with _api(running.url, key) as api:
+                assert_error(api.get(f"{RL}/model-resources/{rid}"), 404)
     finally:
         running.stop()
+
+
+def test_the_readmes_cluster_commands_work_as_written(tmp_path: Path) -> None:
+    """README "One emulator for a team": every command of its snippets parses as written, the configuration
+    for shards on other machines comes out valid for HAProxy, and `make cluster` is the cluster command."""
+    import argparse
+    import shlex
+
+    from emulator.__main__ import build_parser
+
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## One emulator for a team", 1)[1].split("\n## ", 1)[0]
+    lines = [line for block in re.findall(r"```sh\n(.*?)```", section, re.S)
+             for line in block.replace("\\\n", " ").splitlines()]
+    commands = [shlex.split(line.split("#", 1)[0].replace('"$T"', "secret")) for line in lines]
+    commands = [c for c in commands if c]
+    ran = set()
+    for cmd in commands:
+        if cmd[0].endswith("together-rl-emulator"):
+            args, rest = build_parser().parse_known_args(cmd[1:])
+            if args.command == "serve":
+                assert not rest, cmd
+                config = config_from_args(args, {})
+                assert config.shard == Shard(0, 3) and config.balancer and config.state_file, config
+            elif args.print_config:
+                assert cmd[-2] == ">", cmd
+                proc = _cli(*cmd[2:-2])
+                assert proc.returncode == 0, proc.stderr
+                (tmp_path / cmd[-1]).write_text(proc.stdout)
+                assert proc.stdout.count("\nbackend shard") == 3 and "bind 10.0.0.10:8765" in proc.stdout
+            else:
+                assert isinstance(args, argparse.Namespace) and args.workers == 2 and args.state_dir, cmd
+                assert rest == ["--clock", "manual"], rest  # passed on to every shard's serve
+            ran.add(args.command if not getattr(args, "print_config", False) else "print-config")
+        elif cmd[:2] == ["haproxy", "-f"] and shutil.which("haproxy"):
+            proc = subprocess.run(["haproxy", "-c", "-f", str(tmp_path / cmd[2])], capture_output=True, text=True,
+                                  timeout=30)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+        elif cmd[0] == "make":
+            assert cmd[1] == "cluster" and "WORKERS=2" in cmd
+    assert ran == {"serve", "print-config", "cluster"}, ran
+    makefile = (ROOT / "Makefile").read_text()
+    assert "-m emulator cluster --workers $(WORKERS) --host $(HOST) --port $(PORT) $(ARGS)" in makefile

@@ -341,8 +341,9 @@ def print_config(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def main(args: argparse.Namespace, serve_args: list[str], out: TextIO = sys.stdout) -> int:
+def main(args: argparse.Namespace, serve_args: list[str], out: TextIO | None = None) -> int:
     """``together-rl-emulator cluster``: every failure to start is one line on stderr and exit status 2."""
+    out = out or sys.stdout
     try:
         for arg in serve_args:
             if arg.split("=", 1)[0] in OWN_OPTIONS:
