@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     from emulator.tools.cluster import add_arguments as add_cluster_arguments
 
     add_cluster_arguments(sub.add_parser(
-        "cluster", help="N shards behind HAProxy: one emulator for a team (other options go to every shard's serve)",
+        "cluster", allow_abbrev=False, help="N shards behind HAProxy: one emulator for a team (other options go to every shard's serve)",
         description="Start N shards (serve --shard I/N) and HAProxy in front, routing every tenant to its shard. "
                     "Options not listed here are passed to every shard's serve (e.g. --clock manual --seed 1)."))
     sub.add_parser("coverage", help="rewrite COVERAGE.md (spec operations versus handlers)")

@@ -177,10 +177,11 @@ class Runtime:
                     raise ConfigError(f"--state-file {config.state_file}: {exc}") from exc
             foreign = self.foreign_projects([*self.store.projects(), *self.clocks.tenants])
             if foreign:
+                named = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
                 raise ConfigError(f"--state-file {config.state_file} holds tenants of other shards than "
-                                  f"{self.shard} ({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}): was it written by another shard, "
-                                  "or with another shard count? Each shard keeps its own file, and the count "
-                                  "stays fixed for the life of the files")
+                                  f"{self.shard} ({named}): was it written by another shard, or with another "
+                                  "shard count? Each shard keeps its own file, and the count stays fixed for "
+                                  "the life of the files")
 
     @property
     def timing(self) -> Timing:

@@ -210,8 +210,8 @@ async def run_captured(app: ASGIApp, scope: Scope, body: bytes) -> tuple[int, by
 
     async def receive() -> Message:
         nonlocal sent
-        if sent:
-            await asyncio.Event().wait()  # (nothing more comes: the app would wait for a disconnect)
+        if sent:  # (the whole body came in one message)
+            return {"type": "http.disconnect"}
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 
