@@ -220,7 +220,6 @@ def test_plugin_scenario_measures_a_fresh_tenant_and_reports_it() -> None:
                     "pytest plugin: a fresh tenant per test < 5 ms (in a thread)": "PASS"}
 
 
-<<<<<<< HEAD
 def test_stock_counts_read_schemathesis_test_cases_line() -> None:
     from bench.stock import counts
 
@@ -229,7 +228,8 @@ def test_stock_counts_read_schemathesis_test_cases_line() -> None:
     red = "Test cases:\n  2426 generated, 49 found 49 unique failures, 724 skipped\n"
     assert counts(red) == {"generated": 2426, "passed": 0, "skipped": 724, "failures": 49}
     assert counts("no summary") == {"generated": 0, "passed": 0, "skipped": 0, "failures": 0}
-=======
+
+
 def test_the_cluster_model_is_the_per_shard_rate_times_cores_less_the_balancers_share() -> None:
     r = {"cluster_sharded_cpu_us_per_req": 150.0, "cluster_sharded_lb_cpu_us_per_req": 50.0}
     # 1e6 / 150 = 6,667 req/s per shard on a core; HAProxy takes 50 / 200 of every core's time.
@@ -249,4 +249,3 @@ def test_the_loop_gives_each_connection_its_own_tenant_when_asked() -> None:
     assert [Loop(spec, "h", n).token for n in (0, 1)] == ["bench-0", "bench-1"]
     assert Loop({"token": "bench"}, "h", 1).token == "bench"
     assert 'args[2] == "per-connection"' in (LUA / "loop.lua").read_text()
->>>>>>> 0d6b92d (make bench: 1 process vs N shards behind HAProxy (the training loop with one tenant per connection; shard and HAProxy CPU per request; a GET straight to a shard vs through HAProxy) with the scaling model in BENCHMARKS.md; README 'One emulator for a team' (the shard function, why no hash ring, a shard that is down, what fans out and what is per shard, several machines); ARCHITECTURE: a cluster of shards; make cluster)
