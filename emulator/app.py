@@ -54,8 +54,8 @@ from emulator.http.errors import ErrorEnvelope
 from emulator.http.faults import FaultMiddleware
 from emulator.http.files import FileServer
 from emulator.http.routing import TableRoutingMiddleware
-from emulator.http.site import SiteGuard
 from emulator.http.shards import ShardGuard
+from emulator.http.site import SiteGuard
 from emulator.http.validation import FastRequestValidationMiddleware
 from emulator.runtime import Runtime
 from emulator.ui import Dashboard, is_dashboard_path

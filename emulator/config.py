@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -232,7 +233,7 @@ FLAGS = (
 
 
 # Variables whose names are not EMULATOR_<FIELD> (they follow the flag, not the field).
-ENV_NAMES = {"faults_file": "EMULATOR_FAULTS", "record_file": "EMULATOR_RECORD"}
+ENV_NAMES = MappingProxyType({"faults_file": "EMULATOR_FAULTS", "record_file": "EMULATOR_RECORD"})
 
 
 def env_name(field_name: str) -> str:

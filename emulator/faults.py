@@ -32,10 +32,10 @@ from emulator.errors import Invalid
 from emulator.ids import derive_int
 
 STATE_EFFECTS = ("operation_fails", "resource_error", "session_error", "queue_position")
-EFFECT_KEYS = {"status", "code", "message", "retry_after", "latency_ms", *STATE_EFFECTS}
-MATCH_KEYS = {"operation_id", "method", "path", "tenant"}
-TRIGGER_KEYS = {"first_n", "nth", "probability"}
-METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
+EFFECT_KEYS = frozenset({"status", "code", "message", "retry_after", "latency_ms", *STATE_EFFECTS})
+MATCH_KEYS = frozenset({"operation_id", "method", "path", "tenant"})
+TRIGGER_KEYS = frozenset({"first_n", "nth", "probability"})
+METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 MAX_LATENCY_MS = 600_000
 
 

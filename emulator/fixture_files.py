@@ -17,9 +17,10 @@ import re
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
+from types import MappingProxyType
 
 #: Each kind of fixture: its directory under ``fixtures/`` and the extension of its files.
-KINDS = {"scenarios": ".yaml", "faults": ".yaml", "recordings": ".jsonl", "tokens": ".yaml"}
+KINDS = MappingProxyType({"scenarios": ".yaml", "faults": ".yaml", "recordings": ".jsonl", "tokens": ".yaml"})
 _NAME = re.compile(r"[\w-]+")
 
 

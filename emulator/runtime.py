@@ -20,6 +20,7 @@ thread by tests or the pytest plugin, while the test thread reads the runtime).
 from __future__ import annotations
 
 import threading
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from emulator import fixture_files, spec
@@ -39,8 +40,8 @@ from emulator.tenancy import Tenancy
 from emulator.tenant_clocks import TenantClocks
 
 # Error codes a fault effect may name: the API's own enums, so a typo cannot load silently.
-FAULT_CODES = {"operation_fails": "OperationErrorCode", "resource_error": "ModelResourcesErrorCode",
-               "session_error": "SessionErrorCode"}
+FAULT_CODES = MappingProxyType({"operation_fails": "OperationErrorCode", "resource_error": "ModelResourcesErrorCode",
+               "session_error": "SessionErrorCode"})
 RENDER_CACHE_SIZE = 4096
 
 
@@ -80,7 +81,7 @@ class RenderCache:
 class UnitOfWork:
     """See :meth:`Runtime.unit_of_work`. A class rather than a generator: it runs on every request."""
 
-    __slots__ = ("runtime", "principal", "write", "creates", "tenant")
+    __slots__ = ("creates", "principal", "runtime", "tenant", "write")
 
     def __init__(self, runtime: Runtime, principal: Principal, write: bool, creates: bool) -> None:
         self.runtime = runtime
@@ -372,4 +373,4 @@ class Runtime:
         self.clocks.restore(self._tenant_clocks(doc) if tenant_clocks is None else tenant_clocks)
 
 
-__all__ = ["Runtime", "ScenarioLibrary", "UnitOfWork", "Unavailable"]
+__all__ = ["Runtime", "ScenarioLibrary", "Unavailable", "UnitOfWork"]

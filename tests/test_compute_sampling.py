@@ -6,10 +6,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from compute_reference import array_probe
 from test_compute_support import V, dense_table, make_spec, model_input, random_trained_model, sft_datum
 
 from emulator.compute import INVALID_INPUT, ComputeError, SessionModel, Weights, decode
-from emulator.compute.weights import STATS
 
 CE = {"type": "LOSS_TYPE_CROSS_ENTROPY"}
 
@@ -269,9 +269,9 @@ def test_invalid_sampling_requests(kwargs: dict[str, Any]) -> None:
 def test_sampling_a_large_vocabulary_touches_no_vocabulary_sized_array() -> None:
     vocab = 200_064
     model = SessionModel(make_spec(vocab_size=vocab, context_length=4096))
-    STATS.reset()
-    out = sample(model, [[1, 2, 3]] * 4, n=8, max_tokens=64, top_p=0.9, prompt_logprobs=True, topk=5)
+    with array_probe() as probe:
+        out = sample(model, [[1, 2, 3]] * 4, n=8, max_tokens=64, top_p=0.9, prompt_logprobs=True, topk=5)
     assert sum(len(s["tokens"]) for r in out["results"] for s in r["sequences"]) > 32 * 10
-    assert STATS.max_len < 10_000
+    assert 0 < probe.max_len < 10_000
     tail_tokens = {int(t) for r in out["results"] for s in r["sequences"] for t in s["tokens"]}
     assert max(tail_tokens) > 1000                               # the flat tail is reachable

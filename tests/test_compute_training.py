@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from compute_reference import array_probe, dense_logits, pending_gradient
 from test_compute_support import V, datum, make_spec, model_input, random_trained_model, sft_datum
 
 from emulator.compute import (
@@ -20,7 +21,6 @@ from emulator.compute import (
     load_files,
     weights_from_files,
 )
-from emulator.compute.weights import STATS
 
 CE = {"type": "LOSS_TYPE_CROSS_ENTROPY"}
 REAL_V = 151_936
@@ -499,13 +499,13 @@ def test_forward_backward_of_4096_tokens_touches_no_vocabulary_sized_array() -> 
     rng = np.random.default_rng(0)
     toks = rng.integers(0, vocab, 4097).tolist()
     batch = [datum(toks[:-1], toks[1:], logprobs=[-5.0] * 4096, advantages=rng.normal(size=4096).tolist())]
-    STATS.reset()
-    out = model.forward_backward(batch, {"type": "LOSS_TYPE_PPO"}, return_loss_fn_outputs=True)
-    model.optim_step(None, None)
-    model.forward_backward(batch, {"type": "LOSS_TYPE_PPO"})
-    model.optim_step(None, None)
+    with array_probe() as probe:
+        out = model.forward_backward(batch, {"type": "LOSS_TYPE_PPO"}, return_loss_fn_outputs=True)
+        model.optim_step(None, None)
+        model.forward_backward(batch, {"type": "LOSS_TYPE_PPO"})
+        model.optim_step(None, None)
     assert len(out["loss_fn_outputs"][0]["tensors"]["logprobs"]["data"]) == 4096
-    assert 0 < STATS.max_len <= 4096 * 10 < vocab       # O(tokens * (8 preferred + trained)), not O(V)
+    assert 0 < probe.max_len <= 4096 * 10 < vocab       # O(tokens * (8 preferred + trained)), not O(V)
     assert model.weights().num_entries <= 4096 * 9
     assert model.nbytes() < 5_000_000
 
@@ -525,7 +525,7 @@ def test_sparse_training_equals_a_dense_table_trained_with_adamw(rank: int | Non
     spec = make_spec(lora_rank=rank)
     model = SessionModel(spec)
     rng = np.random.default_rng(3)
-    base = model.weights().dense_logits(np.arange(V))
+    base = dense_logits(model.weights(), np.arange(V))
     delta = np.zeros((V, V))
     m = np.zeros((V, V))
     v = np.zeros((V, V))
@@ -534,7 +534,7 @@ def test_sparse_training_equals_a_dense_table_trained_with_adamw(rank: int | Non
     for t in range(1, 7):
         seqs = [rng.integers(0, 20, 10).tolist() for _ in range(3)]   # rows and targets repeat across steps
         model.forward_backward([sft_datum(s) for s in seqs], CE)
-        g = model.pending_gradient(list(range(V)))
+        g = pending_gradient(model, list(range(V)))
         norm = np.sqrt((g * g).sum())
         g = g * (1.0 / (norm + 1e-6) if norm > 1.0 else 1.0)
         m = 0.9 * m + 0.1 * g
@@ -543,5 +543,5 @@ def test_sparse_training_equals_a_dense_table_trained_with_adamw(rank: int | Non
         delta = delta * (1 - lr * 0.1) - lr * spec.lr_multiplier * (m / (1 - 0.9 ** t)) / (
             np.sqrt(v / (1 - 0.95 ** t)) + 1e-8)
         model.optim_step(hp, None)
-        got = model.weights().dense_logits(np.arange(V)) - base
+        got = dense_logits(model.weights(), np.arange(V)) - base
         np.testing.assert_allclose(got, delta, rtol=1e-9, atol=1e-12)

@@ -28,6 +28,15 @@ def test_every_spec_operation_has_a_handler() -> None:
     assert missing == []
 
 
+def test_every_handler_is_the_handler_of_a_spec_operation() -> None:
+    """The other direction: a public function of a handler module that no operation names is a handler
+    nobody can reach (or a helper that should be private)."""
+    from emulator.api import _BY_SNAKE, _snake
+
+    ids = {_snake(op) for op in spec.operation_ids(spec.VENDOR) + spec.operation_ids(spec.ADMIN)}
+    assert sorted(set(_BY_SNAKE) - ids) == []
+
+
 def test_packaged_spec_is_the_repository_contract() -> None:
     contract = (ROOT / "openapi.yaml").read_bytes()
     assert (EMULATOR / "specs" / "openapi.yaml").read_bytes() == contract, "run: make sync-spec"

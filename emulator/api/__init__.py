@@ -1,14 +1,17 @@
-"""Thin HTTP handlers, one module per spec tag; ``HANDLERS`` maps operationId -> handler.
+"""Thin HTTP handlers, one module per spec tag; :func:`handler_for` maps operationId -> handler.
 
-The registry is explicit: an operation of ``openapi.yaml`` without a handler fails start-up
-(a test checks both directions).
+A handler is the public function of a handler module named after its operationId in snake_case
+(``createTrainingSession`` -> ``create_training_session``). ``tests/test_structure.py`` checks both
+directions: every operation of ``openapi.yaml`` and ``admin.yaml`` has a handler, and every public function
+of a handler module is the handler of an operation.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 
 from emulator.api import (
     admin,
@@ -39,16 +42,11 @@ def _collect(*modules: ModuleType) -> dict[str, Handler]:
     return out
 
 
-_BY_SNAKE = _collect(model_resources, sessions, operations, payloads, checkpoints, supported_models, shaping, files,
-                     admin)
+_BY_SNAKE = MappingProxyType(_collect(model_resources, sessions, operations, payloads, checkpoints,
+                                      supported_models, shaping, files, admin))
 
 
-_BY_OPERATION: dict[str, Handler | None] = {}
-
-
+@functools.cache
 def handler_for(operation_id: str) -> Handler | None:
-    try:
-        return _BY_OPERATION[operation_id]
-    except KeyError:
-        handler = _BY_OPERATION[operation_id] = _BY_SNAKE.get(_snake(operation_id))
-        return handler
+    """The handler of an operationId (a pure memo: the table above never changes)."""
+    return _BY_SNAKE.get(_snake(operation_id))

@@ -14,8 +14,10 @@ docstrings of ``model``, ``weights``, ``losses``, ``optim``, ``sampling`` and ``
 from __future__ import annotations
 
 import importlib
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from emulator.compute.bases import BaseModels
 from emulator.compute.errors import (
     INTERNAL_ERROR,
     INVALID_INPUT,
@@ -33,8 +35,8 @@ if TYPE_CHECKING:
 
 # The numpy-backed parts load on first use (numpy is a fifth of the server's start-up time), so callers
 # import this package at module level and still pay for numpy only when a session first computes.
-_LAZY = {"SessionModel": "model", "load_files": "model", "Weights": "weights", "decode": "sampling",
-         "weights_from_files": "export"}
+_LAZY = MappingProxyType({"SessionModel": "model", "load_files": "model", "Weights": "weights", "decode": "sampling",
+         "weights_from_files": "export"})
 
 
 def __getattr__(name: str) -> Any:
@@ -47,6 +49,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "BaseModels",
     "INTERNAL_ERROR",
     "INVALID_INPUT",
     "NON_FINITE_LOSS",

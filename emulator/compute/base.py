@@ -14,8 +14,8 @@ look like text-shaped token streams and for training effects to be measurable.
 
 Rows are computed with a couple of dozen numpy operations, whose fixed cost dominates for the few
 rows of a typical batch; so each base model remembers the rows it computed (up to
-:data:`ROW_CACHE_ROWS`), and :func:`base_model` hands out one instance per (seed, vocabulary, end
-token), which every session on the same base model shares. With a row it remembers the row's
+:data:`ROW_CACHE_ROWS`), and a runtime's :class:`BaseModels` hands out one instance per (seed, vocabulary,
+end token), which every session on the same base model shares. With a row it remembers the row's
 normalisation as an untrained row (log-partition, probabilities: :meth:`BaseModel.untrained`), which
 every forward pass over rows no session has trained needs again. A remembered value is the very number
 the vectorised computation produced (every row is computed independently, by the same functions), so
@@ -24,14 +24,15 @@ results are bit-identical.
 
 from __future__ import annotations
 
-import functools
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from emulator.compute.bases import BaseModels
 from emulator.compute.spec import EOS_ROW_PERIOD, EOS_SLOT, NUM_PREFERRED, PREF_JITTER, PREF_LADDER
 
 _U64 = np.uint64
@@ -79,6 +80,7 @@ class BaseModel:
     _s: np.ndarray = field(init=False, repr=False, compare=False)
     _ladder: np.ndarray = field(init=False, repr=False, compare=False)
     _rows: _RowCache = field(init=False, repr=False, compare=False)
+    _derived: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "k", min(NUM_PREFERRED, self.vocab_size))
@@ -86,6 +88,15 @@ class BaseModel:
         object.__setattr__(self, "_s", mix64(np.array([seed_to_u64(self.seed)], dtype=_U64)))
         object.__setattr__(self, "_ladder", np.asarray(PREF_LADDER[: self.k], dtype=np.float64))
         object.__setattr__(self, "_rows", _RowCache(self.k))
+        object.__setattr__(self, "_derived", {})
+
+    def derived(self, name: str, build: Callable[[BaseModel], Any]) -> Any:
+        """A value built once from this base model and kept with it (its untrained weights, say): it lives
+        and dies with the base model, so with the runtime that owns it."""
+        value = self._derived.get(name)
+        if value is None:
+            value = self._derived[name] = build(self)
+        return value
 
     def describe(self) -> dict[str, object]:
         return {"seed": int(self.seed), "vocab_size": int(self.vocab_size), "eos_token_id": int(self.eos)}
@@ -148,12 +159,6 @@ class BaseModel:
         order = np.argsort(cols, axis=1, kind="stable")
         return np.take_along_axis(cols, order, axis=1), np.take_along_axis(logits, order, axis=1)
 
-    def dense_row(self, row: int) -> np.ndarray:
-        """The full logit row (O(V)); for tests and small-vocabulary reference computations only."""
-        cols, logits = self.prefs(np.array([row]))
-        out = np.zeros(self.vocab_size, dtype=np.float64)
-        out[cols[0]] = logits[0]
-        return out
 
 
 def untrained_layout(n: int, k: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -246,10 +251,17 @@ def _tables(size: int, k: int) -> tuple[np.ndarray, ...]:
             np.empty((size, k)), np.empty(size))
 
 
-@functools.lru_cache(maxsize=64)
-def base_model(seed: int, vocab_size: int, eos: int) -> BaseModel:
-    """The shared base model of a (seed, vocabulary, end token): sessions on one base model share rows."""
-    return BaseModel(int(seed), int(vocab_size), int(eos))
+def base_model(seed: int, vocab_size: int, eos: int, bases: BaseModels | None = None) -> BaseModel:
+    """The base model of a (seed, vocabulary, end token): the runtime's shared one, or (without ``bases``:
+    tools and tests) a new one."""
+    key = (int(seed), int(vocab_size), int(eos))
+    if bases is None:
+        return BaseModel(*key)
+    model: BaseModel | None = bases.get(key)
+    if model is None:
+        model = BaseModel(*key)
+        bases.add(key, model)
+    return model
 
 
 __all__ = ["BaseModel", "base_model", "hash_tokens", "log_partition", "mix64", "probabilities", "seed_to_u64",

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import json
 import struct
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from emulator.compute.base import BaseModel, base_model
+from emulator.compute.bases import BaseModels
 from emulator.compute.errors import invalid
 from emulator.compute.spec import (
     BASE_FORMULA,
@@ -43,8 +45,8 @@ ADAPTER = "CHECKPOINT_VARIANT_ADAPTER"
 MERGED = "CHECKPOINT_VARIANT_MERGED"
 FORMAT = "together-rl-emulator/bigram"
 
-_DTYPES: dict[str, np.dtype[Any]] = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "I64": np.dtype("<i8"),
-                                     "I32": np.dtype("<i4")}
+_DTYPES: MappingProxyType[str, np.dtype[Any]] = MappingProxyType({"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "I64": np.dtype("<i8"),
+                                     "I32": np.dtype("<i4")})
 
 
 def _dumps(obj: Any) -> bytes:
@@ -155,14 +157,14 @@ def load_files(files: list[tuple[str, bytes]]) -> dict[str, Any]:
     return {"variant": variant, "config": config, "tensors": tensors, "metadata": meta}
 
 
-def weights_from_files(loaded: dict[str, Any]) -> Weights:
+def weights_from_files(loaded: dict[str, Any], bases: BaseModels | None = None) -> Weights:
     """Rebuild a :class:`Weights` from :func:`load_files` output (the round-trip proof)."""
     cfg = loaded["config"]
     base_cfg = cfg["base_model"] if loaded["variant"] == ADAPTER else cfg
     ladder = list(base_cfg.get("preferred_ladder", []))
     if base_cfg.get("base_formula") != BASE_FORMULA or ladder != list(PREF_LADDER):
         raise invalid("checkpoint was written for a different base formula")
-    base = base_model(int(base_cfg["base_seed"]), int(base_cfg["vocab_size"]), int(base_cfg["eos_token_id"]))
+    base = base_model(int(base_cfg["base_seed"]), int(base_cfg["vocab_size"]), int(base_cfg["eos_token_id"]), bases)
     t = loaded["tensors"]
     v = base.vocab_size
     if loaded["variant"] == ADAPTER:

@@ -15,23 +15,24 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from emulator.compute.errors import invalid
 
-INPUT_DTYPES: dict[str, frozenset[str]] = {
+INPUT_DTYPES: MappingProxyType[str, frozenset[str]] = MappingProxyType({
     "target_tokens": frozenset({"int64"}),
     "logprobs": frozenset({"float32"}),
     "advantages": frozenset({"float32"}),
     "reference_logprobs": frozenset({"float32"}),
     "weights": frozenset({"int64", "float32"}),
     "mask": frozenset({"int64", "float32"}),
-}
+})
 
 POLICY_REQUIRED = ("target_tokens", "logprobs", "advantages")
-LOSS_REQUIRED: dict[str, tuple[str, ...]] = {
+LOSS_REQUIRED: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
     "LOSS_TYPE_CROSS_ENTROPY": ("target_tokens", "weights"),
     "LOSS_TYPE_GRPO": POLICY_REQUIRED,
     "LOSS_TYPE_IMPORTANCE_SAMPLING": POLICY_REQUIRED,
@@ -39,8 +40,8 @@ LOSS_REQUIRED: dict[str, tuple[str, ...]] = {
     "LOSS_TYPE_CISPO": POLICY_REQUIRED,
     "LOSS_TYPE_DPPO": POLICY_REQUIRED,
     "LOSS_TYPE_DRO": POLICY_REQUIRED,
-}
-PARAMS_KEY: dict[str, str | None] = {
+})
+PARAMS_KEY: MappingProxyType[str, str | None] = MappingProxyType({
     "LOSS_TYPE_CROSS_ENTROPY": "cross_entropy_params",
     "LOSS_TYPE_GRPO": "grpo_params",
     "LOSS_TYPE_IMPORTANCE_SAMPLING": None,
@@ -48,7 +49,7 @@ PARAMS_KEY: dict[str, str | None] = {
     "LOSS_TYPE_CISPO": "cispo_params",
     "LOSS_TYPE_DPPO": "dppo_params",
     "LOSS_TYPE_DRO": "dro_params",
-}
+})
 GRADIENT_DTYPES = frozenset({None, "D_TYPE_UNSPECIFIED", "D_TYPE_FLOAT32", "D_TYPE_BFLOAT16", "float32"})
 _F32_MAX = float(np.finfo(np.float32).max)
 

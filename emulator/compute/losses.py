@@ -43,6 +43,7 @@ with 0 where ``m = 0`` (or ``w = 0``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -89,7 +90,7 @@ def parse_loss(loss: Any) -> LossConfig:
     if not isinstance(loss, dict):
         raise invalid("loss must be an object with a 'type'")
     ltype = loss.get("type")
-    if ltype not in LOSS_REQUIRED:
+    if not isinstance(ltype, str) or ltype not in LOSS_REQUIRED:
         raise invalid(f"unsupported loss type {ltype!r}; expected one of {sorted(LOSS_REQUIRED)}")
     key = PARAMS_KEY[ltype]
     params = loss.get(key) if key else None
@@ -148,7 +149,7 @@ def parse_loss(loss: Any) -> LossConfig:
 
 
 # What parse_loss returns for each loss type given no parameters (DRO has a required parameter).
-_DEFAULT_CONFIGS = {t: LossConfig(t) for t in LOSS_REQUIRED if t != "LOSS_TYPE_DRO"}
+_DEFAULT_CONFIGS = MappingProxyType({t: LossConfig(t) for t in LOSS_REQUIRED if t != "LOSS_TYPE_DRO"})
 
 
 def _masked(values: np.ndarray, mask: np.ndarray) -> np.ndarray:

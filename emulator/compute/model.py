@@ -26,6 +26,7 @@ import numpy as np
 
 from emulator.compute import export as _export
 from emulator.compute.base import base_model
+from emulator.compute.bases import BaseModels
 from emulator.compute.errors import NON_FINITE_LOSS, RESOURCE_EXHAUSTED, ComputeError, invalid
 from emulator.compute.inputs import parse_gradients, parse_int, parse_samples, parse_tokens, state_int
 from emulator.compute.losses import compute, parse_loss
@@ -49,10 +50,10 @@ class SessionModel:
 
     step: int
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, bases: BaseModels | None = None) -> None:
         spec.validate()
         self.spec = spec
-        base = base_model(int(spec.seed), int(spec.vocab_size), spec.eos)
+        base = base_model(int(spec.seed), int(spec.vocab_size), spec.eos, bases)
         self._weights = Weights.initial(base)
         self._opt = OptState.zeros(self._weights)
         self._acc = GradAccum.empty()
@@ -77,10 +78,6 @@ class SessionModel:
     def nbytes(self) -> int:
         """Bytes held in arrays (weights, optimizer state, pending gradients)."""
         return self._weights.nbytes() + self._opt.nbytes() + self._acc.nbytes()
-
-    def pending_gradient(self, rows: list[int]) -> np.ndarray:
-        """Dense d loss / d logit rows accumulated since the last optim-step (O(V) per row; for tests)."""
-        return self._acc.dense(rows, self.vocab_size)
 
     def weights(self) -> Weights:
         """An immutable snapshot of the current parameters (what weights-sync publishes)."""
@@ -227,15 +224,16 @@ class SessionModel:
                 "pending_gradients": pending if include_optimizer and not acc.is_empty else None}
 
     @classmethod
-    def from_state(cls, spec: ModelSpec, state: dict, *, load_optimizer: bool = True) -> SessionModel:
+    def from_state(cls, spec: ModelSpec, state: dict, *, load_optimizer: bool = True,
+                   bases: BaseModels | None = None) -> SessionModel:
         """Restore a model. The base model (seed, end token) comes from the state, so a resumed session
         continues the checkpoint's model even if its own spec carries another seed."""
         if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
             raise invalid("not a session-model state")
         if int(state.get("version", 0)) != STATE_VERSION:
             raise invalid(f"unsupported session-model state version {state.get('version')!r}")
-        model = cls(spec)
-        weights = Weights.from_state(state["weights"])
+        model = cls(spec, bases)
+        weights = Weights.from_state(state["weights"], bases)
         if weights.vocab_size != model.vocab_size:
             raise invalid(f"checkpoint vocabulary {weights.vocab_size} does not match the model's "
                           f"{model.vocab_size}")

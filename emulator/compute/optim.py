@@ -43,10 +43,10 @@ from emulator.compute.spec import (
 )
 from emulator.compute.weights import (
     EMPTY_F64,
-    STATS,
     GradAccum,
     Weights,
     lookup_sorted,
+    note_sizes,
     setdiff_unique,
     union_sorted,
 )
@@ -271,7 +271,7 @@ def optim_step(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum,
         m = _join(opt.m, zeros_nr, m_tail[cand_ri])
         v = _join(opt.v, zeros_nr, v_tail[cand_ri])
         buf = _join(opt.buf, zeros_nr, np.zeros(cand.size))
-    STATS.note(keys)
+    note_sizes(keys)
 
     # 3. gradients per entry and per tail (per-column units), clipped
     # (x * 1.0 is x bit for bit, so an unclipped gradient skips the multiplication)

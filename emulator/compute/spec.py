@@ -10,6 +10,7 @@ real hyperparameters into that tiny model. Each constant says why it has its val
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from emulator.compute.errors import invalid
 
@@ -130,10 +131,10 @@ MUON_LR_DIVISOR = 64.0
 #: Newton-Schulz quintic coefficients used by Muon.
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
 
-ADAM_DEFAULTS = {"learning_rate": 1e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1,
-                 "grad_clip_norm": 1.0}
-MUON_DEFAULTS = {"learning_rate": 0.02, "momentum": 0.95, "newton_schulz_steps": 5, "weight_decay": 0.0,
-                 "grad_clip_norm": 1.0}
+ADAM_DEFAULTS = MappingProxyType({"learning_rate": 1e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1,
+                 "grad_clip_norm": 1.0})
+MUON_DEFAULTS = MappingProxyType({"learning_rate": 0.02, "momentum": 0.95, "newton_schulz_steps": 5, "weight_decay": 0.0,
+                 "grad_clip_norm": 1.0})
 
 # --- sampling --------------------------------------------------------------------------------------
 #: ``max_tokens`` when the request gives none (the emulator catalog's sampling_defaults.max_tokens).

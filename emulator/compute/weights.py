@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import functools
 from bisect import bisect_left
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from emulator.compute.base import BaseModel, base_model, log_partition, untrained_layout
+from emulator.compute.bases import BaseModels
 from emulator.compute.errors import invalid
 from emulator.compute.inputs import state_int
 
@@ -38,8 +40,14 @@ _F64 = np.float64
 
 
 # Zero-size arrays hold nothing to change, so every empty state shares these two (no allocation per call).
-EMPTY_I64 = np.empty(0, dtype=_I64)
-EMPTY_F64 = np.empty(0, dtype=_F64)
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+# Shared by every empty state: read-only, so that no session can write into another's.
+EMPTY_I64 = _read_only(np.empty(0, dtype=_I64))
+EMPTY_F64 = _read_only(np.empty(0, dtype=_F64))
 
 
 def _flat(*arrays: np.ndarray) -> bool:
@@ -139,8 +147,11 @@ def setdiff_unique(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.setdiff1d(a, b, assume_unique=True)
 
 
-class _Stats:
-    """Largest internal array built by the last operations (lets tests check sparsity without timing)."""
+class ArrayProbe:
+    """Records the largest internal array the computations build, so that a test can check sparsity
+    (nothing O(vocabulary)) without timing. Injected per context: ``token = ARRAY_PROBE.set(probe)``."""
+
+    __slots__ = ("max_len",)
 
     def __init__(self) -> None:
         self.max_len = 0
@@ -150,11 +161,15 @@ class _Stats:
             if a.size > self.max_len:
                 self.max_len = int(a.size)
 
-    def reset(self) -> None:
-        self.max_len = 0
+
+# Context-local, not shared: unset (None) unless a caller injected a probe into its own context.
+ARRAY_PROBE: ContextVar[ArrayProbe | None] = ContextVar("emulator_array_probe", default=None)
 
 
-STATS = _Stats()
+def note_sizes(*arrays: np.ndarray) -> None:
+    probe = ARRAY_PROBE.get()
+    if probe is not None:
+        probe.note(*arrays)
 
 
 @dataclass(frozen=True, eq=False)
@@ -281,13 +296,6 @@ class GradAccum:
         if not (all_finite(self.vals) and all_finite(self.tail)):
             raise invalid("malformed pending gradients: non-finite values")
 
-    def dense(self, rows: list[int] | np.ndarray, vocab_size: int) -> np.ndarray:
-        """Full gradient rows, O(V) each: for tests only."""
-        rows = np.asarray(rows, dtype=_I64)
-        out = np.zeros((rows.size, vocab_size), dtype=_F64)
-        for i, p in enumerate(rows.tolist()):
-            out[i] = self.value_at(p * vocab_size + np.arange(vocab_size, dtype=_I64), vocab_size)
-        return out
 
 
 _EMPTY_ACC = GradAccum(EMPTY_I64, EMPTY_F64, EMPTY_I64, EMPTY_F64)
@@ -306,7 +314,7 @@ class Weights:
 
     @staticmethod
     def initial(base: BaseModel) -> Weights:
-        return _initial(base)
+        return base.derived("initial weights", _initial)
 
     @property
     def vocab_size(self) -> int:
@@ -337,7 +345,7 @@ class Weights:
             pc, pl, logz, probs, tail_p = self.base.untrained(uprevs)  # (normalised once per row, remembered)
             offsets, seg, tail_n, tail_logit = _small_layout(n, k, v) if n <= 256 else untrained_layout(n, k, v)
             cols, logits = pc.reshape(-1), pl.reshape(-1)
-            STATS.note(cols, logits, seg)
+            note_sizes(cols, logits, seg)
             return RowSet(uprevs, offsets, seg, cols, logits, tail_n, tail_logit, logz, v, k < v,
                           probs.reshape(-1), tail_p)
         trained, tidx = self.row_index(uprevs)
@@ -369,7 +377,7 @@ class Weights:
         seg = np.arange(n, dtype=_I64).repeat(lengths)
         all_tails = n == 0 or bool(lengths.max() < v)
         logz = log_partition(logits, offsets, seg, tail_n, tail_logit, all_tails) if n else EMPTY_F64
-        STATS.note(cols, logits, seg)
+        note_sizes(cols, logits, seg)
         return RowSet(uprevs, offsets, seg, cols, logits, tail_n, tail_logit, logz, v, all_tails)
 
     def token_logprobs(self, prevs: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, RowSet, np.ndarray]:
@@ -380,21 +388,6 @@ class Weights:
         rs = self.rowset(uprevs)
         lp = rs.logit_of(ridx, targets) - rs.logz[ridx]
         return lp, rs, ridx
-
-    def dense_logits(self, rows: list[int] | np.ndarray) -> np.ndarray:
-        """Full logit rows, O(V) each: for tests and small-vocabulary reference computations only."""
-        rows = np.asarray(rows, dtype=_I64)
-        v = self.vocab_size
-        out = np.zeros((rows.size, v), dtype=_F64)
-        trained, tidx = self.row_index(rows)
-        for i, p in enumerate(rows.tolist()):
-            out[i] = self.base.dense_row(p)
-            if trained[i]:
-                out[i] += self.beta[tidx[i]]
-                a = self.keys.searchsorted(p * v)
-                b = self.keys.searchsorted((p + 1) * v)
-                out[i, self.keys[a:b] - p * v] = self.base_vals[a:b] + self.theta[a:b]
-        return out
 
     # --- state ----------------------------------------------------------------------------------
     def to_state(self) -> dict[str, Any]:
@@ -410,12 +403,13 @@ class Weights:
         }
 
     @staticmethod
-    def from_state(state: dict[str, Any]) -> Weights:
+    def from_state(state: dict[str, Any], bases: BaseModels | None = None) -> Weights:
         try:
             b = state["base"]
             vocab = state_int(b["vocab_size"], "weights state: base.vocab_size", 1, 2**31)
             base = base_model(state_int(b["seed"], "weights state: base.seed", 0, 2**64),
-                              vocab, state_int(b["eos_token_id"], "weights state: base.eos_token_id", 0, vocab - 1))
+                              vocab, state_int(b["eos_token_id"], "weights state: base.eos_token_id", 0, vocab - 1),
+                              bases)
             v = base.vocab_size
             keys = flat_keys(state["entry_rows"], state["entry_cols"], v, "weights")
             w = Weights(base, keys, np.asarray(state["entry_base"], dtype=_F64),
@@ -450,9 +444,9 @@ def _small_layout(n: int, k: int, v: int) -> tuple[np.ndarray, np.ndarray, np.nd
     return arrays
 
 
-@functools.lru_cache(maxsize=64)
 def _initial(base: BaseModel) -> Weights:
-    """The untrained weights of a base model: immutable, so every new session on it shares one instance."""
+    """The untrained weights of a base model: immutable, so every new session on it shares one instance
+    (kept with the base model: :meth:`BaseModel.derived`)."""
     return Weights(base, EMPTY_I64, EMPTY_F64, EMPTY_F64, EMPTY_I64, EMPTY_F64)
 
 
@@ -493,10 +487,10 @@ def backward(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray)
     tail = neg_s[rows_t] * p_tail[rows_t]
     if not rs.all_tails:  # a row without tail columns has no tail gradient (not even -0.0)
         tail = np.where(rs.tail_n[rows_t] > 0, tail, 0.0)
-    STATS.note(keys, vals)
+    note_sizes(keys, vals)
     return GradAccum(keys, vals, rs.uprevs[rows_t], tail)
 
 
-__all__ = ["EMPTY_F64", "EMPTY_I64", "STATS", "GradAccum", "RowSet", "Weights", "all_finite", "backward",
-           "flat_keys", "lookup_or", "lookup_sorted", "setdiff_unique", "tail_tokens", "union_sorted",
+__all__ = ["ARRAY_PROBE", "EMPTY_F64", "EMPTY_I64", "ArrayProbe", "GradAccum", "RowSet", "Weights", "all_finite", "backward",
+           "flat_keys", "lookup_or", "lookup_sorted", "note_sizes", "setdiff_unique", "tail_tokens", "union_sorted",
            "unique_inverse"]

@@ -29,6 +29,7 @@ Qwen names its MoE checkpoints with the active parameter count (``Qwen3-30B-A3B`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 GPU_TYPE = "B200-SXM"
@@ -105,4 +106,4 @@ CATALOG: tuple[CatalogModel, ...] = (
                  end_of_text_token_id=200_020, chat_end_token_id=200_020),
 )
 
-BY_NAME = {m.base_model: m for m in CATALOG}
+BY_NAME = MappingProxyType({m.base_model: m for m in CATALOG})

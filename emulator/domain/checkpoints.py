@@ -50,7 +50,7 @@ def files(tenant: Tenant, checkpoint_id: str, variant: str) -> tuple[Checkpoint,
     cached = tenant.models.files.get(key)
     if cached is None:
         model = compute.SessionModel.from_state(checkpoint_spec(ckpt), (ckpt.model_state or {})["model"],
-                                                load_optimizer=False)
+                                                load_optimizer=False, bases=tenant.models.bases)
         cached = model.export_files(variant)
         tenant.models.files[key] = cached
     return ckpt, variant, cached

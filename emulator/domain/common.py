@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
 from emulator.errors import Invalid, NotFound
 from emulator.store import Table, Tenant
 from emulator.store.records import OperationKind, check_edge
 
-KIND_NAMES = {"ModelResource": "model_resources", "Session": "training_session", "Operation": "operation",
-              "ShapingJob": "shaping_job"}
+KIND_NAMES = MappingProxyType({"ModelResource": "model_resources", "Session": "training_session", "Operation": "operation",
+              "ShapingJob": "shaping_job"})
 
 
 def transition(tenant: Tenant, record: Any, new: StrEnum, at: float, **extra: Any) -> None:

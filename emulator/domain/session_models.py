@@ -58,9 +58,10 @@ def session_model(tenant: Tenant, seed: int, s: Session) -> compute.SessionModel
         ckpt = tenant.checkpoints.get(s.resume_from_checkpoint_id) if s.resume_from_checkpoint_id else None
         if ckpt is not None and ckpt.model_state is not None:
             load_opt = ckpt.type == CheckpointType.TRAINING and s.load_optimizer is not False
-            model = compute.SessionModel.from_state(spec, ckpt.model_state["model"], load_optimizer=load_opt)
+            model = compute.SessionModel.from_state(spec, ckpt.model_state["model"], load_optimizer=load_opt,
+                                                    bases=tenant.models.bases)
         else:
-            model = compute.SessionModel(spec)
+            model = compute.SessionModel(spec, tenant.models.bases)
         tenant.models.put_model(s.id, model)
         tenant.models.publish(s.id, s.applied_weights_version, model.weights())
     return model

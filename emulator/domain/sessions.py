@@ -19,6 +19,7 @@ with ``SESSION_NOT_ACTIVE``.
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -33,7 +34,7 @@ from emulator.store import Tenant, TimelineEvent
 from emulator.store.records import Checkpoint, ResourceStatus, Session, SessionStatus
 
 S = SessionStatus
-DEFAULT_LORA = {"rank": 8, "alpha": 16, "dropout": 0.0, "train_unembed": True}
+DEFAULT_LORA = MappingProxyType({"rank": 8, "alpha": 16, "dropout": 0.0, "train_unembed": True})
 _DEFAULT_KEY = tuple(sorted(DEFAULT_LORA.items()))  # the key _lora_config interns the default config under
 
 

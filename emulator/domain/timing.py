@@ -11,6 +11,7 @@ overridden with ``--profile-file`` (YAML/JSON mapping of the keys below to secon
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from types import MappingProxyType
 from typing import Any
 
 
@@ -40,7 +41,7 @@ class Timing:
         return replace(self, **{k: float(v) for k, v in overrides.items()})
 
 
-PROFILES = {
+PROFILES = MappingProxyType({
     "instant": Timing(),
     "realistic": Timing(
         queue_slot_seconds=45.0,
@@ -56,7 +57,7 @@ PROFILES = {
         checkpoint_seconds=30.0,
         shaping_phase_seconds=300.0,
     ),
-}
+})
 
 
 def load_timing(profile: str, overrides: dict[str, Any] | None = None) -> Timing:

@@ -15,7 +15,7 @@ __all__ = ["ASGIApp", "Message", "Receive", "Scope", "Send", "base_url", "declar
            "header_count", "lifespan", "limited_receive", "query_pairs", "read_body", "send_error", "send_json",
            "text_header"]
 
-JSON_HEADERS = [(b"content-type", b"application/json")]
+JSON_HEADERS = tuple([(b"content-type", b"application/json")])
 
 
 async def send_json(send: Send, status: int, body: bytes, headers: Mapping[str, str | list[str]] | None = None

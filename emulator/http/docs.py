@@ -11,6 +11,8 @@ Only GET and HEAD are allowed; anything that is not a page or an asset is a 404,
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import orjson
 from connexion.middleware import ConnexionMiddleware
 from connexion.middleware.swagger_ui import SwaggerUIMiddleware
@@ -26,27 +28,27 @@ SPEC_PATH = "/openapi.json"
 UI_PATH = "/docs"
 ADMIN_UI_PATH = "/docs/admin"
 ADMIN_SPEC_PATH = "/docs/admin/openapi.json"
-_VENDOR_ENTRY = {"url": SPEC_PATH, "name": "Together RL API (openapi.yaml)"}
-_ADMIN_ENTRY = {"url": ADMIN_SPEC_PATH, "name": "Emulator control plane /_emulator (admin.yaml)"}
+_VENDOR_ENTRY = MappingProxyType({"url": SPEC_PATH, "name": "Together RL API (openapi.yaml)"})
+_ADMIN_ENTRY = MappingProxyType({"url": ADMIN_SPEC_PATH, "name": "Emulator control plane /_emulator (admin.yaml)"})
 
 
 ROOT_PATH = "/"
-LINKS = {
+LINKS = MappingProxyType({
     "docs": UI_PATH + "/",
     "openapi": SPEC_PATH,
     "dashboard": "/_emulator/ui",
     "control_plane": "/_emulator",
     "control_plane_docs": ADMIN_UI_PATH + "/",
     "health": "/_emulator/health",
-}
-_TITLES = {
+})
+_TITLES = MappingProxyType({
     "docs": "Swagger UI of the Together RL API (openapi.yaml)",
     "openapi": "the API's spec as JSON",
     "dashboard": "the dashboard: tenants, statuses on a virtual timeline, loss curves, clock, faults",
     "control_plane": "the emulator's control plane (clock, reset, seed, faults, scenarios, state, events)",
     "control_plane_docs": "Swagger UI of the control plane (admin.yaml)",
     "health": "liveness",
-}
+})
 
 
 def is_docs_path(path: str) -> bool:
@@ -90,12 +92,12 @@ class DocsApp:
 
     def ui(self) -> ConnexionMiddleware:
         if self._ui is None:
-            self._ui = _ui(spec.VENDOR, UI_PATH, SPEC_PATH, [_VENDOR_ENTRY, _ADMIN_ENTRY])
+            self._ui = _ui(spec.VENDOR, UI_PATH, SPEC_PATH, [dict(_VENDOR_ENTRY), dict(_ADMIN_ENTRY)])
         return self._ui
 
     def admin_ui(self) -> ConnexionMiddleware:
         if self._admin_ui is None:
-            self._admin_ui = _ui(spec.ADMIN, ADMIN_UI_PATH, ADMIN_SPEC_PATH, [_ADMIN_ENTRY, _VENDOR_ENTRY])
+            self._admin_ui = _ui(spec.ADMIN, ADMIN_UI_PATH, ADMIN_SPEC_PATH, [dict(_ADMIN_ENTRY), dict(_VENDOR_ENTRY)])
         return self._admin_ui
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

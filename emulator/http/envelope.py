@@ -7,6 +7,7 @@ ours follow the OpenAI-style names Together uses on its other endpoints (``inval
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -52,7 +53,7 @@ class PayloadTooLarge(HttpError):
     code = "payload_too_large"
 
 
-_TYPE_BY_STATUS = {
+_TYPE_BY_STATUS = MappingProxyType({
     400: "invalid_request_error",
     401: "authentication_error",
     402: "insufficient_quota",
@@ -64,7 +65,7 @@ _TYPE_BY_STATUS = {
     415: "invalid_request_error",
     422: "invalid_request_error",
     429: "rate_limit_error",
-}
+})
 
 
 def type_for_status(status: int) -> str:

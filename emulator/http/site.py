@@ -30,6 +30,7 @@ always sends ``application/json``, so the rule costs a real client nothing.
 from __future__ import annotations
 
 import ipaddress
+from types import MappingProxyType
 from urllib.parse import urlsplit
 
 from emulator.config import Config
@@ -38,7 +39,7 @@ from emulator.http.asgi import Scope, declares_body, header
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-DEFAULT_PORTS = {"http": 80, "https": 443}
+DEFAULT_PORTS = MappingProxyType({"http": 80, "https": 443})
 _VERDICTS_KEPT = 256
 
 

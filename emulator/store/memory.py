@@ -11,6 +11,7 @@ from collections import deque
 from typing import Any
 
 from emulator.clock import rfc3339
+from emulator.compute.bases import BaseModels
 from emulator.store.presigned import Presigner
 from emulator.store.tenant import Tenant
 
@@ -74,6 +75,7 @@ class Store:
     def __init__(self, seed: int = 0, *, journaled: bool = False) -> None:
         self.seed = seed
         self.journaled = journaled
+        self.bases = BaseModels()   # the base models every tenant's sessions share (this store's own)
         self.events = EventLog()
         self.presigner = Presigner()
         self._tenants: dict[str, Tenant] = {}
@@ -85,7 +87,8 @@ class Store:
 
     def new_tenant(self, project: str, epoch: str | None = None) -> Tenant:
         """A tenant that is not (yet) part of the store."""
-        return Tenant(project, self.seed_for(project), self.events, journaled=self.journaled, epoch=epoch)
+        return Tenant(project, self.seed_for(project), self.events, journaled=self.journaled, epoch=epoch,
+                      bases=self.bases)
 
     def get(self, project: str) -> Tenant | None:
         return self._tenants.get(project)

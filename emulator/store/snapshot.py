@@ -86,7 +86,7 @@ class TenantMemo:
     published and staged weights by identity (they are replaced, never edited); small scalars by value.
     """
 
-    __slots__ = ("records", "models", "published", "staged", "scalars")
+    __slots__ = ("models", "published", "records", "scalars", "staged")
 
     def __init__(self) -> None:
         self.records: dict[str, dict[str, int | None]] = {name: {} for name in RECORD_TYPES}
@@ -243,33 +243,40 @@ class TenantReplay:
 
 # --- the schema -------------------------------------------------------------------------------------
 
-_TIME = {"type": "number", "minimum": 0, "maximum": MAX_TIME}
-_SCALARS: dict[str, dict[str, Any]] = {
-    "str": {"type": "string"}, "int": {"type": "integer"}, "float": _TIME, "bool": {"type": "boolean"},
-    "dict[str, Any]": {"type": "object"},
-    "dict[str, int]": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
-    "list[str]": {"type": "array", "items": {"type": "string"}},
-    "list[dict[str, Any]]": {"type": "array", "items": {"type": "object"}},
-    "bytes": {"type": "object", "required": ["__bytes__"], "additionalProperties": False,
-              "properties": {"__bytes__": {"type": "string"}}},
-}
-_ENUMS: dict[type, dict[str, list[str]]] = {
-    records.ModelResource: {"status": [s.value for s in records.ResourceStatus]},
-    records.Session: {"status": [s.value for s in records.SessionStatus]},
-    records.Operation: {"status": [s.value for s in records.OperationStatus],
-                        "kind": [k.value for k in records.OperationKind]},
-    records.Checkpoint: {"type": [t.value for t in records.CheckpointType]},
-    records.ShapingJob: {"status": [s.value for s in records.ShapingStatus]},
-    records.File: {"processing_status": list(records.FILE_STATUSES)},
-}
+def _time() -> dict[str, Any]:
+    return {"type": "number", "minimum": 0, "maximum": MAX_TIME}
+
+
+def _scalar_schema(name: str) -> dict[str, Any] | None:
+    """The schema of a record field's type (a fresh dict: schemas are built per validator, not shared)."""
+    return {
+        "str": {"type": "string"}, "int": {"type": "integer"}, "float": _time(), "bool": {"type": "boolean"},
+        "dict[str, Any]": {"type": "object"},
+        "dict[str, int]": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+        "list[str]": {"type": "array", "items": {"type": "string"}},
+        "list[dict[str, Any]]": {"type": "array", "items": {"type": "object"}},
+        "bytes": {"type": "object", "required": ["__bytes__"], "additionalProperties": False,
+                  "properties": {"__bytes__": {"type": "string"}}},
+    }.get(name)
+
+
+_ENUMS: MappingProxyType[type, MappingProxyType[str, tuple[str, ...]]] = MappingProxyType({
+    records.ModelResource: MappingProxyType({"status": tuple(s.value for s in records.ResourceStatus)}),
+    records.Session: MappingProxyType({"status": tuple(s.value for s in records.SessionStatus)}),
+    records.Operation: MappingProxyType({"status": tuple(s.value for s in records.OperationStatus),
+                                         "kind": tuple(k.value for k in records.OperationKind)}),
+    records.Checkpoint: MappingProxyType({"type": tuple(t.value for t in records.CheckpointType)}),
+    records.ShapingJob: MappingProxyType({"status": tuple(s.value for s in records.ShapingStatus)}),
+    records.File: MappingProxyType({"processing_status": tuple(records.FILE_STATUSES)}),
+})
 
 
 def _field_schema(annotation: str) -> dict[str, Any]:
     parts = [p.strip() for p in annotation.split("|")]
     base = [p for p in parts if p != "None"]
-    if len(base) != 1 or base[0] not in _SCALARS:
+    schema = _scalar_schema(base[0]) if len(base) == 1 else None
+    if schema is None:
         raise TypeError(f"no state schema for the annotation {annotation!r}")
-    schema = _SCALARS[base[0]]
     return {"anyOf": [schema, {"type": "null"}]} if "None" in parts else schema
 
 
@@ -279,7 +286,7 @@ def _record_schema(cls: type) -> dict[str, Any]:
     for f in fields(cls):
         props[f.name] = _field_schema(str(f.type))
         if f.name in _ENUMS.get(cls, {}):
-            props[f.name] = {"enum": _ENUMS[cls][f.name]}
+            props[f.name] = {"enum": list(_ENUMS[cls][f.name])}
         if f.default is MISSING and f.default_factory is MISSING:
             required.append(f.name)
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
@@ -298,10 +305,10 @@ def state_schema() -> dict[str, Any]:
         "ids_counter": count,
         "idempotency": {"type": "array", "items": {"type": "array", "items": string, "minItems": 4, "maxItems": 4}},
         "timeline": {"type": "array", "items": {"type": "array", "minItems": 4, "maxItems": 4, "items": [
-            _TIME, count, {"enum": [e.value for e in TimelineEvent]}, string]}},
+            _time(), count, {"enum": [e.value for e in TimelineEvent]}, string]}},
         "timeline_seq": count,
         "registry": {"type": "object", "additionalProperties": {"type": "object"}},
-        "gpu_queue_tail": {"type": "object", "additionalProperties": _TIME},
+        "gpu_queue_tail": {"type": "object", "additionalProperties": _time()},
         "models": {"type": "object", "additionalProperties": {
             "type": "object", "required": ["spec", "state"], "properties": {"spec": {"type": "object"},
                                                                            "state": {"type": "object"}}}},
@@ -434,11 +441,11 @@ def build_tenant(store: Store, project: str, data: dict[str, Any], seed: int | N
     try:
         for sid, entry in (data.get("models") or {}).items():
             tenant.models.live[sid] = compute.SessionModel.from_state(compute.ModelSpec(**entry["spec"]),
-                                                                      entry["state"])
+                                                                      entry["state"], bases=tenant.models.bases)
         for part in ("published", "staged"):
             kept = getattr(tenant.models, part)
             for sid, entry in (data.get(part) or {}).items():
-                kept[sid] = (int(entry["version"]), compute.Weights.from_state(entry["weights"]))
+                kept[sid] = (int(entry["version"]), compute.Weights.from_state(entry["weights"], tenant.models.bases))
     except (compute.ComputeError, TypeError, KeyError, ValueError, OverflowError) as exc:
         raise StateError(f"tenants.{project}: a session model cannot be restored: {exc}") from exc
     return tenant

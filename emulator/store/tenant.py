@@ -27,6 +27,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from emulator.compute.bases import BaseModels
 from emulator.ids import IdFactory
 from emulator.store import records
 from emulator.store.records import (
@@ -349,9 +350,10 @@ class Models:
     it changes. ``files``: checkpoint files generated once (derived, not journaled).
     """
 
-    __slots__ = ("live", "published", "staged", "files", "_log", "touched", "weights_touched")
+    __slots__ = ("live", "published", "staged", "files", "bases", "_log", "touched", "weights_touched")
 
-    def __init__(self, log: ChangeLog) -> None:
+    def __init__(self, log: ChangeLog, bases: BaseModels) -> None:
+        self.bases = bases                      # the runtime's base models (compute.BaseModels), shared
         self.live: dict[str, SessionModel] = {}
         self.published: dict[str, tuple[int, Weights]] = {}
         self.staged: dict[str, tuple[int, Weights]] = {}
@@ -430,7 +432,7 @@ class Tenant:
     TABLES = ("resources", "sessions", "operations", "checkpoints", "payloads", "shaping_jobs", "files")
 
     def __init__(self, project: str, seed: int, events: EventSink, *, journaled: bool = False,
-                 epoch: str | None = None) -> None:
+                 epoch: str | None = None, bases: BaseModels | None = None) -> None:
         self.project = project
         self.events = events
         self.changes = ChangeLog(journaled)
@@ -456,7 +458,7 @@ class Tenant:
         self.registry: KeyedLog[dict[str, Any]] = KeyedLog(log)
         self.gpu_queue_tail: dict[str, float] = {}   # when the last queued resource leaves, per GPU type
         self.gpu_queue: dict[str, list[str]] = {}    # PENDING resource ids in queue order (derived)
-        self.models = Models(log)
+        self.models = Models(log, bases if bases is not None else BaseModels())
         self.outputs = OutputBudget()
         # Each session's finished operations, oldest first, for the retention limit; None until the domain first
         # needs them (then built from the operations). Derived: not journaled.

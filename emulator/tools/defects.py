@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections import OrderedDict
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -21,7 +22,7 @@ import orjson
 from emulator.config import ConfigError
 from emulator.http.asgi import ASGIApp, Message, Receive, Scope, Send
 
-DEFECTS: dict[str, str] = {
+DEFECTS: MappingProxyType[str, str] = MappingProxyType({
     "unknown_id_200": "GET of an unknown model resource, session, operation, checkpoint or shaping job answers "
                       "200 with a stub body instead of 404",
     "ignore_list_filter": "GET /v1/rl/training-sessions ignores its status filter",
@@ -33,7 +34,7 @@ DEFECTS: dict[str, str] = {
     "error_not_envelope": "error bodies are {\"detail\": ...} instead of ErrorData",
     "missing_required_field": "training sessions are rendered without the required policy_state",
     "ignore_idempotency": "a repeated Idempotency-Key submits a new operation instead of returning the original",
-}
+})
 
 RL = "/v1/rl"
 LISTS = frozenset({f"{RL}/training-sessions", f"{RL}/model-resources", f"{RL}/checkpoints"})

@@ -40,6 +40,7 @@ import re
 import sys
 import threading
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import httpx
@@ -53,17 +54,17 @@ from emulator.http.site import SiteGuard
 from emulator.ui import is_dashboard_path
 
 REDACTED = "Bearer <redacted>"
-REDACTED_HEADERS = {"authorization": REDACTED, "x-emulator-admin-token": "<redacted>",
-                    "x-emulator-tenant": "<redacted>"}  # (the last names a tenant by its API key)
+REDACTED_HEADERS = MappingProxyType({"authorization": REDACTED, "x-emulator-admin-token": "<redacted>",
+                    "x-emulator-tenant": "<redacted>"})  # (the last names a tenant by its API key)
 # Control-plane bodies whose "tenant" is an API key.
 TENANT_BODIES = frozenset({"/_emulator/reset"})
 MAX_MISSES = 1000
 MAX_MISS_CHARS = 2000
-SKIP_HEADERS = {"content-length", "date", "server", "transfer-encoding", "connection"}
+SKIP_HEADERS = frozenset({"content-length", "date", "server", "transfer-encoding", "connection"})
 #: The server's address in a canonical recording (the default address of ``serve``).
 CANONICAL_BASE_URL = "http://127.0.0.1:8765"
 #: The request headers a canonical recording keeps: those the API defines.
-CANONICAL_REQUEST_HEADERS = {"authorization", "content-type", "idempotency-key", "x-emulator-fault"}
+CANONICAL_REQUEST_HEADERS = frozenset({"authorization", "content-type", "idempotency-key", "x-emulator-fault"})
 # The token of a presigned URL of the emulator (emulator.http.files): /_files/payloads/T, /_files/checkpoints/T/F.
 _PRESIGNED = re.compile(rb"(/_files/(?:payloads|checkpoints)/)([A-Za-z0-9_.-]+)")
 

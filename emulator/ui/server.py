@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 from importlib.resources.abc import Traversable
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -42,8 +43,8 @@ if TYPE_CHECKING:
 UI_PATH = "/_emulator/ui"
 TENANT_PAGE = re.compile(r"/tenants/([^/]+)/?")
 TENANT_DATA = re.compile(r"/api/tenants/([^/]+)")
-CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-                 ".css": "text/css; charset=utf-8", ".png": "image/png"}
+CONTENT_TYPES = MappingProxyType({".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+                 ".css": "text/css; charset=utf-8", ".png": "image/png"})
 # The page may talk to this server only: no CDN, no web font, nothing from the internet.
 PAGE_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
             "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")

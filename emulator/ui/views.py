@@ -32,7 +32,7 @@ TIMELINE_OPERATIONS = 24  # operations drawn on the timeline (resources and sess
 RECENT_SAMPLES = 10
 MAX_LOSS_POINTS = 2_000  # per session; longer curves are thinned evenly, keeping the last point
 FORWARD_BACKWARD = (OperationKind.FORWARD_BACKWARD, OperationKind.CUSTOM_FORWARD_BACKWARD)
-TIMELINE_KINDS = {"model_resources", "training_session", "operation"}
+TIMELINE_KINDS = frozenset({"model_resources", "training_session", "operation"})
 
 
 def tenant_exists(runtime: Runtime, project: str) -> None:
