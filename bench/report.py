@@ -245,6 +245,27 @@ def target_rows(r: dict[str, Any], labels: list[str]) -> list[tuple[str, str, st
     return rows
 
 
+def internals_block(r: dict[str, Any], notes: dict[str, str]) -> list[str]:
+    """What each private dependency internal buys, measured A/B in this run (issue 25: kept only for >= 10%)."""
+    out = ["", "### Private internals of dependencies: what each buys (A/B in this run)", ""]
+    if "internals" in notes:
+        return [*out, f"Not measured: {notes['internals']}."]
+    shipped, two, stock = (r.get(f"internals_{k}_cpu_us") for k in ("shipped", "two_writes", "stock"))
+    out += ["| internal | with it | without it | saved |", "| --- | ---: | ---: | ---: |"]
+
+    def row(name: str, a: float | None, b: float | None) -> str:
+        saved = "n/a" if not a or not b else f"{1 - a / b:.0%}"
+        return f"| {name} | {fmt(a, 1, 'us')} | {fmt(b, 1, 'us')} | {saved} |"
+
+    for scenario in ("get", "list"):
+        out.append(row(f"routing table (`http/routing.py`), app CPU per {scenario.upper()}, in process",
+                       r.get(f"internals_routing_table_{scenario}_us"), r.get(f"internals_routing_stock_{scenario}_us")))
+    out.append(row("one write per response (`http/server.py`), server CPU per served GET", shipped, two))
+    out.append(row("connection guards (`http/server.py`), server CPU per served GET (a cost: they exist for "
+                   "hostile clients, not speed)", two, stock))
+    return out
+
+
 def cluster_model(r: dict[str, Any], cores: int) -> float | None:
     """Training-loop requests/s of a cluster on ``cores`` cores (shards and HAProxy on one machine, the load
     from elsewhere): each core gives 1e6 us of CPU a second; a request costs a shard ``t_s`` and HAProxy
@@ -438,6 +459,7 @@ def generated_block(
                 f"{fmt(r.get(f'longrun_{label}_kept_output_mib'), 1, 'MiB')} | "
                 f"{r.get(f'longrun_{label}_released')} of {r.get(f'longrun_{label}_operations')} |"
             )
+    out += internals_block(r, notes)
     if r.get("soak_seconds"):
         ratio_ = r.get("soak_growth_ratio")
         verdict = "n/a" if ratio_ is None else ("PASS" if ratio_ <= 1.10 else "MISS")

@@ -92,6 +92,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cluster-connections", type=int, default=16,
                    help="connections of the cluster scenario, each a tenant of its own (default 16)")
     p.add_argument("--skip-cluster", action="store_true", help="skip 1 process vs N shards behind HAProxy")
+    p.add_argument("--skip-internals", action="store_true",
+                   help="skip the A/B of the private dependency internals (bench.internals, bench.inproc)")
     p.add_argument("--keep-work", action="store_true", help="keep the temporary directory (server logs)")
     p.add_argument("--quick", action="store_true", help="a fast smoke run: 1-2 s runs, 20k sessions")
     p.add_argument("--results", default=str(ROOT / "bench" / "results.json"))
@@ -473,6 +475,41 @@ class Bench:
                 f"({growth:.0f} KiB per step); {m['released']} of {m['operations']} outputs released")
         self.put("longrun_steps", steps)
 
+    def internals(self, gen: LoadGen) -> None:
+        """What the private dependency internals buy (issue 25), A/B in this run: served GETs on the shipped
+        protocol, on uvicorn's own request cycle (two writes) and on uvicorn's own protocol (no guards)
+        (``bench.internals``: the server's CPU per request); then in process, the app's CPU per request with
+        the emulator's routing table and with connexion's own RoutingMiddleware (``bench.inproc``)."""
+        if self.args.skip_internals:
+            self.notes["internals"] = "skipped (--skip-internals)"
+            return
+        if gen.kind != "wrk":
+            self.notes["internals"] = "needs wrk (the Python load generator would measure itself)"
+            return
+        log("internals: served GETs, shipped protocol vs two writes vs uvicorn's own (server CPU per request)")
+        done = subprocess.run([sys.executable, "-m", "bench.internals", "--rounds", str(self.args.rounds),
+                               "--seconds", str(max(2, round(self.args.duration)))],
+                              capture_output=True, text=True, timeout=900, cwd=str(ROOT))
+        if done.returncode != 0:
+            self.notes["internals"] = f"bench.internals failed: {done.stderr.strip()[-300:]}"
+            return
+        m = parse_marked_json(done.stdout)
+        for variant, us in m["cpu_us_per_req"].items():
+            self.put(f"internals_{variant.replace('-', '_')}_cpu_us", us)
+        log(f"  server CPU per GET: {m['cpu_us_per_req']}")
+        for scenario in ("get", "list"):
+            for connexions in (False, True):
+                done = subprocess.run([sys.executable, "-m", "bench.inproc", "--scenario", scenario, "--requests",
+                                       "2000", *(["--stock-routing"] if connexions else [])],
+                                      capture_output=True, text=True, timeout=600, cwd=str(ROOT), check=True)
+                found = re.search(r"([\d.]+) us of app CPU", done.stdout)
+                if found is None:
+                    raise RuntimeError(f"bench.inproc printed no figure: {done.stdout[-300:]}")
+                self.put(f"internals_routing_{'stock' if connexions else 'table'}_{scenario}_us", float(found.group(1)))
+        log(f"  app CPU per request, routing table vs connexion's: get "
+            f"{self.results['internals_routing_table_get_us']} vs {self.results['internals_routing_stock_get_us']} us,"
+            f" list {self.results['internals_routing_table_list_us']} vs {self.results['internals_routing_stock_list_us']} us")
+
     def soak(self) -> None:
         """A shared server under mixed traffic (``bench.soak``): RSS after warm-up must stay within 10%."""
         seconds = self.args.soak_seconds
@@ -622,6 +659,7 @@ def main(argv: list[str] | None = None) -> int:
         bench.filled(gen)
         bench.longrun()
         bench.soak()
+        bench.internals(gen)
         bench.startup()
         bench.plugin()
         bench.contract()

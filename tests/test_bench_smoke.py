@@ -249,3 +249,29 @@ def test_the_loop_gives_each_connection_its_own_tenant_when_asked() -> None:
     assert [Loop(spec, "h", n).token for n in (0, 1)] == ["bench-0", "bench-1"]
     assert Loop({"token": "bench"}, "h", 1).token == "bench"
     assert 'args[2] == "per-connection"' in (LUA / "loop.lua").read_text()
+
+
+def test_the_internals_block_says_what_each_private_internal_saves() -> None:
+    r = {"internals_shipped_cpu_us": 40.0, "internals_two_writes_cpu_us": 50.0, "internals_stock_cpu_us": 45.0,
+         "internals_routing_table_get_us": 20.0, "internals_routing_stock_get_us": 40.0,
+         "internals_routing_table_list_us": 45.0, "internals_routing_stock_list_us": 60.0}
+    block = "\n".join(report.internals_block(r, {}))
+    assert "| 20.0 us | 40.0 us | 50% |" in block and "| 45.0 us | 60.0 us | 25% |" in block
+    assert "| 40.0 us | 50.0 us | 20% |" in block and "| 50.0 us | 45.0 us | -11% |" in block
+    assert "Not measured: needs wrk" in "\n".join(report.internals_block({}, {"internals": "needs wrk"}))
+
+
+def test_inproc_can_route_with_connexions_own_middleware() -> None:
+    """The A of the routing A/B builds a working app (every request of the scenario answers 200)."""
+    import asyncio
+
+    from bench import inproc
+
+    inproc.use_stock_routing()
+    try:
+        assert asyncio.run(inproc.run("get", 16, 2)) is not None
+    finally:
+        import emulator.app
+        from emulator.http.routing import TableRoutingMiddleware
+
+        emulator.app.TableRoutingMiddleware = TableRoutingMiddleware  # type: ignore[misc]

@@ -10,6 +10,10 @@ paths match before templated ones, so ``/v1/rl/model-resources/estimate-cost`` i
 resource ``estimate-cost`` of ``/v1/rl/model-resources/{model_resources_id}``. A method the path's
 template does not answer is a 405 whose ``Allow`` lists that template's methods (and HEAD with GET); an
 unknown path goes on without an operation (the dispatcher's 404).
+
+Private internals: written against connexion 3.3.0 (``RoutingMiddleware.add_api`` and the scope keys its
+validation middlewares read). ``tests/test_dependency_internals.py`` fails with this module's name when
+connexion moves; BENCHMARKS.md, "Private internals", says what it buys.
 """
 
 from __future__ import annotations

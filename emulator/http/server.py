@@ -17,6 +17,11 @@ httptools protocol:
 
 The same protocol writes each response with a declared length in one ``send()`` system call instead of
 uvicorn's two (head, then body); the bench's ceiling runs on it too.
+
+Private internals: written against uvicorn 0.55.0 (``uvicorn.protocols.http.httptools_impl``: the
+protocol's parser callbacks and flow-control hooks, the request cycle's ``send``, ``transport`` and
+``flow``). ``tests/test_dependency_internals.py`` fails with this module's name when uvicorn moves;
+BENCHMARKS.md, "Private internals", says what each buys.
 """
 
 from __future__ import annotations

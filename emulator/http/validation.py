@@ -21,6 +21,11 @@ Beyond the schemas: a body may nest at most :data:`~emulator.bounds.MAX_JSON_DEP
 document :data:`~emulator.bounds.MAX_STATE_DEPTH`), checked before anything is stored; a header
 parameter (``Idempotency-Key``) sent more than once is refused, since which copy counts would otherwise
 depend on who reads it; header and query values are read as UTF-8.
+
+Private internals: written against connexion 3.3.0 (``RequestValidationMiddleware``, ``RequestValidationAPI``
+and ``RequestValidationOperation``, whose per-operation construction this module keeps and whose per-request
+execution it replaces). ``tests/test_dependency_internals.py`` fails with this module's name when connexion
+moves; BENCHMARKS.md, "Private internals", says what it buys.
 """
 
 from __future__ import annotations

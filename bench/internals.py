@@ -1,0 +1,128 @@
+"""What the private uvicorn internals of ``emulator/http/server.py`` buy or cost, served, A/B in one run.
+
+``python -m bench.internals [--rounds 3] [--seconds 4] [--connections 8]``: starts the emulator three ways, in
+turn, for ``--rounds`` rounds (so a machine's drift hits every variant alike), and drives GET one session
+with wrk over keep-alive connections:
+
+- ``shipped``: as users get it (the guarded httptools protocol, one write per response);
+- ``two-writes``: the guards, but uvicorn's own request cycle (head and body in two ``send()`` calls);
+- ``stock``: uvicorn's own httptools protocol (no connection guards, two writes).
+
+For each it reports the server process's CPU time per request (user + system, from ``/proc``), the median
+over the rounds. CPU per request, not requests per second, because on a shared 2-core machine the rate
+moves with the neighbours while the server's own work per request does not (much). Prints one
+``BENCH_JSON`` line. Needs wrk (Debian's package) and Linux.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+VARIANTS = ("shipped", "two-writes", "stock")
+TOKEN = "bench-internals"
+
+
+def serve(variant: str, port: int) -> None:
+    """Run the emulator with one variant of the server protocol (in the child process)."""
+    import emulator.http.server as server
+
+    if variant == "two-writes":
+        server._one_write_cycle = lambda base: base  # type: ignore[assignment]
+    elif variant == "stock":
+        server.guarded_protocol = lambda *args, **kwargs: "httptools"  # type: ignore[assignment]
+    from emulator.__main__ import main
+
+    raise SystemExit(main(["serve", "--port", str(port), "--log-level", "warning"]))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _call(base: str, method: str, path: str, body: dict | None = None) -> dict:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(base + path, data=data, method=method,
+                                 headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")   # utime + stime
+
+
+def measure(variant: str, seconds: float, connections: int) -> dict[str, float]:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-c", f"import bench.internals as b; b.serve({variant!r}, {port})"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                urllib.request.urlopen(base + "/_emulator/health", timeout=1).read()
+                break
+            except OSError:
+                time.sleep(0.05)
+        r = _call(base, "POST", "/v1/rl/model-resources", {"base_model": "Qwen/Qwen3.8-27B", "lora_enabled": True})
+        s = _call(base, "POST", "/v1/rl/training-sessions", {"model_resources_id": r["id"]})
+        url = f"{base}/v1/rl/training-sessions/{s['id']}"
+        warm = ["wrk", "-t1", f"-c{connections}", "-d1s", "-H", f"Authorization: Bearer {TOKEN}", url]
+        subprocess.run(warm, capture_output=True, check=True)
+        before = _cpu_seconds(proc.pid)
+        out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-H",
+                              f"Authorization: Bearer {TOKEN}", url], capture_output=True, text=True, check=True).stdout
+        cpu = _cpu_seconds(proc.pid) - before
+        found = re.search(r"(\d+) requests in", out)
+        if found is None or int(found.group(1)) == 0:
+            raise SystemExit(f"no requests counted by wrk:\n{out}")
+        if "Non-2xx" in out:
+            raise SystemExit(f"{variant}: non-2xx answers:\n{out}")
+        n = int(found.group(1))
+        return {"requests": n, "cpu_us_per_req": cpu / n * 1e6}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.internals", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--seconds", type=float, default=4.0)
+    p.add_argument("--connections", type=int, default=8)
+    args = p.parse_args(argv)
+    if shutil.which("wrk") is None:
+        raise SystemExit("bench.internals needs wrk (apt-get install -y wrk)")
+    runs: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    for _ in range(args.rounds):
+        for variant in VARIANTS:
+            runs[variant].append(measure(variant, args.seconds, args.connections)["cpu_us_per_req"])
+    med = {v: statistics.median(xs) for v, xs in runs.items()}
+    result = {"cpu_us_per_req": med, "runs": runs,
+              "one_write_saves": 1 - med["shipped"] / med["two-writes"],
+              "guards_cost": med["two-writes"] / med["stock"] - 1,
+              "connections": args.connections, "seconds": args.seconds}
+    print("BENCH_JSON " + json.dumps(result))
+    for v in VARIANTS:
+        print(f"{v:>10}: {med[v]:.1f} us of server CPU per GET (runs: {', '.join(f'{x:.1f}' for x in runs[v])})")
+    print(f"one write per response saves {result['one_write_saves']:.0%} of the server's CPU per GET; "
+          f"the connection guards cost {result['guards_cost']:+.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""The private internals of dependencies that the emulator builds on, checked against the versions they were
+written for (issue 25: each is kept only for a measured gain, named in BENCHMARKS.md, "Private internals").
+
+When a dependency moves past the version below, these tests fail first and say which module to re-read
+against the new upstream source. Re-verify it (``make test``; ``make bench`` for the gain), then widen the
+version here, in the module's comment and in ``pyproject.toml``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from importlib.metadata import version
+
+import pytest
+
+# dependency -> (versions verified: a prefix of the version string, the modules that rely on its internals)
+VERIFIED = {
+    "connexion": ("3.3.", "emulator/http/routing.py (RoutingMiddleware.add_api and its scope contract), "
+                          "emulator/http/validation.py (RequestValidationMiddleware/API/Operation)"),
+    "uvicorn": ("0.55.", "emulator/http/server.py (HttpToolsProtocol subclass: connection guards; "
+                         "RequestResponseCycle subclass: one write per response)"),
+}
+
+
+@pytest.mark.parametrize("dist", sorted(VERIFIED))
+def test_the_dependency_is_the_version_its_internals_were_verified_against(dist: str) -> None:
+    prefix, where = VERIFIED[dist]
+    got = version(dist)
+    assert got.startswith(prefix), (
+        f"{dist} {got} is installed, but {where} use(s) private internals verified against {dist} {prefix}x only. "
+        f"Re-read those modules against {dist} {got}'s source, run make test and make bench, then update "
+        f"tests/test_dependency_internals.py, the version comment in the module and pyproject.toml.")
+
+
+def test_connexion_internals_the_emulator_subclasses_are_there() -> None:
+    from connexion.json_schema import Draft4RequestValidator
+    from connexion.middleware.request_validation import (
+        RequestValidationAPI,
+        RequestValidationMiddleware,
+        RequestValidationOperation,
+    )
+    from connexion.middleware.routing import RoutingMiddleware
+    from connexion.utils import is_null, is_nullable
+
+    assert callable(Draft4RequestValidator) and callable(is_null) and callable(is_nullable)
+    assert list(inspect.signature(RoutingMiddleware.add_api).parameters)[:3] == ["self", "specification",
+                                                                                 "base_path"]
+    assert "operation" in inspect.signature(RequestValidationOperation.__init__).parameters
+    assert issubclass(RequestValidationAPI, object) and hasattr(RequestValidationMiddleware, "api_cls")
+
+
+def test_uvicorn_internals_the_emulator_subclasses_are_there() -> None:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+    hooks = ["connection_made", "on_message_begin", "on_url", "on_header", "send_400_response", "pause_writing",
+             "resume_writing", "on_headers_complete", "on_body", "on_message_complete", "connection_lost"]
+    missing = [name for name in hooks if not callable(getattr(HttpToolsProtocol, name, None))]
+    assert missing == [], f"uvicorn's HttpToolsProtocol lost {missing}: emulator/http/server.py overrides them"
+    assert inspect.iscoroutinefunction(RequestResponseCycle.send)
+    # The one-write cycle swaps the cycle's transport around a send, and reads these attributes.
+    init = inspect.getsource(RequestResponseCycle.__init__)
+    for attr in ("self.transport", "self.flow", "self.disconnected", "self.response_started",
+                 "self.response_complete"):
+        assert attr in init, f"uvicorn's RequestResponseCycle no longer sets {attr}: see emulator/http/server.py"
+    assert "self.cycle" in inspect.getsource(HttpToolsProtocol.on_headers_complete), (
+        "uvicorn's HttpToolsProtocol.on_headers_complete no longer builds self.cycle: see emulator/http/server.py")
+
+
+def test_the_server_runs_on_the_guarded_protocol() -> None:
+    """The guards are in force (not silently replaced by uvicorn's h11 fallback) in this environment."""
+    from emulator.http.server import guarded_protocol
+
+    protocol = guarded_protocol(10.0, 60.0)
+    assert not isinstance(protocol, str), "httptools is missing: the connection guards are off"
+    assert protocol.__name__ == "GuardedHttpToolsProtocol"
