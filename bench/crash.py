@@ -1,6 +1,6 @@
 """Acknowledged writes against what a restart finds, over many ``kill -9`` runs, with a disk that fills.
 
-``python -m bench.crash [--runs 20] [--seconds 1.5] [--disk-kib 512]``: each run starts an emulator with
+``python -m bench.crash [--runs 20] [--seconds 1.5] [--disk-kib 768]``: each run starts an emulator with
 ```--state-file`` (on a small tmpfs when this process may mount one, so writes also meet a full disk; a new
 file every third run, the same file across the others), makes
 writes from three threads as fast as it answers (resource creates, session metadata PATCHes with a new key
