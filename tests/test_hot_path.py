@@ -21,6 +21,7 @@ from emulator.compute import ComputeError
 from emulator.compute import base as base_module
 from emulator.compute import weights as weights_module
 from emulator.compute.base import BaseModel, base_model
+from emulator.compute.bases import BaseModels
 from emulator.compute.inputs import _float32_array, check_token_range
 from emulator.compute.weights import GradAccum, setdiff_unique, union_sorted, unique_inverse
 from emulator.config import Config
@@ -185,8 +186,15 @@ def test_base_model_row_cache_full_still_answers(monkeypatch) -> None:  # type: 
 
 
 def test_base_models_are_shared_per_seed_vocabulary_and_end_token() -> None:
-    assert base_model(4, 1000, 999) is base_model(4, 1000, 999)
-    assert base_model(4, 1000, 999) is not base_model(5, 1000, 999)
+    bases = BaseModels()
+    assert base_model(4, 1000, 999, bases) is base_model(4, 1000, 999, bases)
+    assert base_model(4, 1000, 999, bases) is not base_model(5, 1000, 999, bases)
+    assert base_model(4, 1000, 999) is not base_model(4, 1000, 999)  # without a runtime's: nothing shared
+    small = BaseModels(limit=2)
+    first = base_model(1, 1000, 999, small)
+    base_model(2, 1000, 999, small)
+    base_model(3, 1000, 999, small)
+    assert len(small) == 2 and base_model(1, 1000, 999, small) is not first  # the oldest went first
 
 
 def test_ids_uuid_is_what_the_uuid_module_formats() -> None:
