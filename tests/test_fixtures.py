@@ -224,3 +224,21 @@ def test_recordings_redact_presigned_tokens_and_replay_the_files(tmp_path: Path)
         replayed = download(url)
     assert replayed[1:] == original[1:]  # the files, byte for byte, at the redacted URLs
     assert orjson.loads(replayed[0])["data"][0]["url"].startswith(f"{url}/_files/checkpoints/redacted-token-1/")
+
+
+def test_a_shipped_fault_file_is_added_at_run_time_by_name() -> None:
+    """POST /_emulator/faults {"fixture": NAME} adds a shipped file's rules, as --faults NAME does at start."""
+    path = fixture_files.named("faults", "flaky-network")
+    assert path is not None
+    shipped = yaml.safe_load(path.read_text())
+    rules = shipped["rules"] if isinstance(shipped, dict) and "rules" in shipped else shipped
+    with make_client(Runtime(Config())) as client:
+        added = client.post("/_emulator/faults", json={"fixture": "flaky-network"})
+        assert added.status_code == 200, added.text
+        assert [r["name"] for r in added.json()["data"]] == [r["name"] for r in rules]
+        listed = client.get("/_emulator/faults").json()["data"]
+        assert [r["name"] for r in listed] == [r["name"] for r in rules]
+        for bad in ("no-such-file", "../../etc/passwd", 7):
+            err = assert_error(client.post("/_emulator/faults", json={"fixture": bad}), 404)
+            assert err["param"] == "fixture" and "bad-day" in err["message"], err
+        assert len(client.get("/_emulator/faults").json()["data"]) == len(rules)  # a refused name added nothing

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from emulator import fixture_files
 from emulator.api.request import Reply, Request
 from emulator.clock import ClockError, parse_rfc3339
+from emulator.config import ConfigError, load_data_file
 from emulator.errors import Invalid, NotFound
 from emulator.faults import FaultError
 from emulator.runtime import Runtime, ScenarioLibrary
@@ -232,10 +234,27 @@ def admin_list_faults(req: Request) -> Reply:
     return 200, {"data": req.runtime.faults.describe(tenant[0] if tenant else None)}
 
 
+def _shipped_faults(body: Any) -> Any:
+    """``{"fixture": NAME}`` names a shipped fault file (``fixtures/faults``, as ``--faults NAME``): its rules.
+    Only shipped names: a control-plane call never reads a path of the server's file system."""
+    name = body["fixture"]
+    path = fixture_files.named("faults", name) if isinstance(name, str) else None
+    if path is None:
+        raise NotFound(f"no shipped fault file {str(name)[:100]!r} (shipped: "
+                       f"{', '.join(fixture_files.names('faults'))})", param="fixture")
+    try:
+        return load_data_file(str(path), "fault file")
+    except ConfigError as exc:
+        raise Invalid(str(exc), param="fixture") from exc
+
+
 def admin_add_faults(req: Request) -> Reply:
     tenant = _tenant(req)
+    body = req.body
+    if isinstance(body, dict) and set(body) == {"fixture"}:
+        body = _shipped_faults(body)
     try:
-        added = req.runtime.faults.load(req.body, tenant=tenant[0] if tenant else None)
+        added = req.runtime.faults.load(body, tenant=tenant[0] if tenant else None)
     except FaultError as exc:
         raise Invalid(str(exc), code="invalid_fault_rule") from exc
     return 200, {"data": added}
