@@ -37,6 +37,26 @@ async def send_error(send: Send, status: int, message: str, *, code: str | None 
     await send_json(send, status, render_error(status, message, code=code, param=param), headers)
 
 
+async def call_app(app: ASGIApp, scope: Scope, body: bytes) -> tuple[int, bytes]:
+    """Run ``app`` on one request whose body is already in hand (an in-process client, a captured request);
+    returns the status and body it answered."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+    status, chunks = 500, []
+
+    async def receive() -> Message:
+        return pending.pop() if pending else {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    return status, b"".join(chunks)
+
+
 async def read_body(receive: Receive) -> bytes:
     """The whole body, chunked or not; its size limit is enforced by :func:`limited_receive`."""
     chunks = []

@@ -34,10 +34,10 @@ import orjson
 from emulator.errors import Invalid, Misdirected
 from emulator.http.asgi import (
     ASGIApp,
-    Message,
     Receive,
     Scope,
     Send,
+    call_app,
     header,
     operation_id,
     read_body,
@@ -205,27 +205,9 @@ class ShardGuard:
 
 async def run_captured(app: ASGIApp, scope: Scope, body: bytes) -> tuple[int, bytes]:
     """Run ``app`` on a request whose body was already read; returns the status and body it answered."""
-    sent = False
-    status, chunks = 500, []
-
-    async def receive() -> Message:
-        nonlocal sent
-        if sent:  # (the whole body came in one message)
-            return {"type": "http.disconnect"}
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    async def send(message: Message) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-        elif message["type"] == "http.response.body":
-            chunks.append(message.get("body", b""))
-
     try:
-        await app(scope, receive, send)
+        return await call_app(app, scope, body)
     except Exception as exc:  # noqa: BLE001 - rendered as the error envelope would
         rendered_status, rendered, _ = ErrorEnvelope(app).render(exc, scope)
         return rendered_status, rendered
-    return status, b"".join(chunks)
 

@@ -35,7 +35,7 @@ from connexion.json_schema import Draft4RequestValidator, Draft4ResponseValidato
 
 from emulator import fixture_files, spec
 from emulator.config import ConfigError, load_data_file
-from emulator.http.asgi import ASGIApp
+from emulator.http.asgi import ASGIApp, call_app
 from emulator.http.faults import SCENARIO
 from emulator.runtime import Runtime
 
@@ -145,21 +145,7 @@ class InProcessClient:
                  "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query_string,
                  "root_path": "", "headers": [(k.lower().encode(), v.encode()) for k, v in sent.items()],
                  "client": ("127.0.0.1", 0), "server": ("scenario.localhost", 80), SCENARIO: True}
-        pending = [{"type": "http.request", "body": raw, "more_body": False}]
-        status, chunks = 0, []
-
-        async def receive() -> Any:
-            return pending.pop() if pending else {"type": "http.disconnect"}
-
-        async def send(message: Any) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            elif message["type"] == "http.response.body":
-                chunks.append(message.get("body", b""))
-
-        await self.app(scope, receive, send)
-        data = b"".join(chunks)
+        status, data = await call_app(self.app, scope, raw)
         return status, orjson.loads(data) if data else None
 
 
