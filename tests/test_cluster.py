@@ -463,19 +463,21 @@ def test_a_shard_killed_and_restarted_loses_no_acknowledged_write(lb: Running) -
     with _api(lb.url, k0) as api0, _api(lb.url, victims[0]) as api1:
         # While shard 1 is down (HAProxy's checks notice within 3 intervals): its tenants get the balancer's
         # 503 (ErrorData, Retry-After), and shard 0 serves.
-        time.sleep(0.6)
-        deadline = time.monotonic() + 10
-        down = api1.get(f"{RL}/model-resources")
-        while down.status_code != 503 and time.monotonic() < deadline:
+        # Shard 0's writes and shard 1's reads alternate, so the write just before shard 1's 503 was served
+        # while shard 1 was down (however soon the cluster then restarts it: no timing assumed).
+        deadline = time.monotonic() + 15
+        served: list[int] = []
+        while True:
+            served.append(api0.post(f"{RL}/model-resources", json={"base_model": BASE}).status_code)
             down = api1.get(f"{RL}/model-resources")
+            if down.status_code == 503 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         stop.set()
         thread.join(timeout=30)
         error = assert_error(down, 503)
         assert error["code"] == "shard_unavailable" and down.headers["retry-after"] == "1", error
-        served = [api0.post(f"{RL}/model-resources", json={"base_model": BASE}) for _ in range(5)]
-        assert [r.status_code for r in served] == [200] * 5
-        # ... and all that while shard 1 had not started again (the cluster prints a shard's pid when it is up).
-        assert not any(re.search(r"shard 1/2: \S+ \(pid", line) for line in lb.lines[mark:]), lb.lines[mark:]
+        assert served and set(served) == {200}, served
         # Restarted by the cluster on the same port and state file: every acknowledged write is there.
         lb.wait_for(r"shard 1 exited with status -9; restarting", 10, mark)
         lb.pid_of(1, after=mark + 1)
