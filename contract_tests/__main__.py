@@ -110,6 +110,23 @@ def missing_dependency() -> str | None:
     return None
 
 
+def install_hint(extra: str) -> str:
+    """How to add ``extra``: the package is not on the package index, so name what it was installed from
+    (pip records it in ``direct_url.json``: the wheel, or the checkout) rather than a name pip cannot find."""
+    import json
+    from importlib import metadata
+    from urllib.parse import unquote, urlparse
+
+    try:
+        origin = json.loads(metadata.distribution("together-rl-emulator").read_text("direct_url.json") or "{}")
+        url = urlparse(origin.get("url", ""))
+    except (metadata.PackageNotFoundError, ValueError, AttributeError):
+        url = urlparse("")
+    if url.scheme == "file":
+        return f"pip install '{unquote(url.path)}[{extra}]'"
+    return f"pip install 'PATH[{extra}]', PATH being the wheel or the checkout you installed from"
+
+
 def main(argv: list[str] | None = None) -> int:
     args, rest = build_parser().parse_known_args(argv)
     if args.path:  # needs nothing of the contract extra
@@ -119,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().error("--token is required with --base-url")
     missing = missing_dependency()
     if missing is not None:
-        print(f"{PROG}: the contract suite needs {missing!r}; install the extra: "
-              "pip install 'together-rl-emulator[contract]'", file=sys.stderr)
+        print(f"{PROG}: the contract suite needs {missing!r}, which the package's contract extra installs: "
+              f"{install_hint('contract')}", file=sys.stderr)
         return 2
     import pytest
 

@@ -6,18 +6,23 @@
 - ``cluster --workers N [--state-dir DIR] [serve options]``: N shards behind HAProxy (one emulator for a
   team); ``cluster --print-config --shard-address HOST:PORT ...``: HAProxy's configuration for shards
   started elsewhere.
-- ``coverage``: rewrite COVERAGE.md.
+- ``examples [--copy DIR]``: list the example clients that ship in the package, or copy them out.
 
-Every failure to start is one line on stderr and exit status 2, never a traceback.
+The bare command prints this help (exit 0). A usage error prints the usage of the subcommand it concerns
+and one sentence, exit status 2; so does every failure to start, never a traceback. Ctrl+C stops a server
+within a second and says so: open dashboard streams end at once (``http.shutdown``), other open responses
+are cut off after ``http.server.SHUTDOWN_GRACE_SECONDS``. Maintainer tools are not here: ``python -m emulator.tools.coverage`` rewrites COVERAGE.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import signal
 import sys
 import warnings
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 import emulator
 
@@ -25,10 +30,9 @@ PROG = "together-rl-emulator"
 
 
 def _run(app: Any, host: str, port: int, banner: str, config: Any = None) -> int:
-    import uvicorn
-
     from emulator.config import Config
     from emulator.http.server import bind, uvicorn_config
+    from emulator.http.shutdown import EndStreamsOnStop
 
     try:
         sock = bind(host, port)
@@ -36,15 +40,55 @@ def _run(app: Any, host: str, port: int, banner: str, config: Any = None) -> int
         print(f"emulator: cannot bind {host}:{port}: {exc.strerror or exc}; pick another port with --port "
               "(or `make serve PORT=...`), or 0 for a free one", file=sys.stderr)
         return 2
-    server = uvicorn.Server(uvicorn_config(app, config or Config(log_level="warning")))
+    app = EndStreamsOnStop(app)
+    server = _Server(uvicorn_config(app, config or Config(log_level="warning")), app)
     _tune_gc()
     bound_host, bound_port = sock.getsockname()[:2]
     url = f"http://{bound_host}:{bound_port}"
     print(f"{banner} listening on {url}", flush=True)
     if banner == "Together RL emulator":
         print(f"  export TOGETHER_BASE_URL={url} TOGETHER_API_KEY=any-key    # Swagger UI: {url}/docs", flush=True)
-    server.run(sockets=[sock])
+        print(f"  dashboard: {url}/_emulator/ui    Ctrl+C stops", flush=True)
+    # uvicorn raises the signal it caught again once it has stopped: SIGINT is a KeyboardInterrupt, and
+    # SIGTERM, whose default action would end the process before it says so, becomes one too.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if server.stopping:
+        print("emulator: stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _interrupt(sig: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _Server(config: Any, app: Any) -> Any:  # noqa: N802 (a class, built on first use: uvicorn loads with the server)
+    import uvicorn
+
+    from emulator.http.server import SHUTDOWN_GRACE_SECONDS
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, saying what it does when asked to stop (Ctrl+C, SIGTERM)."""
+
+        stopping = False
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if not self.stopping:
+                self.stopping = True
+                open_now = len(self.server_state.connections)
+                lead = "\n" if sig == signal.SIGINT else ""  # past the terminal's ^C
+                print(f"{lead}emulator: stopping ({signal.Signals(sig).name}): closing {open_now} open "
+                      f"connection(s); dashboard streams end now, other open responses are cut off after "
+                      f"{SHUTDOWN_GRACE_SECONDS:g} s", file=sys.stderr, flush=True)
+                app.stop()  # dashboard streams end now, as if their tabs had closed
+            super().handle_exit(sig, frame)
+
+    return Server(config)
 
 
 def _tune_gc() -> None:
@@ -127,58 +171,109 @@ def _cluster(args: argparse.Namespace, rest: list[str]) -> int:
     return cluster.main(args, rest)
 
 
-def _coverage(args: argparse.Namespace) -> int:
-    from emulator.tools import coverage
+def _examples(args: argparse.Namespace) -> int:
+    from emulator import example_files
 
-    coverage.write()
-    print(f"wrote {coverage.OUT}")
+    names = example_files.names()
+    if args.copy is None:
+        width = max(len(n) for n in names)
+        print("Example clients (the official SDK against the emulator; they need `pip install "
+              "'together[tinker]==3.1.1'`):")
+        for name in names:
+            print(f"  {name:<{width}}  {example_files.summary(name)}")
+        print(f"Copy them out with `{PROG} examples --copy DIR`, start `{PROG} serve`, then run "
+              "`python DIR/NAME.py` (README.md in DIR says more).")
+        return 0
+    target = Path(args.copy)
+    try:
+        written = example_files.copy_to(target)
+    except OSError as exc:  # FileExistsError too: nothing is overwritten
+        print(f"emulator examples: {exc}", file=sys.stderr)
+        return 2
+    print(f"copied {len(written)} files to {target}: {', '.join(p.name for p in written)}")
     return 0
 
 
 def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise ValueError(text)
-    return value
+    if not text.strip().isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
+    return int(text)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with every usage error one sentence after the usage of the (sub)command concerned."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        message = message[:1].upper() + message[1:]
+        self.exit(2, f"{self.prog}: {message.rstrip('.')}. Try `{self.prog} --help`.\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from emulator.config import add_server_arguments
 
-    parser = argparse.ArgumentParser(prog=PROG, description="Together AI RL / post-training API emulator")
+    parser = _Parser(prog=PROG, description="Together AI RL / post-training API emulator: serve it, replay or "
+                     "record a session, or copy the example clients.")
     parser.add_argument("--version", action="version", version=f"{PROG} {emulator.__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_server_arguments(sub.add_parser("serve", help="run the emulator"))
-    replay = sub.add_parser("replay", help="answer requests from a JSONL recording")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    serve = sub.add_parser("serve", help="run the emulator (every option also reads EMULATOR_<NAME>)",
+                           description="Run the emulator. Every option also reads an EMULATOR_* variable "
+                           "(named in brackets); a flag wins over its variable.")
+    add_server_arguments(serve)
+    replay = sub.add_parser("replay", help="answer requests from a recording (a shipped demo or a JSONL file)",
+                            description="Answer each request with the first unused recorded exchange of the same "
+                            "method, path and query; a request with no recorded answer gets 404 "
+                            "no_recorded_answer and is listed at GET /_emulator/replay and on stderr.")
     replay.add_argument("file", metavar="NAME|FILE",
                         help="a shipped recording by name (fixtures/recordings/NAME.jsonl) or a JSONL file")
-    replay.add_argument("--host", default="127.0.0.1")
-    replay.add_argument("--port", type=_port, default=8765)
-    record = sub.add_parser("record", help="recording proxy in front of another implementation")
-    record.add_argument("--upstream", required=True)
-    record.add_argument("--out", required=True)
-    record.add_argument("--host", default="127.0.0.1")
-    record.add_argument("--port", type=_port, default=8765)
+    replay.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    replay.add_argument("--port", type=_port, default=8765,
+                        help="TCP port (default 8765); 0 picks a free port and prints the URL")
+    record = sub.add_parser("record", help="a recording proxy in front of another implementation",
+                            description="Forward every request to --upstream and write each exchange to --out "
+                            "(JSONL, secrets redacted, readable by its owner only), for replay later.")
+    record.add_argument("--upstream", required=True, metavar="URL",
+                        help="the implementation to forward to, e.g. https://api.together.ai")
+    record.add_argument("--out", required=True, metavar="FILE", help="the JSONL recording to write")
+    record.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    record.add_argument("--port", type=_port, default=8765,
+                        help="TCP port (default 8765); 0 picks a free port and prints the URL")
     from emulator.tools.cluster import add_arguments as add_cluster_arguments
 
     add_cluster_arguments(sub.add_parser(
         "cluster", allow_abbrev=False, help="N shards behind HAProxy: one emulator for a team (other options go to every shard's serve)",
         description="Start N shards (serve --shard I/N) and HAProxy in front, routing every tenant to its shard. "
                     "Options not listed here are passed to every shard's serve (e.g. --clock manual --seed 1)."))
-    sub.add_parser("coverage", help="rewrite COVERAGE.md (spec operations versus handlers)")
+    examples = sub.add_parser("examples", help="list the example clients that ship in the package, or copy them",
+                              description="The example clients of the repository's examples/, shipped in the "
+                              "package: a supervised loop, GRPO with the SDK and with its tinker clients, and a "
+                              "client that survives --faults bad-day.")
+    examples.add_argument("--copy", metavar="DIR", help="copy every example (and its README) into DIR, which may "
+                          "exist; an existing file is never overwritten")
     return parser
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
 
 
 def main(argv: list[str] | None = None) -> int:
     # connexion imports starlette's TestClient, which warns about httpx on every start; not our concern.
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
     parser = build_parser()
-    args, rest = parser.parse_known_args(argv)
+    args, unknown = parser.parse_known_args(argv)
     if args.command == "cluster":  # (what it does not know goes to each shard's serve)
-        return _cluster(args, rest)
-    if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    commands = {"serve": _serve, "replay": _replay, "record": _record, "coverage": _coverage}
+        return _cluster(args, unknown)
+    if unknown:  # argparse would blame the top-level command; the usage that helps is the subcommand's
+        sub = _subparsers(parser).get(args.command, parser)
+        sub.error(f"unrecognized argument{'s' if len(unknown) > 1 else ''}: {' '.join(unknown)}")
+    if args.command is None:
+        parser.print_help()
+        return 0
+    commands = {"serve": _serve, "replay": _replay, "record": _record, "examples": _examples}
     return commands[args.command](args)
 
 

@@ -140,11 +140,17 @@ def load_data_file(path: str, what: str) -> Any:
 # --- command line and environment -------------------------------------------------------------------
 
 def _int(text: str) -> int:
-    return int(text)
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError("expected a whole number") from None
 
 
 def _float(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError("expected a number") from None
     if not math.isfinite(value):
         raise ValueError("not a finite number")
     return value

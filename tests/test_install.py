@@ -87,6 +87,10 @@ def test_wheel_carries_every_file_it_needs(wheel: Path) -> None:
     # pyproject.toml lists the packages: every module of the source tree must be in the wheel.
     needed |= {p.relative_to(ROOT).as_posix() for top in ("emulator", "contract_tests")
                for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts}
+    # The example clients ship as emulator/examples/ (together-rl-emulator examples --copy), byte for byte.
+    for path in (ROOT / "examples").iterdir():
+        if path.suffix in (".py", ".md"):
+            assert archive.read(f"emulator/examples/{path.name}") == path.read_bytes(), path.name
     assert needed <= names, needed - names
     # The top-level fixtures/ is the one source: the wheel carries every file of it, byte for byte.
     fixtures = {p.relative_to(ROOT / "fixtures").as_posix(): p for p in (ROOT / "fixtures").rglob("*") if p.is_file()}
@@ -264,7 +268,8 @@ def test_contract_suite_without_its_extra_says_which_extra_and_exits_2(elsewhere
                           check=False)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "together-rl-emulator[contract]" in lines[0] and "schemathesis" in lines[0]
+    assert len(lines) == 1 and "contract extra" in lines[0] and "schemathesis" in lines[0], lines
+    assert "together-rl-emulator[" not in lines[0]  # not on the index: a name pip install cannot find
     assert "Traceback" not in proc.stderr
 
 
@@ -303,3 +308,48 @@ def test_installed_contract_suite_runs_through_pytest(served: str, venv: Path, e
     assert " passed" in proc.stdout and " failed" not in proc.stdout, proc.stdout[-3000:]
     assert "contract suite: target " + served in proc.stdout
     assert "**Verdict: CONFORMS**" in (elsewhere / "report" / "summary.md").read_text()
+
+
+def test_readme_install_block_installs_from_a_checkout(tmp_path: Path) -> None:
+    """README's "Install" block, run as written from a fresh directory with the checkout's path put in. pip
+    builds the package as the block makes it (isolated, with setuptools from the package index, which setup
+    may reach) but installs no dependencies: the fresh environment sees this one's, as above."""
+    from tests.test_readme import block
+
+    body = block("Install", 0).body
+    assert body.count("/path/to/checkout") == 2 and "together-rl-emulator[" not in body
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(PIP_NO_DEPS="1", PIP_QUIET="1",
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    script = body.replace("/path/to/checkout", str(ROOT))
+    proc = subprocess.run(["bash", "-ec", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    fresh = tmp_path / ".venv"
+    purelib = Path(_run([fresh / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                        cwd=tmp_path).stdout.strip())
+    (purelib / "_offline_dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    out = _run([fresh / "bin" / "together-rl-emulator", "--version"], cwd=tmp_path).stdout.strip()
+    assert out == f"together-rl-emulator {emulator.__version__}"
+    where = _run([fresh / "bin" / "python", "-c", "import emulator; print(emulator.__file__)"], cwd=tmp_path).stdout
+    assert str(fresh) in where and str(ROOT) not in where, where  # a real install, not the editable one
+    listed = _run([fresh / "bin" / "together-rl-emulator", "examples"], cwd=tmp_path).stdout
+    assert "rl_grpo" in listed and "bad_day" in listed
+
+
+def test_installed_examples_copy_out_and_run(venv: Path, elsewhere: Path) -> None:
+    """What a pip user does with the examples: copy them out of the installed package, run one against the
+    installed server. The copies are the repository's files, byte for byte."""
+    copied = _run([venv / "bin" / "together-rl-emulator", "examples", "--copy", "my-examples"], cwd=elsewhere)
+    assert copied.stdout.startswith("copied 5 files to my-examples")
+    for path in (ROOT / "examples").iterdir():
+        if path.suffix in (".py", ".md"):
+            assert (elsewhere / "my-examples" / path.name).read_bytes() == path.read_bytes(), path.name
+    with _installed(venv, elsewhere, ["serve", "--clock", "manual"]) as (url,):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TOGETHER_", "PYTHONPATH"))}
+        proc = subprocess.run([str(venv / "bin" / "python"), "my-examples/supervised.py", "--steps", "4"], cwd=elsewhere,
+                              env={**env, "TOGETHER_BASE_URL": url}, capture_output=True, text=True, timeout=300,
+                              check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    losses = [float(line.split()[1]) for line in proc.stdout.splitlines() if re.match(r"^\s+\d+\s", line)]
+    assert len(losses) == 4 and losses == sorted(losses, reverse=True), proc.stdout

@@ -49,8 +49,8 @@ def readme_block() -> list[list[str]]:
 def readme_mode(tokens: bool) -> tuple[list[str], list[str]]:
     """(serve arguments, `st` arguments) of README's commands for one mode."""
     block = readme_block()
-    serves = [c[2:] for c in block if c[:2] == [".venv/bin/together-rl-emulator", "serve"]]
-    runs = [c[1:] for c in block if c[0] == ".venv/bin/st"]
+    serves = [c[2:] for c in block if c[:2] == ["together-rl-emulator", "serve"]]
+    runs = [c[1:] for c in block if c[0] == "st"]
     assert len(block) == len(serves) + len(runs) == 4, block
     serve = next(a for a in serves if ("--tokens-file" in a) == tokens)
     run = next(a for a in runs if ("--checks" in a) == tokens)

