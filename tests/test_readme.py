@@ -93,6 +93,8 @@ COVERED: dict[tuple[str, int], list[str]] = {
     ("Rehearse a bad day", 3): [HERE + "test_scenario_block_runs_pasted_as_written"],
     ("Record a demo and replay it", 0): [HERE + "test_record_and_replay_block_commands_start"],
     ("Keep state across restarts", 0): [HERE + "test_state_file_block_keeps_the_state"],
+    ("One emulator for a team", 0): ["tests/test_cluster.py::test_the_readmes_cluster_commands_work_as_written"],
+    ("One emulator for a team", 1): ["tests/test_cluster.py::test_the_readmes_cluster_commands_work_as_written"],
     # Placeholders (URL, TOKEN): these run the same commands with them filled in, not README's text ("~").
     ("The contract suite", 0): ["~tests/test_contract_selftest.py::test_healthy_emulator_conforms",
                                 "~tests/test_install.py::test_installed_contract_suite_passes_against_it",
