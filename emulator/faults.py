@@ -117,7 +117,8 @@ class FaultSet:
         self.operations = frozenset(operations)
         self.codes = dict(codes or {})
         self.rules: list[dict[str, Any]] = []
-        self.counts: dict[tuple[str | None, str], int] = {}   # by (tenant, name)
+        self.counts: dict[tuple[str | None, str], int] = {}   # requests matched, by (tenant, name)
+        self.fired: dict[tuple[str | None, str], int] = {}    # of those (or forced), the ones it acted on
         self._lock = threading.Lock()
 
     def load(self, rules: Any, tenant: str | None = None) -> list[dict[str, Any]]:
@@ -154,9 +155,11 @@ class FaultSet:
             if tenant is None:
                 self.rules.clear()
                 self.counts.clear()
+                self.fired.clear()
             else:
                 self.rules[:] = [rule for rule in self.rules if rule["match"].get("tenant") != tenant]
                 self.counts = {k: n for k, n in self.counts.items() if k[0] != tenant}
+                self.fired = {k: n for k, n in self.fired.items() if k[0] != tenant}
 
     def remove(self, name: str, tenant: str | None = None) -> bool:
         """Drop the rules called ``name`` (with ``tenant``: only that tenant's) and their counters; False when
@@ -169,12 +172,16 @@ class FaultSet:
             self.rules[:] = [rule for rule in self.rules if not any(rule is g for g in gone)]
             for rule in gone:
                 self.counts.pop(_key(rule), None)
+                self.fired.pop(_key(rule), None)
             return True
 
     def describe(self, tenant: str | None = None) -> list[dict[str, Any]]:
-        """Every rule with how often it matched, or (``tenant``) the rules scoped to that API key."""
-        return [{**rule, "matched": self.counts.get(_key(rule), 0)} for rule in list(self.rules)
-                if tenant is None or rule["match"].get("tenant") == tenant]
+        """Every rule with how many requests it matched and how many times it fired (acted: its trigger
+        chose the request, or the request named it in ``X-Emulator-Fault``), or (``tenant``) the rules scoped
+        to that API key. A ``first_n: 1`` rule matched by 41 requests has fired once."""
+        with self._lock:
+            return [{**rule, "matched": self.counts.get(_key(rule), 0), "fired": self.fired.get(_key(rule), 0)}
+                    for rule in self.rules if tenant is None or rule["match"].get("tenant") == tenant]
 
     def pick(self, operation_id: str | None, method: str, path: str, token: str | None,
              forced: str | None) -> dict[str, Any] | None:
@@ -185,6 +192,7 @@ class FaultSet:
                          and rule["match"].get("tenant") in (token, None)]
                 named.sort(key=lambda rule: rule["match"].get("tenant") is None)
                 if named:
+                    self._fire(named[0])
                     return named[0]
                 raise Invalid(f"X-Emulator-Fault names no fault rule {forced!r}", param="X-Emulator-Fault")
             for rule in self.rules:
@@ -201,8 +209,13 @@ class FaultSet:
                 n = self.counts.get(key, 0) + 1
                 self.counts[key] = n
                 if self._fires(rule, n):
+                    self._fire(rule)
                     return rule
         return None
+
+    def _fire(self, rule: dict[str, Any]) -> None:
+        key = _key(rule)
+        self.fired[key] = self.fired.get(key, 0) + 1
 
     def _fires(self, rule: dict[str, Any], n: int) -> bool:
         trigger = rule["trigger"]

@@ -42,7 +42,20 @@ def test_status_effect_answers_error_data_with_retry_after(client: TestClient) -
         assert resp.headers["retry-after"] == "3"
     assert client.get(f"{RL}/model-resources").status_code == 200
     listed = client.get("/_emulator/faults").json()["data"]
-    assert listed[0]["name"] == "outage" and listed[0]["matched"] == 3
+    assert listed[0]["name"] == "outage" and listed[0]["matched"] == 3 and listed[0]["fired"] == 2
+
+
+def test_fired_counts_the_requests_a_rule_acted_on_not_those_it_matched(client: TestClient) -> None:
+    add(client, {"name": "once", "match": {"method": "GET"}, "trigger": {"first_n": 1}, "effect": {"status": 503}},
+        {"name": "second", "match": {"method": "GET"}, "trigger": {"nth": [2, 4]}, "effect": {"status": 500}})
+    codes = [client.get(f"{RL}/supported-models").status_code for _ in range(5)]
+    # "second" only sees what "once" let through: its 2nd and 4th are the 3rd and 5th requests.
+    assert codes == [503, 200, 500, 200, 500]
+    listed = {r["name"]: (r["matched"], r["fired"]) for r in client.get("/_emulator/faults").json()["data"]}
+    assert listed == {"once": (5, 1), "second": (4, 2)}
+    # A request naming a rule gets its effect whatever the trigger: that is a firing too.
+    assert client.get(f"{RL}/supported-models", headers={"X-Emulator-Fault": "once"}).status_code == 503
+    assert client.get("/_emulator/faults").json()["data"][0]["fired"] == 2
 
 
 def test_nth_trigger_and_path_glob(client: TestClient) -> None:

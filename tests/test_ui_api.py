@@ -58,7 +58,7 @@ def test_ui_assets_reference_nothing_outside_the_server(client: TestClient) -> N
     # Every src/href in the page is a path on this server; no script or stylesheet names a host.
     page = client.get(UI).text
     refs = re.findall(r'(?:src|href)="([^"]*)"', page)
-    assert refs and all(ref.startswith("/_emulator/ui") or ref.startswith("data:") for ref in refs), refs
+    assert refs and all(ref.startswith(("/_emulator/ui", "/docs/", "data:")) for ref in refs), refs
     for asset in ("dashboard.js", "dashboard.css"):
         text = client.get(f"{UI}/static/{asset}").text
         assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", text), asset
@@ -128,8 +128,13 @@ def test_ui_tenant_view_shows_objects_losses_samples_checkpoints(client: TestCli
     assert smp["results"][0]["prompt"] == [1, 2] and len(smp["results"][0]["sequences"]) == 2
     assert smp["weights_version"] == 0
     assert [c["id"] for c in v["checkpoints"]] == [ckpt["id"]]
-    kinds = [row["kind"] for row in v["timeline"]["rows"]]
-    assert kinds[:2] == ["model_resources", "training_session"] and kinds.count("operation") == 6
+    # One lane per resource and per session; the session's operations are marks on its lane.
+    rows = v["timeline"]["rows"]
+    assert [row["kind"] for row in rows] == ["model_resources", "training_session"]
+    assert rows[1]["parent"] == rows[0]["id"] and rows[1]["label"] == "run-a" and rows[1]["more"] == 0
+    marks = rows[1]["marks"]
+    assert [m["kind"] for m in marks] == ["forward-backward"] * 3 + ["optim-step", "sample", "inference-checkpoint"]
+    assert all(m["status"].endswith("COMPLETED") and m["end"] >= m["start"] for m in marks)
 
 
 def test_ui_timeline_segments_follow_transitions_in_virtual_time(realistic_client: TestClient) -> None:

@@ -292,3 +292,123 @@ def test_admin_token_reaches_data_stream_and_actions(guarded: tuple[str, Runtime
     page.get_by_role("button", name="+1 h").click()  # the control plane took it as a header
     expect(page.locator("#clock-now")).to_contain_text("01:00:00.000")
     assert runtime.clock.now() == before + 3600
+
+
+def _train(api_key: str, url: str, base_model: str, name: str | None, steps: int, ready: threading.Event) -> None:
+    """An ordinary SDK run: a session trains ``steps`` steps and samples once."""
+    from together.post_training import AdamParams, LossConfig, ModelInput, ModelResourcesClient, SamplingParams
+
+    tokens = [9707, 11, 1879, 0, 3555, 374, 264]  # (Qwen3.5 ids of ordinary words)
+    sample = {"model_input": {"chunks": [{"encoded_text": {"tokens": tokens[:-1]}}]},
+              "loss_fn_inputs": {"target_tokens": {"data": tokens[1:], "dtype": "int64"},
+                                 "weights": {"data": [0, 0, 1, 1, 1, 1], "dtype": "float32"}}}
+    resources = ModelResourcesClient.create(api_key=api_key, base_url=url, base_model=base_model,
+                                            interval=0.05, ready_timeout=30)
+    ready.wait(30)
+    session = resources.create_session(lora_config={"rank": 8}, display_name=name, interval=0.05, timeout=30)
+    for _ in range(steps):
+        session.trainer.forward_backward(samples=[sample], loss=LossConfig(type="LOSS_TYPE_CROSS_ENTROPY"))
+        session.trainer.optim_step(adam_params=AdamParams(learning_rate=1e-3))
+    session.trainer.weights_sync()
+    session.generator.sample(ModelInput(chunks=[{"encoded_text": {"tokens": tokens[:4]}}]), num_samples=2,
+                             sampling_params=SamplingParams(max_tokens=12, temperature=1.0))
+
+
+@pytest.mark.parametrize("watched", ["instant"], indirect=True)
+def test_an_sdk_run_reads_at_a_glance(instant: tuple[str, Runtime], watched: Watched) -> None:
+    from emulator.compute import tokenizers
+
+    url, runtime = instant
+    page, api_key = watched.page, key()
+    # A first_n: 1 rule that every GET matches: it fires once, however many requests it matches.
+    runtime.faults.load({"name": "one-slow-get", "match": {"method": "GET"}, "trigger": {"first_n": 1},
+                         "effect": {"latency_ms": 1}})
+    ready = threading.Event()
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            runs = [pool.submit(_train, api_key, url, BASE_MODEL, "run-a", 5, ready),
+                    pool.submit(_train, api_key, url, BASE_MODEL, None, 3, ready),
+                    # MiniMax-M3: no tokenizer package ships its ids, so its samples stay ids
+                    pool.submit(_train, api_key, url, "MiniMaxAI/MiniMax-M3", "minimax", 2, ready)]
+            page.goto(f"{url}/")  # / leads to the dashboard
+            expect(page).to_have_url(f"{url}/_emulator/ui")
+            project = runtime.tenancy.project_for_token(api_key)
+            ready.set()
+            for run in runs:
+                run.result(timeout=60)
+        page.locator(f'#tenants tr[data-project="{project}"] a').click()
+        expect(page.locator("#samples tbody tr")).to_have_count(3)
+
+        # One lane per session, under its resource, its operations as marks on it; no lane per operation.
+        listed = {s.get("display_name") or s["id"]: s for s in
+                  page.request.get(f"{url}/_emulator/ui/api/tenants/{project}").json()["sessions"]}
+        assert len(listed) == 3
+        lanes = page.locator("#timeline g.lane-session")
+        expect(lanes).to_have_count(3)
+        run_a = page.locator(f'#timeline g.lane-session[data-id="{listed["run-a"]["id"]}"]')
+        expect(run_a.locator("rect.mark")).to_have_count(5 * 2 + 2)  # fb + optim per step, sync, sample
+        expect(run_a.locator("rect.mark.st-COMPLETED")).to_have_count(12)
+        expect(run_a).to_contain_text("run-a")
+        unnamed = next(s for name, s in listed.items() if name not in ("run-a", "minimax"))
+        expect(page.locator(f'#timeline g.lane-session[data-id="{unnamed["id"]}"]')).to_contain_text(unnamed["id"][:8])
+        box = page.locator("#timeline")
+        assert box.evaluate("b => b.scrollHeight <= b.clientHeight")  # nothing scrolls away
+        # Folding: a resource's sessions fold away and come back; a session unfolds into a row per kind.
+        resource_id = listed["run-a"]["model_resources_id"]
+        toggle = page.locator(f'#timeline g.lane-resource[data-id="{resource_id}"] [data-toggle="resource"]')
+        toggle.click()
+        expect(run_a).to_have_count(0)
+        expect(page.locator(f'#timeline g.lane-resource[data-id="{resource_id}"]')).to_contain_text("(1 session)")
+        toggle.click()
+        run_a.locator('[data-toggle="session"]').click()
+        kinds = page.locator(f'#timeline g.lane-kind[data-id="{listed["run-a"]["id"]}"]')
+        expect(kinds).to_have_count(4)
+        expect(kinds.first).to_have_attribute("data-kind", "forward-backward")
+        expect(kinds.first.locator("rect.mark")).to_have_count(5)
+
+        # Samples: text where the model's tokenizer is installed, else ids that wrap whole.
+        qwen = page.locator("#samples tbody tr", has_text="run-a")
+        expect(qwen.locator(".seq.text")).to_have_count(3)  # the prompt and two completions
+        expect(qwen.locator(".seq.text").first).to_have_text(tokenizers.decode([9707, 11, 1879, 0], "qwen3.5"))
+        minimax = page.locator("#samples tbody tr", has_text="minimax")
+        expect(minimax.locator(".seq.text")).to_have_count(0)
+        expect(minimax.locator(".seq.ids .tok").first).to_have_text("9707")
+        page.set_viewport_size({"width": 700, "height": 1000})  # narrow: the ids must wrap
+        split = minimax.locator(".seq.ids").first.evaluate(
+            "d => [...d.querySelectorAll('.tok')].filter(t => t.getClientRects().length !== 1).length")
+        lines = minimax.locator(".seq.ids").nth(1).evaluate("d => new Set([...d.querySelectorAll('.tok')]"
+                                                            ".map(t => t.getBoundingClientRect().top)).size")
+        assert split == 0 and lines > 1
+        page.set_viewport_size({"width": 1400, "height": 1000})
+
+        # The loss legend: display names or short ids with the latest loss, no stray x row; integer steps.
+        legend = page.locator("#loss-chart .u-legend")
+        expect(legend).to_contain_text("run-a")
+        expect(legend).to_contain_text(unnamed["id"][:8])
+        expect(legend).not_to_contain_text(unnamed["id"])
+        expect(legend).not_to_contain_text("--")
+        ticks = page.locator("#loss-chart").get_attribute("data-xticks") or ""
+        assert ticks and all(t.isdigit() for t in ticks.split()), ticks
+
+        # The fault rule: fired once, matched by every GET since.
+        row = page.locator('#faults tr[data-name="one-slow-get"]')
+        expect(row.locator(".fired")).to_have_text("1")
+        assert int(row.locator(".matched").inner_text()) > 10
+    finally:
+        runtime.faults.clear()
+
+
+@pytest.mark.parametrize("watched", ["instant"], indirect=True)
+def test_a_memorised_sequence_shows_its_small_losses(instant: tuple[str, Runtime], watched: Watched) -> None:
+    # two-sessions-step-40: the lr-3e-4 session learns its 3 tokens to a loss of ~1e-6, which 4 decimals
+    # showed as 0.0000.
+    url, runtime = instant
+    page = watched.page
+    page.goto(f"{url}/_emulator/ui")
+    page.locator("#scenario").select_option("two-sessions-step-40")
+    page.get_by_role("button", name="Load").click()
+    expect(page.locator("#loss-chart")).to_have_attribute("data-points", "80")
+    expect(page.locator("#operations")).to_contain_text("e-6")
+    results = page.locator("#operations td:nth-child(5)").all_inner_texts()
+    assert "loss 1.39e-6" in results and not [r for r in results if r.startswith("loss 0.0000")]
+    expect(page.locator("#loss-chart .u-legend")).to_contain_text("sweep-lr-3e-4  (last 1.39e-6)")

@@ -1,6 +1,6 @@
 """Swagger UI at ``/docs`` for the vendor spec and at ``/docs/admin`` for the control plane's spec, and
-the root page ``/``, which points to them, the dashboard and the control plane (JSON, or a small HTML
-page for a browser).
+the root page ``/``: a browser is redirected to the dashboard (which links the docs), any other client
+gets the addresses of the docs, the dashboard and the control plane as JSON.
 
 The vendor spec is served at ``/openapi.json``, the control plane's (``admin.yaml``) at
 ``/docs/admin/openapi.json``; each page offers both in its spec selector. Kept off the hot path and
@@ -41,14 +41,6 @@ LINKS = MappingProxyType({
     "control_plane_docs": ADMIN_UI_PATH + "/",
     "health": "/_emulator/health",
 })
-_TITLES = MappingProxyType({
-    "docs": "Swagger UI of the Together RL API (openapi.yaml)",
-    "openapi": "the API's spec as JSON",
-    "dashboard": "the dashboard: tenants, statuses on a virtual timeline, loss curves, clock, faults",
-    "control_plane": "the emulator's control plane (clock, reset, seed, faults, scenarios, state, events)",
-    "control_plane_docs": "Swagger UI of the control plane (admin.yaml)",
-    "health": "liveness",
-})
 
 
 def is_docs_path(path: str) -> bool:
@@ -56,17 +48,15 @@ def is_docs_path(path: str) -> bool:
 
 
 async def _index(scope: Scope, send: Send) -> None:
-    """``/``: where everything is, as JSON, or as a page when a browser asks for HTML."""
+    """``/``: a browser (asking for HTML) is sent on to the dashboard, whose header links the docs; any other
+    client gets where everything is, as JSON."""
     if "text/html" in (header(scope, b"accept") or ""):
-        items = "".join(f'<li><a href="{path}">{path}</a>: {_TITLES[name]}</li>' for name, path in LINKS.items())
-        page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Together RL emulator</title></head>"
-                f"<body><h1>Together RL emulator {emulator.__version__}</h1><p>The API is under "
-                f"<code>/v1/rl</code> and <code>/v1/shaping</code>; point the SDK here with "
-                f"<code>TOGETHER_BASE_URL={base_url(scope)}</code>.</p><ul>{items}</ul></body></html>").encode()
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/html; charset=utf-8"),
-                                (b"content-length", str(len(page)).encode())]})
-        await send({"type": "http.response.body", "body": page})
+        query = scope.get("query_string", b"").decode("latin-1")  # (an admin_token goes along)
+        location = LINKS["dashboard"] + (f"?{query}" if query else "")
+        await send({"type": "http.response.start", "status": 303,
+                    "headers": [(b"location", location.encode("latin-1")), (b"content-length", b"0"),
+                                (b"cache-control", b"no-store")]})
+        await send({"type": "http.response.body", "body": b""})
         return
     body = {"name": "Together RL emulator", "version": emulator.__version__, "api": ["/v1/rl", "/v1/shaping"],
             **LINKS}

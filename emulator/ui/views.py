@@ -28,11 +28,12 @@ if TYPE_CHECKING:
 EVENT_SCAN = 50_000      # the event log's own capacity: read it all
 RECENT_EVENTS = 200      # newest events sent with a view; the stream adds the rest live
 RECENT_OPERATIONS = 100  # rows of the operations table
-TIMELINE_OPERATIONS = 24  # operations drawn on the timeline (resources and sessions are always drawn)
+TIMELINE_MARKS = 500     # latest operations drawn as marks on each session's lane
 RECENT_SAMPLES = 10
 MAX_LOSS_POINTS = 2_000  # per session; longer curves are thinned evenly, keeping the last point
 FORWARD_BACKWARD = (OperationKind.FORWARD_BACKWARD, OperationKind.CUSTOM_FORWARD_BACKWARD)
-TIMELINE_KINDS = frozenset({"model_resources", "training_session", "operation"})
+TIMELINE_KINDS = frozenset({"model_resources", "training_session"})
+FINISHED = ("COMPLETED", "FAILED")
 
 
 def tenant_exists(runtime: Runtime, project: str) -> None:
@@ -109,7 +110,7 @@ def tenant(runtime: Runtime, project: str) -> dict[str, Any]:
             "losses": _losses(state, ops),
             "samples": _samples(state, ops),
             "checkpoints": [_checkpoint(c) for c in reversed(state.checkpoints.ordered())],
-            "timeline": _timeline(state, ops[-TIMELINE_OPERATIONS:], events),
+            "timeline": _timeline(state, ops, events),
             "events": events[-RECENT_EVENTS:],
             "faults": runtime.faults.describe(),
         }
@@ -152,7 +153,7 @@ def _losses(state: Tenant, ops: list[Any]) -> list[dict[str, Any]]:
                 keep.append(len(losses) - 1)
             x, losses = [x[i] for i in keep], [losses[i] for i in keep]
         s = state.sessions.get(session_id)
-        out.append({"session_id": session_id, "label": (s.display_name if s is not None else None) or session_id,
+        out.append({"session_id": session_id, "label": (s.display_name if s is not None else None) or session_id[:8],
                     "x": x, "loss": losses})
     return out
 
@@ -205,14 +206,20 @@ def _checkpoint(c: Any) -> dict[str, Any]:
 
 
 def _timeline(state: Tenant, ops: list[Any], events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Rows of status segments in virtual time: every resource and session, the latest operations.
+    """One lane per resource and per session (under its resource), of status segments in virtual time; a
+    session's lane also carries its operations as marks (the latest ``TIMELINE_MARKS``).
 
-    A segment runs from the transition into a status to the next one (``end`` null: still in it).
+    A segment runs from the transition into a status to the next one (``end`` null: still in it). A mark runs
+    from the operation's creation to its last change when it has finished (``end`` null: still queued or
+    running); ``more`` counts the session's older operations left out.
     """
     changes: dict[str, list[tuple[str, str]]] = {}
     for e in events:
         if e.get("type") == "transition" and e.get("kind") in TIMELINE_KINDS:
             changes.setdefault(e["id"], []).append((e["at"], e["to"]))
+    by_session: dict[str, list[Any]] = {}
+    for op in ops:
+        by_session.setdefault(op.session_id, []).append(op)
 
     def row(kind: str, record: Any, label: str, parent: str | None) -> dict[str, Any]:
         seen = changes.get(record.id)
@@ -222,13 +229,20 @@ def _timeline(state: Tenant, ops: list[Any], events: list[dict[str, Any]]) -> di
                     for i, (at, status) in enumerate(seen)]
         return {"id": record.id, "kind": kind, "label": label, "parent": parent, "segments": segments}
 
+    def mark(op: Any) -> dict[str, Any]:
+        done = short_status(op.status) in FINISHED
+        return {"id": op.id, "kind": op.kind, "status": op.status, "start": rfc3339(op.created_at),
+                "end": rfc3339(op.updated_at) if done else None}
+
     rows = []
     for r in state.resources.ordered():
         rows.append(row("model_resources", r, r.base_model, None))
         for sid in r.session_ids:
             s = state.sessions.get(sid)
             if s is not None:
-                rows.append(row("training_session", s, s.display_name or s.id, r.id))
-                rows.extend(row("operation", op, op.kind, sid) for op in ops if op.session_id == sid)
+                lane = row("training_session", s, s.display_name or s.id, r.id)
+                mine = by_session.get(sid, [])
+                lane["marks"] = [mark(op) for op in mine[-TIMELINE_MARKS:]]
+                lane["more"] = max(0, len(mine) - TIMELINE_MARKS)
+                rows.append(lane)
     return {"rows": rows}
-

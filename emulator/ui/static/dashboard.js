@@ -8,7 +8,6 @@
   const tenantMatch = location.pathname.match(/^\/_emulator\/ui\/tenants\/([^/]+)\/?$/);
   const project = tenantMatch ? decodeURIComponent(tenantMatch[1]) : null;
   const PALETTE = ["#2f6fdf", "#d9453b", "#2e9d5b", "#ef8a3c", "#8d6ac8", "#13a3b5", "#b5467a", "#6b7480"];
-  const FINISHED = new Set(["COMPLETED", "FAILED"]);
   const STATUSES = ["PENDING", "CREATING", "READY", "RUNNING", "COMPLETED", "STOPPING", "STOPPED", "EXPIRED", "FAILED", "ERROR"];
   const FAULT_EXAMPLES = {
     "overloaded: the next 2 session creates answer 429": {
@@ -26,7 +25,8 @@
   };
 
   const $ = (id) => document.getElementById(id);
-  const state = {view: null, clock: null, events: [], lastSeq: 0, faults: [], chart: null, chartKey: ""};
+  const state = {view: null, clock: null, events: [], lastSeq: 0, faults: [], chart: null, chartKey: "",
+                 collapsed: new Set(), expanded: new Set()};
 
   // --- helpers ---------------------------------------------------------------------------------
   function el(tag, attrs, ...children) {
@@ -46,7 +46,7 @@
   }
   const short = (status) => (status || "").replace(/^.*_STATUS_/, "");
   const badge = (status) => el("span", {class: `badge st-${short(status)}`, title: status}, short(status));
-  const shortId = (id) => (id && id.length > 14 ? `${id.slice(0, 12)}…` : id || "");
+  const shortId = (id, n = 12) => (id && id.length > n + 2 ? `${id.slice(0, n)}…` : id || "");
   const idCell = (id) => el("td", {class: "id", title: id}, shortId(id));
   function time(iso) {
     if (!iso) return "";
@@ -182,32 +182,48 @@
     $("ops-count").textContent = v.operations_total > v.operations.length
       ? `latest ${v.operations.length} of ${v.operations_total}` : `${v.operations_total}`;
     fill("operations", v.operations.map((op) => el("tr", {dataset: {id: op.id, status: op.status}},
-      idCell(op.id), idCell(op.session_id), el("td", null, op.kind), el("td", {class: "status"}, badge(op.status)),
+      idCell(op.id), el("td", {class: "id", title: op.session_id}, sessionName(v, op.session_id)), el("td", null, op.kind), el("td", {class: "status"}, badge(op.status)),
       el("td", {class: op.error ? "err" : "mono", title: op.error ? op.error.message : ""}, result(op)),
       timeCell(op.created_at), timeCell(op.updated_at))));
     fill("samples", v.samples.map((smp) => el("tr", {dataset: {id: smp.id}},
-      timeCell(smp.at), idCell(smp.session_id), el("td", {class: "num"}, smp.weights_version),
-      el("td", {class: "mono"}, smp.results.map((r) => el("div", {class: "seq"}, r.prompt.join(" "),
-        textOf(r.prompt_text)))),
-      el("td", {class: "mono"}, smp.results.flatMap((r) => r.sequences.map((seq) => el("div", {class: "seq"},
-        `${seq.tokens.join(" ")} `,
-        el("span", {class: "muted"}, `(${(seq.stop_reason || "").replace("STOP_REASON_", "").toLowerCase()})`),
-        textOf(seq.text))))))));
+      timeCell(smp.at), el("td", {class: "id", title: smp.session_id}, sessionName(v, smp.session_id)),
+      el("td", {class: "num"}, smp.weights_version),
+      el("td", null, smp.results.map((r) => tokens(r.prompt, r.prompt_text))),
+      el("td", null, smp.results.flatMap((r) => r.sequences.map((seq) => tokens(seq.tokens, seq.text,
+        el("span", {class: "muted stop"}, ` (${(seq.stop_reason || "").replace("STOP_REASON_", "").toLowerCase()})`))))))));
     fill("checkpoints", v.checkpoints.map((c) => el("tr", {dataset: {id: c.id}},
-      idCell(c.id), idCell(c.session_id), el("td", null, c.type.replace("CHECKPOINT_TYPE_", "").toLowerCase()),
+      idCell(c.id), el("td", {class: "id", title: c.session_id}, sessionName(v, c.session_id)), el("td", null, c.type.replace("CHECKPOINT_TYPE_", "").toLowerCase()),
       el("td", {class: "num"}, c.step), timeCell(c.created_at))));
     drawLoss(v.losses);
     drawTimeline();
   }
 
-  // The text the ids decode to, under the model's real tokenizer (absent where it is not installed).
-  function textOf(text) {
-    return text == null ? "" : el("div", {class: "text"}, JSON.stringify(text));
+  // A prompt or a completion: its text where the model's tokenizer is installed (the ids on hover), else its
+  // ids, each one unbreakable so that a line wraps between ids, never inside one.
+  function tokens(ids, text, suffix) {
+    ids = ids || [];
+    if (text != null) {
+      return el("div", {class: "seq text", title: ids.join(" ")}, text, suffix);
+    }
+    const parts = ids.flatMap((t, i) => (i ? [" ", el("span", {class: "tok"}, String(t))] : [el("span", {class: "tok"}, String(t))]));
+    return el("div", {class: "seq ids mono"}, parts, suffix);
+  }
+
+  // A session by its display name, or its short id.
+  function sessionName(v, id) {
+    const s = (v.sessions || []).find((x) => x.id === id);
+    return (s && s.display_name) || shortId(id, 8);
+  }
+
+  // Losses fall towards 0 as a model memorises its data: small ones keep their significant digits.
+  function fmtLoss(x) {
+    if (typeof x !== "number") return "-";
+    return x !== 0 && Math.abs(x) < 0.001 ? x.toExponential(2) : x.toFixed(4);
   }
 
   function result(op) {
     if (op.error) return op.error.code.replace(/^.*_ERROR_CODE_/, "");
-    if (typeof op.loss === "number") return `loss ${op.loss.toFixed(4)}`;
+    if (typeof op.loss === "number") return `loss ${fmtLoss(op.loss)}`;
     if (op.step !== undefined) return `step ${op.step}`;
     if (op.weights_version !== undefined) return `weights v${op.weights_version}`;
     return "";
@@ -229,23 +245,36 @@
       const at = new Map(c.x.map((x, i) => [x, c.loss[i]]));
       return xs.map((x) => (at.has(x) ? at.get(x) : null));
     })];
-    const key = curves.map((c) => `${c.session_id}:${c.label}`).join(",");
+    const key = curves.map((c) => `${c.session_id}:${c.label}:${c.loss[c.loss.length - 1]}`).join(",");
     const width = Math.max(300, box.clientWidth);
     if (state.chart && state.chartKey === key && state.chart.width === width) {
       state.chart.setData(data);
       return;
     }
     if (state.chart) state.chart.destroy();
+    // Steps are whole numbers: integer ticks only. The legend names each curve (display name or short id)
+    // with its latest loss; it is not live, so there is no "step: --" row for the x values.
     state.chart = new uPlot({
       width, height: 240,
       scales: {x: {time: false}},
-      axes: [{label: "forward-backward #", stroke: "#6b7480"}, {label: "loss", stroke: "#6b7480"}],
-      series: [{label: "#"}, ...curves.map((c, i) => ({
-        label: c.label, stroke: PALETTE[i % PALETTE.length], width: 2, spanGaps: true,
-        value: (u, v) => (v === null || v === undefined ? "-" : v.toFixed(4)),
+      legend: {live: false},
+      axes: [{label: "forward-backward (step)", stroke: "#6b7480", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000],
+              values: (u, ticks) => {
+                const shown = ticks.map((t) => (Number.isInteger(t) ? String(t) : ""));
+                box.dataset.xticks = shown.filter(Boolean).join(" ");  // what the axis reads, for tests
+                return shown;
+              }},
+             {label: "loss", stroke: "#6b7480", size: 60, values: (u, ticks) => ticks.map((t) => fmtAxis(t))}],
+      series: [{label: "step"}, ...curves.map((c, i) => ({
+        label: `${c.label}  (last ${fmtLoss(c.loss[c.loss.length - 1])})`,
+        stroke: PALETTE[i % PALETTE.length], width: 2, spanGaps: true,
       }))],
     }, data, box);
     state.chartKey = key;
+  }
+
+  function fmtAxis(t) {
+    return t !== 0 && Math.abs(t) < 0.001 ? t.toExponential(0) : String(+t.toPrecision(6));
   }
 
   // --- timeline (SVG) --------------------------------------------------------------------------
@@ -257,6 +286,11 @@
     return node;
   }
 
+  // One lane per resource and per session (under its resource); a session's operations are marks on its lane,
+  // coloured by status, its own status a thin band beneath them. A resource's sessions fold away (click its
+  // name); a session unfolds into one row per kind of operation (click its name).
+  const KIND_ORDER = ["forward-backward", "custom-forward-backward", "optim-step", "sample", "weights-sync",
+                      "inference-checkpoint", "training-checkpoint"];
   function drawTimeline() {
     const v = state.view;
     const box = $("timeline");
@@ -265,40 +299,105 @@
     if (!rows.length) { box.replaceChildren(el("p", {class: "empty"}, "Nothing has happened yet.")); return; }
     const now = Date.parse(state.clock.now);
     const windowSeconds = Number($("timeline-window").value);
-    let start = windowSeconds ? now - windowSeconds * 1000 : Math.min(...rows.map((r) => Date.parse(r.segments[0].start)));
+    const firsts = rows.flatMap((r) => [Date.parse(r.segments[0].start), ...(r.marks || []).slice(0, 1).map((m) => Date.parse(m.start))]);
+    let start = windowSeconds ? now - windowSeconds * 1000 : Math.min(...firsts);
     let end = now;
     if (end - start < 1000) start = end - 1000;
-    const width = Math.max(400, box.clientWidth), labelW = 230, rowH = 17, top = 18;
+    const span = end - start;
+    end += span * 0.01;  // room for the newest marks at the right edge
+    const width = Math.max(400, box.clientWidth), labelW = 230, top = 18;
     const plotW = width - labelW - 8;
     const x = (t) => labelW + ((t - start) / (end - start)) * plotW;
-    const root = svg("svg", {width, height: top + rows.length * rowH + 4, viewBox: `0 0 ${width} ${top + rows.length * rowH + 4}`});
-    for (let i = 0; i <= 4; i++) {
-      const t = start + ((end - start) * i) / 4;
-      const gx = x(t);
-      root.append(svg("line", {class: "grid", x1: gx, x2: gx, y1: top - 4, y2: top + rows.length * rowH}));
-      const anchor = i === 0 ? "start" : i === 4 ? "end" : "middle";
-      root.append(svg("text", {class: "axis", x: gx, y: 11, "text-anchor": anchor}, new Date(t).toISOString().slice(11, 19)));
-    }
-    rows.forEach((row, i) => {
-      const y = top + i * rowH;
-      const g = svg("g", {class: `lane lane-${row.kind === "model_resources" ? "resource" : row.kind}`, "data-id": row.id});
-      const indent = row.kind === "model_resources" ? 0 : row.kind === "training_session" ? 10 : 20;
-      const name = row.kind === "operation" ? `${row.label} ${row.id.slice(0, 6)}` : `${row.label} ${shortId(row.id)}`;
-      g.append(svg("text", {class: "label", x: indent, y: y + 12}, name.length > 36 ? `${name.slice(0, 35)}…` : name));
-      for (const seg of row.segments) {
-        const s = Math.max(start, Date.parse(seg.start));
-        // A finished operation is a moment, not a state that lasts: a tick, not a bar to now.
-        const done = row.kind === "operation" && !seg.end && FINISHED.has(short(seg.status));
-        const e = seg.end ? Date.parse(seg.end) : done ? s : now;
-        if (e < start) continue;
-        const rect = svg("rect", {class: `st-${short(seg.status)}`, x: x(s), y: y + 2, height: rowH - 5,
-                                  width: Math.max(done ? 3 : 1.5, x(e) - x(s)), rx: done ? 1 : 2});
-        rect.append(svg("title", {}, `${short(seg.status)}  ${seg.start} → ${seg.end || "now"}`));
-        g.append(rect);
+    // Lay the lanes out first: [kind, row, height, extra]
+    const lanes = [];
+    let hiddenUnder = null;
+    for (const row of rows) {
+      if (row.kind === "model_resources") {
+        hiddenUnder = state.collapsed.has(row.id) ? row.id : null;
+        const n = rows.filter((r) => r.parent === row.id).length;
+        lanes.push({row, h: 20, n});
+      } else if (!hiddenUnder) {
+        lanes.push({row, h: 26});
+        if (state.expanded.has(row.id)) {
+          const kinds = [...new Set((row.marks || []).map((m) => m.kind))]
+            .sort((a, b) => KIND_ORDER.indexOf(a) - KIND_ORDER.indexOf(b));
+          for (const kind of kinds) lanes.push({row, kind, h: 15});
+        }
       }
-      root.append(g);
-    });
-    root.append(svg("line", {class: "nowline", x1: x(now), x2: x(now), y1: top - 4, y2: top + rows.length * rowH}));
+    }
+    const height = top + lanes.reduce((n, l) => n + l.h, 0) + 4;
+    const root = svg("svg", {width, height, viewBox: `0 0 ${width} ${height}`});
+    const precise = span < 10_000;
+    for (let i = 0; i <= 4; i++) {
+      const t = start + (span * i) / 4;
+      const gx = x(t);
+      root.append(svg("line", {class: "grid", x1: gx, x2: gx, y1: top - 4, y2: height - 4}));
+      const anchor = i === 0 ? "start" : i === 4 ? "end" : "middle";
+      root.append(svg("text", {class: "axis", x: gx, y: 11, "text-anchor": anchor},
+                      new Date(t).toISOString().slice(11, precise ? 23 : 19)));
+    }
+    const label = (g, text, suffix, y, indent, toggle, open) => {
+      const room = 34 - suffix.length;
+      const name = (text.length > room ? `${text.slice(0, room - 1)}…` : text) + suffix;
+      const t = svg("text", {class: toggle ? "label toggle" : "label", x: indent, y}, `${toggle ? (open ? "▾ " : "▸ ") : ""}${name}`);
+      if (toggle) {
+        t.setAttribute("role", "button");
+        t.setAttribute("data-toggle", toggle);
+        t.setAttribute("aria-expanded", String(open));
+        t.addEventListener("click", () => {
+          const set = toggle === "resource" ? state.collapsed : state.expanded;
+          const id = g.getAttribute("data-id");
+          if (set.has(id)) set.delete(id); else set.add(id);
+          drawTimeline();
+        });
+      }
+      g.append(t);
+    };
+    const bar = (g, seg, y, h, kind) => {
+      const s = Math.max(start, Date.parse(seg.start));
+      const e = seg.end ? Date.parse(seg.end) : now;
+      if (e < start) return;
+      const rect = svg("rect", {class: `st-${short(seg.status)}`, x: x(s), y, height: h, width: Math.max(1.5, x(e) - x(s)), rx: 2});
+      rect.append(svg("title", {}, `${kind ? `${kind} ` : ""}${short(seg.status)}  ${seg.start} → ${seg.end || "now"}`));
+      g.append(rect);
+    };
+    const mark = (g, m, y, h) => {
+      const s = Math.max(start, Date.parse(m.start));
+      const e = m.end ? Date.parse(m.end) : now;
+      if (e < start) return;
+      const rect = svg("rect", {class: `mark st-${short(m.status)}`, "data-kind": m.kind, x: x(s) - 1, y, height: h,
+                                width: Math.max(2, x(e) - x(s) + 1)});
+      rect.append(svg("title", {}, `${m.kind} ${short(m.status)}  ${m.start} → ${m.end || "now"}`));
+      g.append(rect);
+    };
+    let y = top;
+    for (const lane of lanes) {
+      const row = lane.row;
+      if (row.kind === "model_resources") {
+        const g = svg("g", {class: "lane lane-resource", "data-id": row.id});
+        const open = !state.collapsed.has(row.id);
+        label(g, `${row.label} ${shortId(row.id, 8)}`, open ? "" : ` (${lane.n} session${lane.n === 1 ? "" : "s"})`,
+              y + 13, 0, lane.n ? "resource" : null, open);
+        for (const seg of row.segments) bar(g, seg, y + 3, 13);
+        root.append(g);
+      } else if (!lane.kind) {
+        const g = svg("g", {class: "lane lane-session", "data-id": row.id, "data-marks": String((row.marks || []).length)});
+        const open = state.expanded.has(row.id);
+        const name = row.label === row.id ? shortId(row.id, 8) : row.label;
+        label(g, name, ` · ${(row.marks || []).length + (row.more || 0)} ops`, y + 15, 10,
+              (row.marks || []).length ? "session" : null, open);
+        for (const seg of row.segments) bar(g, seg, y + 19, 4);
+        if (!open) for (const m of row.marks || []) mark(g, m, y + 3, 14);
+        root.append(g);
+      } else {
+        const g = svg("g", {class: "lane lane-kind", "data-id": row.id, "data-kind": lane.kind});
+        g.append(svg("text", {class: "label axis", x: 26, y: y + 11}, lane.kind));
+        for (const m of row.marks.filter((mm) => mm.kind === lane.kind)) mark(g, m, y + 2, 11);
+        root.append(g);
+      }
+      y += lane.h;
+    }
+    root.append(svg("line", {class: "nowline", x1: x(now), x2: x(now), y1: top - 4, y2: height - 4}));
     box.replaceChildren(root);
   }
 
@@ -331,13 +430,16 @@
     fill("faults", faults.map((f) => el("tr", {dataset: {name: f.name}},
       el("td", {class: "mono"}, f.name),
       el("td", {class: "rule", title: JSON.stringify(f, null, 1)}, describeRule(f)),
-      el("td", {class: "num"}, f.matched),
+      el("td", {class: "num fired", title: `matched ${f.matched} request(s); fired on ${f.fired}`}, f.fired),
+      el("td", {class: "num matched"}, f.matched),
       el("td", null, el("button", {type: "button", class: "remove", title: `remove ${f.name}`,
                                    onclick: () => removeFault(f.name).catch(fail)}, "Remove")))), "faults-empty");
   }
 
   function describeRule(f) {
-    const match = Object.entries(f.match || {}).map(([k, v]) => `${k}=${v}`).join(" ") || "every request";
+    // An operationId reads as itself; the other keys are named.
+    const match = Object.entries(f.match || {}).map(([k, v]) => (k === "operation_id" ? v : `${k}=${v}`)).join(" ")
+      || "every request";
     const t = f.trigger || {};
     const when = "first_n" in t ? `first ${t.first_n}` : "nth" in t ? `call ${t.nth.join(", ")}`
       : "probability" in t ? `p=${t.probability}` : "always";
