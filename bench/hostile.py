@@ -151,7 +151,7 @@ def streams(work: Path) -> dict[str, Any]:
 def replay() -> dict[str, Any]:
     from starlette.testclient import TestClient
 
-    from emulator.tools.recording import ReplayApp
+    from emulator.tools.replay import ReplayApp
 
     app = ReplayApp([])
     client = TestClient(app, base_url="http://127.0.0.1:8765")  # type: ignore[arg-type]

@@ -1,7 +1,8 @@
 """Command line (``together-rl-emulator`` = ``python -m emulator``).
 
 - ``serve [--host H] [--port P] ...``: the emulator (``--port 0`` picks a free port).
-- ``replay NAME|FILE [--port P]``: answer requests from a recording (shipped, by name, or a file).
+- ``replay NAME|FILE [--port P] [--loop] [--pace SPEED]``: answer requests from a recording (shipped, by name,
+  or a file), with the docs, the clock and a dashboard of the replay.
 - ``record --upstream URL --out FILE [--port P]``: a recording proxy.
 - ``cluster --workers N [--state-dir DIR] [serve options]``: N shards behind HAProxy (one emulator for a
   team); ``cluster --print-config --shard-address HOST:PORT ...``: HAProxy's configuration for shards
@@ -135,10 +136,17 @@ def _serve(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from emulator import fixture_files
     from emulator.http.site import SiteGuard
-    from emulator.tools.recording import ReplayApp, load_recording
+    from emulator.config import Config
+    from emulator.tools.recording import load_recording
+    from emulator.tools.replay import ReplayApp
 
+    if not Config(host=args.host).is_loopback and not args.admin_token:
+        print(f"emulator replay: --host {args.host} is not loopback: set --admin-token for the control calls",
+              file=sys.stderr)
+        return 2
     try:  # a shipped recording by name (fixtures/recordings/NAME.jsonl), or a path
-        app = ReplayApp(load_recording(fixture_files.resolve("recordings", args.file)), SiteGuard(args.host))
+        app = ReplayApp(load_recording(fixture_files.resolve("recordings", args.file)), SiteGuard(args.host),
+                        loop=args.loop, pace=args.pace, admin_token=args.admin_token)
     except (OSError, LookupError, ValueError) as exc:
         print(f"emulator replay: {exc}", file=sys.stderr)
         return 2
@@ -194,6 +202,16 @@ def _examples(args: argparse.Namespace) -> int:
     return 0
 
 
+def _speed(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1_000_000:
+        raise argparse.ArgumentTypeError("SPEED must be > 0 and at most 1000000")
+    return value
+
+
 def _port(text: str) -> int:
     if not text.strip().isdigit() or not 0 <= int(text) <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
@@ -229,6 +247,13 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     replay.add_argument("--port", type=_port, default=8765,
                         help="TCP port (default 8765); 0 picks a free port and prints the URL")
+    replay.add_argument("--loop", action="store_true",
+                        help="start over by itself when a request was only recorded already answered "
+                             "(so the same client can run again); POST /_emulator/replay/rewind does it by hand")
+    replay.add_argument("--pace", type=_speed, metavar="SPEED", default=None,
+                        help="answer no earlier than the recorded times, at SPEED times real time (1: as recorded)")
+    replay.add_argument("--admin-token", default=None,
+                        help="required on /_emulator/* (mandatory when --host is not loopback)")
     record = sub.add_parser("record", help="a recording proxy in front of another implementation",
                             description="Forward every request to --upstream and write each exchange to --out "
                             "(JSONL, secrets redacted, readable by its owner only), for replay later.")

@@ -128,8 +128,22 @@ class UnitOfWork:
             runtime.lock.release()
 
 
+class RecordingSwitch(Protocol):
+    """Recording switched on and off at run time (:class:`emulator.tools.recording.RecordingControl`, plugged
+    in by the server composition, which wraps the app in the recorder)."""
+
+    def start(self, canonical: bool = False) -> dict[str, Any]: ...
+
+    def stop(self) -> dict[str, Any]: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def download(self) -> str: ...
+
+
 class Runtime:
     scenarios: ScenarioLibrary | None = None
+    recording: RecordingSwitch | None = None
 
     def __init__(self, config: Config) -> None:
         self.config = config

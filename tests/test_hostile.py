@@ -29,7 +29,8 @@ from emulator.runtime import Runtime
 from emulator.store.memory import EventLog
 from emulator.store.tenant import Tenant
 from emulator.tenancy import CACHE_BYTES, Tenancy
-from emulator.tools.recording import MAX_MISS_CHARS, MAX_MISSES, ReplayApp, load_recording
+from emulator.tools.recording import MAX_MISS_CHARS, MAX_MISSES, load_recording
+from emulator.tools.replay import ReplayApp
 from emulator.tools.testing import serve_in_thread
 from emulator.ui.stream import Settler
 from tests.conftest import make_client

@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from emulator.config import Config
-from emulator.tools.recording import ReplayApp, load_recording
+from emulator.tools.recording import load_recording
+from emulator.tools.replay import ReplayApp
 from emulator.tools.testing import serve_app, serve_in_thread
 
 AUTH = {"Authorization": "Bearer rec-key"}

@@ -185,11 +185,12 @@ def guarded() -> TestClient:
     runtime = Runtime(Config(clock="manual", admin_token="s3cret", validate_responses=True))
     with make_client(runtime) as c:
         create_resource(c)
+        c.runtime = runtime  # type: ignore[attr-defined]
         yield c
 
 
 def test_ui_without_the_admin_token_is_401_error_data(guarded: TestClient) -> None:
-    project = guarded.app.runtime.tenancy.project_for_token("test-token")  # type: ignore[attr-defined]
+    project = guarded.runtime.tenancy.project_for_token("test-token")  # type: ignore[attr-defined]
     paths = [UI, f"{UI}/tenants/{project}", f"{UI}/api/tenants", f"{UI}/api/tenants/{project}",
              f"{UI}/api/lookup?api_key=k", f"{UI}/api/stream", f"{UI}/api/stream?project={project}",
              f"{UI}/api/tenants/proj_unknown"]
@@ -200,7 +201,7 @@ def test_ui_without_the_admin_token_is_401_error_data(guarded: TestClient) -> No
 
 
 def test_ui_accepts_the_admin_token_as_header_or_query(guarded: TestClient) -> None:
-    project = guarded.app.runtime.tenancy.project_for_token("test-token")  # type: ignore[attr-defined]
+    project = guarded.runtime.tenancy.project_for_token("test-token")  # type: ignore[attr-defined]
     assert guarded.get(f"{UI}/api/tenants/{project}", headers={"X-Emulator-Admin-Token": "s3cret"}).status_code == 200
     assert guarded.get(f"{UI}/api/tenants/{project}?admin_token=s3cret").status_code == 200
     assert guarded.get(f"{UI}?admin_token=s3cret").status_code == 200

@@ -18,7 +18,7 @@ from emulator.clock import ClockError, parse_rfc3339
 from emulator.config import ConfigError, load_data_file
 from emulator.errors import Invalid, NotFound
 from emulator.faults import FaultError
-from emulator.runtime import Runtime, ScenarioLibrary
+from emulator.runtime import RecordingSwitch, Runtime, ScenarioLibrary
 from emulator.store import snapshot
 
 TENANT_HEADER = "x-emulator-tenant"
@@ -298,3 +298,34 @@ async def admin_load_scenario(req: Request) -> Reply:
     except ValueError as exc:
         raise Invalid(str(exc), code="invalid_scenario") from exc
     return 200, result
+
+
+# --- recording at run time -------------------------------------------------------------------------------
+
+def _recording(req: Request) -> RecordingSwitch:
+    control = req.runtime.recording
+    if control is None:
+        raise NotFound("this app was built without the recorder", code="not_implemented")
+    return control
+
+
+def admin_start_recording(req: Request) -> Reply:
+    try:
+        return 200, _recording(req).start(canonical=bool(req.json().get("canonical")))
+    except ValueError as exc:
+        raise Invalid(str(exc), code="recording_state") from exc
+
+
+def admin_stop_recording(req: Request) -> Reply:
+    try:
+        return 200, _recording(req).stop()
+    except ValueError as exc:
+        raise Invalid(str(exc), code="recording_state") from exc
+
+
+def admin_get_recording(req: Request) -> Reply:
+    try:
+        text = _recording(req).download()
+    except ValueError as exc:
+        raise Invalid(str(exc), code="recording_state") from exc
+    return 200, text.encode("utf-8"), {"content-type": "application/x-ndjson"}

@@ -3,10 +3,11 @@
 - ``serve --record FILE`` wraps the whole app: every request and response, with the virtual time.
 - ``python -m emulator record --upstream URL --out FILE --port P``: a recording proxy in front of
   another implementation (the real service or another emulator).
-- ``python -m emulator replay NAME|FILE --port P``: answers requests with the recorded responses (of
-  a shipped recording, ``fixtures/recordings/NAME.jsonl``, or of a file), in order: each request takes
-  the first unused exchange with the same method, path and query. A request with no answer gets 404
-  (``ErrorData``, code ``no_recorded_answer``) and is reported on stderr and at ``GET /_emulator/replay``.
+- ``POST /_emulator/recording/start`` and ``/stop`` (the control plane, :class:`RecordingControl`): record
+  from now on and stop, at run time, as moto's recorder does; ``GET /_emulator/recording`` downloads what was
+  recorded, in the same format (into the ``--record`` file instead when the server has one).
+- ``python -m emulator replay NAME|FILE --port P``: answers requests with the recorded responses
+  (:mod:`emulator.tools.replay`).
 
 What a recording keeps, and what it changes:
 
@@ -28,8 +29,7 @@ What a recording keeps, and what it changes:
   against the same seed on the manual clock records the same bytes.
 
 Replay lists the requests it could not answer at ``GET /_emulator/replay``, bounded: the first
-``MAX_MISSES`` of them, each cut to ``MAX_MISS_CHARS`` characters, and a count of all. Like the
-emulator, it answers only Host names of its bind address and no foreign Origin (:mod:`emulator.http.site`).
+``MAX_MISSES`` of them, each cut to ``MAX_MISS_CHARS`` characters, and a count of all.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from __future__ import annotations
 import base64
 import os
 import re
-import sys
 import threading
 from pathlib import Path
 from types import MappingProxyType
@@ -48,9 +47,7 @@ import orjson
 
 from emulator.clock import rfc3339
 from emulator.http.access_log import redact_query
-from emulator.http.asgi import ASGIApp, Message, Receive, Scope, Send, lifespan, send_json
-from emulator.http.envelope import render_error
-from emulator.http.site import SiteGuard
+from emulator.http.asgi import ASGIApp, Message, Receive, Scope, Send, lifespan
 from emulator.ui import is_dashboard_path
 
 REDACTED = "Bearer <redacted>"
@@ -76,7 +73,7 @@ def _encode_body(data: bytes) -> dict[str, str]:
         return {"base64": base64.b64encode(data).decode()}
 
 
-def _decode_body(body: dict[str, str]) -> bytes:
+def decode_body(body: dict[str, str]) -> bytes:
     if "base64" in body:
         return base64.b64decode(body["base64"])
     return body.get("text", "").encode("utf-8")
@@ -96,17 +93,55 @@ def _request_body(path: str, data: bytes) -> bytes:
     return data
 
 
+#: What a recording kept in memory (started at run time, no ``--record`` file) may hold; past it, the
+#: exchanges are not kept and the status says ``truncated``.
+MAX_MEMORY_BYTES = 256 << 20
+#: Paths of the run-time recording's own control calls, never recorded.
+RECORDING_PATH = "/_emulator/recording"
+
+
+class _MemorySink:
+    """The lines of a recording kept in memory, bounded by ``limit`` characters."""
+
+    def __init__(self, limit: int) -> None:
+        self.lines: list[str] = []
+        self.size = 0
+        self.limit = limit
+        self.truncated = False
+
+    def write(self, text: str) -> None:
+        if self.size + len(text) > self.limit:
+            self.truncated = True
+            return
+        self.lines.append(text)
+        self.size += len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class Recorder:
-    """Appends one JSON line per exchange to ``path``; ``now`` gives the virtual time of each.
+    """Appends one JSON line per exchange to ``path`` (None: to memory, :meth:`text`); ``now`` gives the
+    virtual time of each.
 
     ``canonical``: record the same bytes whenever the answers are the same (see the module docstring).
     """
 
-    def __init__(self, path: str, now: Any, *, canonical: bool = False) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        # Owner-only: even redacted, a recording holds a client's data.
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        self._file = open(fd, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the server's life
+    def __init__(self, path: str | None, now: Any, *, canonical: bool = False,
+                 memory_limit: int = MAX_MEMORY_BYTES) -> None:
+        self._memory: _MemorySink | None = None
+        self._file: Any
+        if path is None:
+            self._file = self._memory = _MemorySink(memory_limit)
+        else:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            # Owner-only: even redacted, a recording holds a client's data.
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            self._file = open(fd, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the server's life
+        self.path = path
         self._now = now
         self._canonical = canonical
         self._lock = threading.Lock()
@@ -118,6 +153,21 @@ class Recorder:
     def close(self) -> None:
         with self._lock:
             self._file.close()
+
+    @property
+    def exchanges(self) -> int:
+        return self._seq
+
+    @property
+    def truncated(self) -> bool:
+        return self._memory is not None and self._memory.truncated
+
+    def text(self) -> str:
+        """What a recording in memory holds (JSONL, as a file recording would)."""
+        if self._memory is None:
+            raise ValueError("this recording goes to a file")
+        with self._lock:
+            return "".join(self._memory.lines)
 
     def _redact_tokens(self, data: bytes) -> bytes:
         def placeholder(m: re.Match[bytes]) -> bytes:
@@ -196,17 +246,75 @@ class Recorder:
             self._file.flush()
 
 
+class RecordingError(ValueError):
+    pass
+
+
+class RecordingControl:
+    """Recording switched on and off while the server runs (``/_emulator/recording/start|stop``).
+
+    With a ``--record`` file, one recorder appends to it for the server's life and start/stop pause and resume
+    it (one numbering of exchanges and placeholders for the whole file). Without one, each start begins a new
+    recording in memory, which ``GET /_emulator/recording`` downloads (during it, or after the stop).
+    """
+
+    def __init__(self, now: Any, path: str | None = None, *, recording: bool = False) -> None:
+        self.now = now
+        self.path = path
+        self.recorder: Recorder | None = Recorder(path, now) if path else None
+        self.active = bool(path) and recording
+        self._lock = threading.Lock()
+
+    def current(self) -> Recorder | None:
+        return self.recorder if self.active else None
+
+    def start(self, canonical: bool = False) -> dict[str, Any]:
+        with self._lock:
+            if self.active:
+                raise RecordingError("already recording; stop it first (POST /_emulator/recording/stop)")
+            if self.path is None:
+                self.recorder = Recorder(None, self.now, canonical=canonical)
+            self.active = True
+        return self.status()
+
+    def stop(self) -> dict[str, Any]:
+        with self._lock:
+            if not self.active:
+                raise RecordingError("not recording; start it with POST /_emulator/recording/start")
+            self.active = False
+        return self.status()
+
+    def status(self) -> dict[str, Any]:
+        recorder = self.recorder
+        return {"recording": self.active, "file": self.path,
+                "exchanges": recorder.exchanges if recorder is not None else 0,
+                "truncated": recorder.truncated if recorder is not None else False}
+
+    def download(self) -> str:
+        if self.path is not None:
+            raise RecordingError(f"this server records into its --record file; read it there")
+        if self.recorder is None:
+            raise RecordingError("nothing recorded yet; start with POST /_emulator/recording/start")
+        return self.recorder.text()
+
+
 class RecordingApp:
-    def __init__(self, app: ASGIApp, recorder: Recorder) -> None:
+    """Records the exchanges of ``app`` with a recorder (always on) or a :class:`RecordingControl` (when on)."""
+
+    def __init__(self, app: ASGIApp, recorder: Recorder | RecordingControl) -> None:
         self.app = app
-        self.recorder = recorder
+        self.control = recorder if isinstance(recorder, RecordingControl) else None
+        self.recorder = recorder if isinstance(recorder, Recorder) else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # The dashboard's pages and event streams are not API traffic (and a stream never ends).
-        if scope["type"] != "http" or is_dashboard_path(scope["path"]):
+        recorder = self.recorder if self.control is None else self.control.current()
+        # The dashboard's pages and event streams are not API traffic (and a stream never ends); the calls that
+        # switch recording are not part of what is recorded.
+        if (recorder is None or scope["type"] != "http" or is_dashboard_path(scope["path"])
+                or scope["path"].startswith(RECORDING_PATH)):
             await self.app(scope, receive, send)
             return
-        await self.recorder.exchange(self.app, scope, receive, send)
+        await recorder.exchange(self.app, scope, receive, send)
 
 
 class ProxyApp:
@@ -254,68 +362,3 @@ def load_recording(path: str) -> list[dict[str, Any]]:
                 raise ValueError(f"{path}:{lineno}: not a recorded exchange ({exc})") from exc
             entries.append(entry)
     return entries
-
-
-class ReplayApp:
-    def __init__(self, entries: list[dict[str, Any]], guard: SiteGuard | None = None) -> None:
-        self.entries = entries
-        self.guard = guard
-        self.used = [False] * len(entries)
-        self.misses: list[str] = []   # the first MAX_MISSES, each cut short
-        self.missed = 0               # all of them
-        self._lock = threading.Lock()
-
-    def report(self) -> dict[str, Any]:
-        return {"recorded": len(self.entries), "answered": sum(self.used), "unused": self.used.count(False),
-                "unanswered": list(self.misses), "unanswered_total": self.missed}
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            await lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return
-        while (await receive()).get("more_body"):
-            pass
-        refused = self.guard.refusal(scope) if self.guard is not None else None
-        if refused is not None:
-            status, message, code = refused
-            await send_json(send, status, render_error(status, message, code=code))
-            return
-        if scope["path"] == "/_emulator/replay":
-            await send_json(send, 200, orjson.dumps(self.report()))
-            return
-        if scope["path"] == "/_emulator/health":
-            await send_json(send, 200, b'{"status":"ok"}')
-            return
-        method, path = scope["method"], scope["path"]
-        query = redact_query(scope.get("query_string", b"").decode("latin-1"))
-        with self._lock:
-            index = next((i for i, e in enumerate(self.entries) if not self.used[i]
-                          and e["request"]["method"] == method and e["request"]["path"] == path
-                          and e["request"].get("query", "") == query), None)
-            if index is not None:
-                self.used[index] = True
-        if index is None:
-            line = f"{method} {path}{'?' + query if query else ''}"
-            if len(line) > MAX_MISS_CHARS:
-                line = line[:MAX_MISS_CHARS - 15] + "... (truncated)"
-            with self._lock:
-                self.missed += 1
-                kept = len(self.misses) < MAX_MISSES
-                if kept:
-                    self.misses.append(line)
-            if kept:
-                print(f"replay: no recorded answer for {line}", file=sys.stderr, flush=True)
-            await send_json(send, 404, render_error(404, f"no recorded answer for {line}", code="no_recorded_answer"))
-            return
-        entry = self.entries[index]
-        body = _decode_body(entry["response"]["body"])
-        host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
-        recorded_base = entry.get("base_url")
-        if recorded_base and host:
-            body = body.replace(recorded_base.encode(), f"{scope.get('scheme', 'http')}://{host}".encode())
-        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in entry["response"]["headers"].items()]
-        headers.append((b"content-length", str(len(body)).encode()))
-        await send({"type": "http.response.start", "status": entry["response"]["status"], "headers": headers})
-        await send({"type": "http.response.body", "body": body})

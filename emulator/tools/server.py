@@ -1,8 +1,9 @@
 """The app a server runs, composed from the configuration: the emulator, plus the tools it asks for.
 
 ``--scenario`` loads a scenario at start-up (through the app, as a client would), ``--defect`` (TEST ONLY) wraps the app in
-:class:`~emulator.tools.defects.DefectsApp`, and ``--record`` wraps the outermost app, so a recording
-holds exactly what the client saw.
+:class:`~emulator.tools.defects.DefectsApp`, and the recorder wraps the outermost app, so a recording
+holds exactly what the client saw: from the start with ``--record``, or between
+``POST /_emulator/recording/start`` and ``/stop``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from emulator.http.asgi import ASGIApp
 from emulator.runtime import Runtime
 from emulator.tools import scenarios
 from emulator.tools.defects import DefectsApp
-from emulator.tools.recording import Recorder, RecordingApp
+from emulator.tools.recording import RecordingApp, RecordingControl
 
 
 def build_server_app(runtime: Runtime) -> ASGIApp:
@@ -29,10 +30,9 @@ def build_server_app(runtime: Runtime) -> ASGIApp:
             asyncio.run(library.load(config.scenario))
         except scenarios.ScenarioError as exc:
             raise ConfigError(f"--scenario {config.scenario}: {exc}") from exc
-    if config.record_file:
-        try:
-            recorder = Recorder(config.record_file, runtime.clock.now)
-        except OSError as exc:
-            raise ConfigError(f"--record {config.record_file}: {exc}") from exc
-        app = RecordingApp(app, recorder)
-    return app
+    try:  # recording from the start with --record FILE; else switched on at run time (/_emulator/recording)
+        control = RecordingControl(runtime.clock.now, config.record_file, recording=bool(config.record_file))
+    except OSError as exc:
+        raise ConfigError(f"--record {config.record_file}: {exc}") from exc
+    runtime.recording = control
+    return RecordingApp(app, control)

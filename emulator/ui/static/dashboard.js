@@ -122,12 +122,14 @@
       }
       $("gone").hidden = true;
       state.view = view;
+      showReplay(view.replay);
       showClock(view.clock);
       mergeEvents(view.events, view.seq);
       showFaults(view.faults);
       drawTenant(view);
     } else {
       const data = await call("GET", `${BASE}/api/tenants`);
+      showReplay(data.replay);
       showClock(data.clock);
       mergeEvents(data.events, data.seq);
       showFaults(data.faults);
@@ -424,6 +426,24 @@
     refresh();  // the stream would notice within a tick; this shows the result at once
   }
 
+  // --- replay (a replay server's page: no faults or scenarios, its progress and a rewind) -----------
+  function showReplay(replay) {
+    state.replay = replay || null;
+    $("replay-panel").hidden = !replay;
+    if (!replay) return;
+    $("faults-panel").hidden = true;
+    $("scenarios-panel").hidden = true;
+    $("replay-progress").textContent = `answered ${replay.answered} of ${replay.recorded} recorded requests`
+      + `, ${replay.unanswered_total} unanswered, ${replay.rewinds} rewind(s)${replay.loop ? ", looping" : ""}`
+      + (replay.pace ? `, paced at ${replay.pace}×` : "");
+  }
+
+  async function rewind() {
+    await call("POST", `${ADMIN}/replay/rewind`);
+    say("Rewound: the recording answers from its start again");
+    refresh();
+  }
+
   // --- faults ----------------------------------------------------------------------------------
   function showFaults(faults) {
     state.faults = faults;
@@ -587,6 +607,7 @@
       openKey($("lookup-key").value.trim()).catch(fail);
     });
     $("timeline-window").addEventListener("change", drawTimeline);
+    $("rewind").addEventListener("click", () => rewind().catch(fail));
     let resizeTimer = null;
     window.addEventListener("resize", () => {
       clearTimeout(resizeTimer);
@@ -596,6 +617,5 @@
   }
 
   wire();
-  loadScenarios().catch(fail);
-  load().catch(fail).finally(connect);
+  load().then(() => { if (!state.replay) loadScenarios().catch(fail); }).catch(fail).finally(connect);
 })();

@@ -1,0 +1,365 @@
+"""Replay a recording (:mod:`emulator.tools.recording`): the ``replay`` subcommand's server.
+
+Each request takes the first unused recorded exchange with the same method, path and query (queries
+redacted as the recorder redacts them), in order. What a demo needs around that:
+
+- **Rewind**: ``POST /_emulator/replay/rewind`` makes every exchange unused again (and the clock starts
+  over), so the same client can run again. With ``loop`` (``--loop``), a request whose only matches were
+  already answered rewinds by itself: running the same client twice just works.
+- **Pacing** (``--pace SPEED``): an exchange is answered no earlier than its recorded time, on a replay clock
+  that starts at the first answered exchange's time and runs at ``SPEED`` times real time (``1``: as
+  recorded). On a manual clock, answers wait until ``POST /_emulator/clock/advance`` moves it. Without
+  pacing the clock follows the recording: it reads the recorded time of the latest answer.
+- **The clock**: ``GET/POST /_emulator/clock`` and ``POST /_emulator/clock/advance`` are the replay clock's,
+  never answered from the recording.
+- **Docs and dashboard**: ``/docs``, ``/docs/admin/``, ``/openapi.json`` as the emulator serves them; the
+  dashboard at ``/_emulator/ui`` (``/`` sends a browser there) shows the recording as replayed so far
+  (:mod:`emulator.tools.replay_view`).
+- **Near misses**: a request with no recorded answer gets 404 (``ErrorData``, code
+  ``no_recorded_answer``) whose message names the closest recorded request and how it differs (method,
+  path segments, query, body fields), or that it was already answered; the same line goes to stderr and to
+  ``GET /_emulator/replay`` (bounded: the first ``MAX_MISSES``, each cut to ``MAX_MISS_CHARS``).
+
+Control calls (``/_emulator/...`` but ``/health``) need the admin token when one is set, as the emulator's
+do; like the emulator, replay answers only Host names of its bind address and no foreign Origin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+from typing import Any
+
+import orjson
+
+from emulator.clock import Clock, ClockError, parse_rfc3339
+from emulator.errors import Invalid, NotFound
+from emulator.http.access_log import redact_query
+from emulator.http.asgi import Receive, Scope, Send, lifespan, send_json
+from emulator.http.auth import check_admin
+from emulator.http.docs import DocsApp, is_docs_path
+from emulator.http.envelope import MethodNotAllowed, render_error
+from emulator.http.errors import ErrorEnvelope
+from emulator.http.site import SiteGuard
+from emulator.tenancy import Tenancy
+from emulator.tools.recording import MAX_MISS_CHARS, MAX_MISSES, decode_body
+from emulator.tools.replay_view import ReplayDashboard
+from emulator.ui import UI_PATH, is_dashboard_path
+
+PACE_POLL_SECONDS = 0.01   # how often a paced answer looks at the clock
+MAX_BODY_DIFFS = 5         # body fields named in a near-miss report
+MAX_BODY_BYTES = 1 << 20   # of a request body kept for the near-miss report
+
+
+class ReplayApp:
+    def __init__(self, entries: list[dict[str, Any]], guard: SiteGuard | None = None, *, loop: bool = False,
+                 pace: float | None = None, clock: str = "system", admin_token: str | None = None) -> None:
+        self.entries = entries
+        self.guard = guard
+        self.loop = loop
+        self.pace = pace
+        self._clock_mode = clock if pace is not None else "manual"
+        self.tenancy = Tenancy(None, admin_token)
+        self.used = [False] * len(entries)
+        self.order: list[int] = []    # answered exchanges, in the order they were answered (this pass)
+        self.misses: list[str] = []   # the first MAX_MISSES, each cut short
+        self.hints: list[str] = []    # the near-miss report of each of them
+        self.missed = 0               # all of them
+        self.rewinds = 0
+        self._lock = threading.Lock()
+        self._times = [_at(e) for e in entries]
+        self._first = next((t for t in self._times if t is not None), None)
+        self.clock = self._new_clock()
+        self._armed = False           # paced: the clock starts at the first answer of a pass
+        self.docs = ErrorEnvelope(DocsApp())
+        self.dashboard = ErrorEnvelope(ReplayDashboard(self))
+        self.control = ErrorEnvelope(self._control)
+
+    def _new_clock(self) -> Clock:
+        """At the recording's start, keeping the mode and speed the clock was given since."""
+        current = getattr(self, "clock", None)
+        mode, speed = (current.mode, current.speed) if current is not None else (self._clock_mode, self.pace or 1.0)
+        return Clock(mode, speed, self._first)
+
+    # --- state ---------------------------------------------------------------------------------------------
+
+    def report(self) -> dict[str, Any]:
+        return {"recorded": len(self.entries), "answered": sum(self.used), "unused": self.used.count(False),
+                "unanswered": list(self.misses), "near_misses": list(self.hints), "unanswered_total": self.missed,
+                "rewinds": self.rewinds,
+                "loop": self.loop, "pace": self.pace, "clock": self.clock.describe()}
+
+    def rewind(self) -> None:
+        """Every exchange unused again, the clock back at the recording's start; the misses stay listed."""
+        with self._lock:
+            self._rewind()
+
+    def _rewind(self) -> None:
+        self.used = [False] * len(self.entries)
+        self.order = []
+        self.rewinds += 1
+        self.clock = self._new_clock()
+        self._armed = False
+
+    def answered(self) -> list[dict[str, Any]]:
+        """The exchanges answered in this pass, in order (what the dashboard shows)."""
+        with self._lock:
+            return [self.entries[i] for i in self.order]
+
+    # --- HTTP ----------------------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        refused = self.guard.refusal(scope) if self.guard is not None else None
+        if refused is not None:
+            while (await receive()).get("more_body"):
+                pass
+            status, message, code = refused
+            await send_json(send, status, render_error(status, message, code=code))
+            return
+        path = scope["path"]
+        if is_dashboard_path(path):
+            await self.dashboard(scope, receive, send)
+            return
+        body = await _read_body(receive)
+        if path == "/_emulator/health":
+            await send_json(send, 200, b'{"status":"ok"}')
+        elif path in ("/_emulator/replay", "/_emulator/replay/rewind") or path.startswith("/_emulator/clock"):
+            scope = {**scope, "replay_body": body}
+            await self.control(scope, receive, send)
+        elif is_docs_path(path):
+            await self.docs(scope, receive, send)
+        else:
+            await self._answer(scope, send, body)
+
+    async def _control(self, scope: Scope, receive: Receive, send: Send) -> None:
+        check_admin(scope, self.tenancy)
+        path, method = scope["path"], scope["method"]
+        allowed = {"/_emulator/replay": ["GET"], "/_emulator/replay/rewind": ["POST"], "/_emulator/clock": ["GET", "POST"],
+                   "/_emulator/clock/advance": ["POST"]}.get(path)
+        if allowed is None:
+            raise NotFound(f"no replay control route {path}", code="unknown_endpoint")
+        if method not in allowed:
+            raise MethodNotAllowed(method, path, allowed)
+        if path == "/_emulator/replay":
+            out: Any = self.report()
+        elif path == "/_emulator/replay/rewind":
+            self.rewind()
+            out = self.report()
+        else:
+            out = self._clock_call(path, method, scope["replay_body"])
+        await send_json(send, 200, orjson.dumps(out))
+
+    def _clock_call(self, path: str, method: str, raw: bytes) -> dict[str, Any]:
+        if method == "GET":
+            return {**self.clock.describe(), "scope": "global"}
+        try:
+            body = orjson.loads(raw) if raw.strip() else {}
+        except orjson.JSONDecodeError as exc:
+            raise Invalid(f"the body is not JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise Invalid("the body must be a JSON object")
+        try:
+            if path.endswith("/advance"):
+                seconds = body.get("seconds")
+                if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+                    raise Invalid("seconds: a number of seconds >= 0", param="seconds")
+                self.clock.advance(float(seconds))
+            else:
+                speed = body.get("speed")
+                if speed is not None and (isinstance(speed, bool) or not isinstance(speed, (int, float))):
+                    raise Invalid("speed: a number", param="speed")
+                self.clock.configure(mode=body.get("mode"), speed=speed)
+                if body.get("now"):
+                    self.clock.set_time(parse_rfc3339(str(body["now"])))
+        except (ClockError, ValueError) as exc:
+            if isinstance(exc, Invalid):
+                raise
+            raise Invalid(str(exc)) from exc
+        return {**self.clock.describe(), "scope": "global"}
+
+    def _take(self, method: str, path: str, query: str) -> int | None:
+        """The first unused exchange that matches (with ``loop``, after a rewind when only used ones do)."""
+        def find() -> int | None:
+            return next((i for i, e in enumerate(self.entries) if not self.used[i] and _matches(e, method, path, query)),
+                        None)
+
+        with self._lock:
+            index = find()
+            if index is None and self.loop and any(_matches(e, method, path, query) for e in self.entries):
+                self._rewind()
+                index = find()
+            if index is not None:
+                self.used[index] = True
+                self.order.append(index)
+                at = self._times[index]
+                if at is not None and not self._armed:
+                    # A pass starts at its first answer: a running clock starts from there (a client may
+                    # come long after the server started); a manual one only ever moves forward.
+                    self._armed = True
+                    if self.clock.mode == "system":
+                        self.clock = Clock("system", self.clock.speed, at)
+                    elif at > self.clock.now():
+                        self.clock.set_time(at)
+            return index
+
+    async def _answer(self, scope: Scope, send: Send, body: bytes) -> None:
+        method, path = scope["method"], scope["path"]
+        query = redact_query(scope.get("query_string", b"").decode("latin-1"))
+        index = self._take(method, path, query)
+        if index is None:
+            line = _cut(f"{method} {path}{'?' + query if query else ''}")
+            with self._lock:
+                hint = _cut(near_miss(self.entries, self.used, method, path, query, body))
+                self.missed += 1
+                kept = len(self.misses) < MAX_MISSES
+                if kept:
+                    self.misses.append(line)
+                    self.hints.append(hint)
+            text = f"no recorded answer for {line}; {hint}"
+            if kept:
+                print(f"replay: {text}", file=sys.stderr, flush=True)
+            await send_json(send, 404, render_error(404, text, code="no_recorded_answer"))
+            return
+        entry = self.entries[index]
+        due = self._times[index]
+        if due is not None:
+            if self.pace is not None:
+                while self.clock.now() < due:
+                    await asyncio.sleep(PACE_POLL_SECONDS)
+            elif due > self.clock.now():
+                self.clock.set_time(due)  # unpaced, the clock follows the recording
+        out = decode_body(entry["response"]["body"])
+        host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
+        recorded_base = entry.get("base_url")
+        if recorded_base and host:
+            out = out.replace(recorded_base.encode(), f"{scope.get('scheme', 'http')}://{host}".encode())
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in entry["response"]["headers"].items()]
+        headers.append((b"content-length", str(len(out)).encode()))
+        await send({"type": "http.response.start", "status": entry["response"]["status"], "headers": headers})
+        await send({"type": "http.response.body", "body": out})
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_MISS_CHARS else text[:MAX_MISS_CHARS - 15] + "... (truncated)"
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        data = message.get("body", b"")
+        if size < MAX_BODY_BYTES:
+            chunks.append(data[:MAX_BODY_BYTES - size])
+        size += len(data)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _at(entry: dict[str, Any]) -> float | None:
+    try:
+        return parse_rfc3339(str(entry["at"]))
+    except (KeyError, ValueError):
+        return None
+
+
+def _matches(entry: dict[str, Any], method: str, path: str, query: str) -> bool:
+    r = entry["request"]
+    return bool(r["method"] == method and r["path"] == path and r.get("query", "") == query)
+
+
+# --- near misses -------------------------------------------------------------------------------------------
+
+def near_miss(entries: list[dict[str, Any]], used: list[bool], method: str, path: str, query: str,
+              body: bytes) -> str:
+    """Which recorded request was closest to this one, and how it differs; "" when nothing was recorded."""
+    if not entries:
+        return "the recording is empty"
+    segments = path.split("/")
+    mine = _json(body)
+
+    def score(i: int) -> tuple[float, int]:
+        r = entries[i]["request"]
+        theirs = r["path"].split("/")
+        same = sum(a == b for a, b in zip(segments, theirs)) / max(len(segments), len(theirs))
+        s = 3 * same + (2 if r["method"] == method else 0) + (1 if r.get("query", "") == query else 0)
+        if mine is not None and isinstance(mine, dict):
+            other = _json(decode_body(r.get("body") or {}))
+            if isinstance(other, dict):
+                a, b = _flatten(mine), _flatten(other)
+                keys = set(a) | set(b)
+                s += sum(a.get(k) == b.get(k) for k in keys) / max(1, len(keys))
+        return s, 0 if not used[i] else -1  # unused ones first on a tie
+
+    best = max(range(len(entries)), key=score)
+    r = entries[best]["request"]
+    seq = entries[best].get("seq", best + 1)
+    diffs = []
+    if r["method"] != method:
+        diffs.append(f"method {method}, recorded {r['method']}")
+    if r["path"] != path:
+        theirs = r["path"].split("/")
+        if len(theirs) != len(segments):
+            diffs.append(f"path {path}, recorded {r['path']}")
+        else:
+            diffs.extend(f"path segment {n}: {a!r}, recorded {b!r}" for n, (a, b) in enumerate(zip(segments, theirs))
+                         if a != b)
+    if r.get("query", "") != query:
+        diffs.append(f"query {query!r}, recorded {r.get('query', '')!r}")
+    other = _json(decode_body(r.get("body") or {}))
+    if isinstance(mine, dict) and isinstance(other, dict):
+        a, b = _flatten(mine), _flatten(other)
+        fields = [k for k in sorted(set(a) | set(b)) if a.get(k, _MISSING) != b.get(k, _MISSING)]
+        for k in fields[:MAX_BODY_DIFFS]:
+            diffs.append(f"body.{k}: {_show(a.get(k, _MISSING))}, recorded {_show(b.get(k, _MISSING))}")
+        if len(fields) > MAX_BODY_DIFFS:
+            diffs.append(f"{len(fields) - MAX_BODY_DIFFS} more body field(s)")
+    elif (mine is None) != (other is None) or (body.strip() and mine != other):
+        diffs.append("the body differs")
+    where = f"closest recorded request: #{seq} {r['method']} {r['path']}{'?' + r['query'] if r.get('query') else ''}"
+    if not diffs:
+        return (f"{where}, already answered (POST /_emulator/replay/rewind to answer it again, or replay "
+                "with --loop)")
+    return f"{where}; differs in {'; '.join(diffs)}"
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+_MISSING = _Missing()
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if isinstance(value, _Missing) else orjson.dumps(value).decode()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _json(data: bytes) -> Any:
+    if not data.strip():
+        return None
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return _MISSING
+
+
+def _flatten(value: Any, prefix: str = "", out: dict[str, Any] | None = None, depth: int = 0) -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists stay whole (a list of tokens is one field)."""
+    out = {} if out is None else out
+    if isinstance(value, dict) and depth < 8:
+        for k, v in value.items():
+            _flatten(v, f"{prefix}{k}.", out, depth + 1)
+    else:
+        out[prefix.rstrip(".")] = value
+    return out
+
+
+__all__ = ["UI_PATH", "ReplayApp", "near_miss"]
