@@ -236,6 +236,48 @@ def test_installed_emulator_replays_every_recording_by_name(venv: Path, elsewher
             assert report["unanswered"] == [] and report["unused"] == 0 and report["answered"] > 0, report
 
 
+def _readme_block(after: str) -> str:
+    """The first ```sh block of README.md after the paragraph that starts with ``after``."""
+    text = (ROOT / "README.md").read_text()
+    rest = text[text.index("\n" + after):]
+    return rest.split("```sh\n", 1)[1].split("```", 1)[0]
+
+
+def test_installed_recording_at_run_time_replays_in_a_loop_with_pacing(served: str, venv: Path,
+                                                                       elsewhere: Path) -> None:
+    """Record at run time from the installed server, then replay with the installed `replay --loop --pace`."""
+    help_text = _run([venv / "bin" / "together-rl-emulator", "replay", "--help"], cwd=elsewhere).stdout
+    assert "--loop" in help_text and "--pace SPEED" in help_text and "--admin-token" in help_text
+
+    def client(url: str) -> list[int]:
+        with httpx.Client(base_url=url, headers={"Authorization": "Bearer k"}, timeout=30) as c:
+            made = c.post("/v1/rl/model-resources", json={"base_model": "Qwen/Qwen3.8-27B"})
+            return [made.status_code, c.get(f"/v1/rl/model-resources/{made.json()['id']}").status_code]
+
+    # README's block, as written but for the address: start, the client, stop, download, then replay.
+    block = _readme_block("Record at run time")
+    start, stop, download, replay = [line.split("  #")[0].strip() for line in block.strip().splitlines()]
+    here = served.removeprefix("http://")
+
+    def shell(line: str) -> str:
+        return _run(["bash", "-c", line.replace("localhost:8765", here)], cwd=elsewhere).stdout
+
+    assert '"recording":true' in shell(start)
+    assert client(served) == [200, 200]
+    assert '"exchanges":2' in shell(stop)
+    shell(download)
+    assert len((elsewhere / "demo.jsonl").read_text().splitlines()) == 2
+    assert replay.split()[:2] == ["together-rl-emulator", "replay"] and "--port" in replay
+    args = replay.split()[2:]
+    args = args[:args.index("--port")] + args[args.index("--port") + 2:]  # (_installed picks a free port)
+    assert args == ["demo.jsonl", "--loop", "--pace", "5"]
+    with _installed(venv, elsewhere, ["replay", *args]) as (url,):
+        assert client(url) == [200, 200] and client(url) == [200, 200]  # twice: the loop starts over
+        report = httpx.get(f"{url}/_emulator/replay", timeout=30).json()
+        assert report["rewinds"] == 1 and report["pace"] == 5 and report["unanswered_total"] == 0
+        assert httpx.get(f"{url}/docs/", timeout=30).status_code == 200
+
+
 def test_installed_contract_suite_passes_against_it(served: str, venv: Path, elsewhere: Path) -> None:
     proc = _run([venv / "bin" / "together-rl-contract", "--base-url", served, "--token", "contract-key",
                  "--second-token", "contract-key-2", "--report", elsewhere / "report", "--max-examples", "2",

@@ -17,7 +17,7 @@ from emulator.tools.recording import load_recording
 from emulator.tools.replay import ReplayApp
 from emulator.tools.testing import serve_app
 from tests.conftest import make_client
-from tests.helpers import BASE, RL, advance, assert_error
+from tests.helpers import BASE, RL, advance, assert_error, run_op
 
 FB = {"loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"},
       "samples": [{"model_input": {"chunks": [{"encoded_text": {"tokens": [1, 2, 3]}}]},
@@ -223,3 +223,28 @@ def test_replay_pace_refuses_a_bad_speed_in_one_line(speed: str, capsys: pytest.
     err = capsys.readouterr().err
     assert "SPEED must be > 0" in err or "'x' is not a number" in err
 
+
+
+def test_the_replay_dashboard_pairs_sample_prompts_with_their_completions(tmp_path: Path) -> None:
+    from emulator.compute import tokenizers
+
+    with make_client(Runtime(Config(clock="manual")), token="rec-key") as c:
+        c.post("/_emulator/recording/start")
+        r = c.post(f"{RL}/model-resources", json={"base_model": BASE, "lora_enabled": True}).json()
+        s = c.post(f"{RL}/training-sessions", json={"model_resources_id": r["id"], "lora_config": {"rank": 8}}).json()
+        c.get(f"{RL}/training-sessions/{s['id']}")
+        done = run_op(c, s["id"], "sample", {"model_inputs": [{"chunks": [{"encoded_text": {"tokens": [9707, 11]}}]}],
+                                             "num_samples": 2, "sampling_params": {"max_tokens": 4}})
+        c.post("/_emulator/recording/stop")
+        (tmp_path / "s.jsonl").write_text(c.get("/_emulator/recording").text)
+    app = ReplayApp(load_recording(str(tmp_path / "s.jsonl")))
+    replay = TestClient(app, base_url="http://127.0.0.1:8765")
+    for e in app.entries:  # the client again, request for request
+        req = e["request"]
+        replay.request(req["method"], req["path"], content=req["body"].get("text", "").encode())
+    [smp] = replay.get("/_emulator/ui/api/tenants/replay").json()["samples"]
+    [result] = smp["results"]
+    assert result["prompt"] == [9707, 11] and result["prompt_text"] == tokenizers.decode([9707, 11], "qwen3.5")
+    completions = done["output"]["results"][0]["sequences"]
+    assert [seq["tokens"] for seq in result["sequences"]] == [seq["tokens"] for seq in completions]
+    assert result["sequences"][0]["text"] == tokenizers.decode([int(t) for t in completions[0]["tokens"]], "qwen3.5")

@@ -412,3 +412,44 @@ def test_a_memorised_sequence_shows_its_small_losses(instant: tuple[str, Runtime
     results = page.locator("#operations td:nth-child(5)").all_inner_texts()
     assert "loss 1.39e-6" in results and not [r for r in results if r.startswith("loss 0.0000")]
     expect(page.locator("#loss-chart .u-legend")).to_contain_text("sweep-lr-3e-4  (last 1.39e-6)")
+
+
+def test_the_replay_server_shows_the_replayed_run_and_rewinds_from_the_page(browser: Any, tmp_path: Any) -> None:
+    import httpx
+
+    from emulator.tools.recording import load_recording
+    from emulator.tools.replay import ReplayApp
+    from emulator.tools.testing import serve_app
+    from tests.test_replay import record_at_run_time
+
+    path, seen = record_at_run_time(tmp_path)
+    app = ReplayApp(load_recording(str(path)))
+    with serve_app(app) as url:
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        page = context.new_page()
+        w = Watched(page, url)
+        try:
+            page.goto(f"{url}/")  # a browser lands on the dashboard of the replay
+            expect(page.locator("#replay-panel")).to_be_visible()
+            expect(page.locator("#faults-panel")).to_be_hidden()
+            expect(page.locator("#tenants-empty")).to_be_visible()
+            with httpx.Client(base_url=url) as http:
+                from tests.test_replay import client_run
+
+                class Sync:  # client_run speaks TestClient; httpx.Client is the same shape
+                    def __getattr__(self, name: str) -> Any:
+                        return getattr(http, name)
+
+                assert client_run(Sync()) == seen  # type: ignore[arg-type]
+            page.locator('#tenants tr[data-project="replay"] a').click()
+            expect(page.locator("#sessions")).to_contain_text("demo")
+            expect(page.locator("#loss-chart")).to_have_attribute("data-points", "1")
+            expect(page.locator("#timeline g.lane-session rect.mark")).to_have_count(1)
+            expect(page.locator("#replay-progress")).to_contain_text("answered 6 of 6")
+            page.get_by_role("button", name="Rewind").click()
+            expect(page.locator("#replay-progress")).to_contain_text("answered 0 of 6")
+            expect(page.locator("#replay-progress")).to_contain_text("1 rewind")
+            assert app.report()["rewinds"] == 1
+        finally:
+            context.close()
+        w.check()

@@ -5,8 +5,9 @@ answered in the current pass (after a rewind it starts over). Resources, session
 as their latest answer showed them; operations take their session and kind from the request path; status
 segments and events start at the recorded time of the answer that first showed the status (a client that
 polls rarely sees fewer of them, as it would have). Losses come from completed forward-backward answers.
-Not shown: samples (their prompts are in request bodies the page does not read), fault rules and scenarios
-(a replay has none); the page hides those panels and shows the replay's progress with a rewind button.
+Samples pair the prompts of the sample request with the completions of its answer. Not shown: fault rules
+and scenarios (a replay has none); the page hides those panels and shows the replay's progress with a rewind
+button.
 
 One tenant, ``replay``: a recording carries no API key (it is redacted), so the exchanges of several
 tenants show as one. Routes and rules are those of :mod:`emulator.ui.server` (GET only, the admin token
@@ -22,6 +23,7 @@ from typing import Any, Protocol, cast
 
 import orjson
 
+from emulator.domain.catalog import BY_NAME
 from emulator.errors import NotFound
 from emulator.http.asgi import Receive, Scope, Send, query_pairs
 from emulator.http.auth import check_admin
@@ -29,7 +31,7 @@ from emulator.http.envelope import MethodNotAllowed
 from emulator.tools.recording import decode_body
 from emulator.ui import UI_PATH
 from emulator.ui import server as ui_server
-from emulator.ui import stream
+from emulator.ui import stream, views
 
 
 
@@ -67,6 +69,7 @@ def build(entries: list[dict[str, Any]]) -> dict[str, Any]:
                                                       "operation": {}, "checkpoint": {}}
     history: dict[str, list[tuple[str, str]]] = {}
     events: list[dict[str, Any]] = []
+    prompts: dict[str, list[list[Any]]] = {}  # sample operation id -> the prompts its request sent
     for entry in entries:
         response = entry["response"]
         if not 200 <= int(response["status"]) < 300:
@@ -78,6 +81,11 @@ def build(entries: list[dict[str, Any]]) -> dict[str, Any]:
         at = str(entry.get("at") or "")
         items = body["data"] if isinstance(body, dict) and isinstance(body.get("data"), list) else [body]
         op_path = _OPERATION.fullmatch(entry["request"]["path"])
+        if (op_path is not None and op_path.group(2) == "sample" and entry["request"]["method"] == "POST"
+                and isinstance(body, dict) and isinstance(body.get("id"), str)):
+            with contextlib.suppress(orjson.JSONDecodeError, AttributeError, TypeError):
+                sent = orjson.loads(decode_body(entry["request"]["body"]))
+                prompts[body["id"]] = [views.prompt_tokens(mi) for mi in sent.get("model_inputs") or ()]
         for item in items:
             if not isinstance(item, dict) or not isinstance(item.get("id"), str):
                 continue
@@ -104,7 +112,7 @@ def build(entries: list[dict[str, Any]]) -> dict[str, Any]:
                                "kind": kind, "id": item["id"], "op_kind": item.get("kind") if kind == "operation" else None,
                                "from": seen[-1][1] if seen else None, "to": item["status"]})
                 seen.append((at, item["status"]))
-    return {"objects": objects, "history": history, "events": events}
+    return {"objects": objects, "history": history, "events": events, "prompts": prompts}
 
 
 def _segments(history: list[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -167,7 +175,7 @@ def tenant_view(app: ReplayApp) -> dict[str, Any]:
         "operations": [operation(op) for op in ops[::-1][:100]], "operations_total": len(ops),
         "losses": [{"session_id": sid, "label": names.get(sid) or sid[:8], "x": list(range(1, len(v) + 1)), "loss": v}
                    for sid, v in losses.items()],
-        "samples": [],
+        "samples": _samples(ops, sessions, built["prompts"]),
         "checkpoints": [{"id": c["id"], "session_id": c.get("session_id", ""), "type": c.get("type", ""),
                          "step": str(c.get("step", "")), "created_at": c.get("created_at", "")}
                         for c in objects["checkpoint"].values()][::-1],
@@ -176,6 +184,33 @@ def tenant_view(app: ReplayApp) -> dict[str, Any]:
         "faults": [],
         "replay": app.report(),
     }
+
+
+def _samples(ops: list[dict[str, Any]], sessions: list[dict[str, Any]],
+             prompts: dict[str, list[list[Any]]]) -> list[dict[str, Any]]:
+    """The latest completed samples, each prompt with its completions (text where the tokenizer is installed)."""
+    models = {s["id"]: BY_NAME.get(str(s.get("base_model"))) for s in sessions}
+    out = []
+    for op in reversed(ops):
+        results = (op.get("output") or {}).get("results")
+        if op["kind"] != "sample" or not isinstance(results, list):
+            continue
+        model = models.get(op["session_id"])
+        tokenizer = model.tokenizer if model is not None else None
+        sent = prompts.get(op["id"]) or [[] for _ in results]
+        out.append({
+            "id": op["id"], "session_id": op["session_id"], "at": op["updated_at"],
+            "weights_version": next((seg.get("version") for r in results for seg in r.get("policy_segments") or ()),
+                                    None),
+            "results": [{"prompt": prompt, "prompt_text": views.decoded_text(prompt, tokenizer),
+                         "sequences": [{"tokens": seq.get("tokens"), "stop_reason": seq.get("stop_reason"),
+                                        "text": views.decoded_text(seq.get("tokens") or [], tokenizer)}
+                                       for seq in r.get("sequences") or ()]}
+                        for prompt, r in zip(sent, results)],
+        })
+        if len(out) == views.RECENT_SAMPLES:
+            break
+    return out
 
 
 def tenants_view(app: ReplayApp) -> dict[str, Any]:

@@ -158,11 +158,11 @@ def _losses(state: Tenant, ops: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _tokens(model_input: dict[str, Any]) -> list[Any]:
+def prompt_tokens(model_input: dict[str, Any]) -> list[Any]:
     return [t for chunk in model_input.get("chunks") or () for t in (chunk.get("encoded_text") or {}).get("tokens") or ()]
 
 
-def _text(tokens: list[Any], tokenizer: str | None) -> str | None:
+def decoded_text(tokens: list[Any], tokenizer: str | None) -> str | None:
     """The tokens' text under the model's real tokenizer, or None where it is not installed (the ids say it
     all: the emulator's own text is the ids)."""
     if not tokenizers.available(tokenizer):
@@ -183,15 +183,15 @@ def _samples(state: Tenant, ops: list[Any]) -> list[dict[str, Any]]:
         session = state.sessions.get(op.session_id)
         model = BY_NAME.get(session.base_model) if session is not None else None
         tokenizer = model.tokenizer if model is not None else None
-        prompts = [_tokens(mi) for mi in op.body.get("model_inputs") or ()]
+        prompts = [prompt_tokens(mi) for mi in op.body.get("model_inputs") or ()]
         results = op.output.get("results") or ()
         out.append({
             "id": op.id, "session_id": op.session_id, "at": rfc3339(op.updated_at),
             "weights_version": next((seg.get("version") for r in results for seg in r.get("policy_segments") or ()),
                                     None),
-            "results": [{"prompt": prompt, "prompt_text": _text(prompt, tokenizer),
+            "results": [{"prompt": prompt, "prompt_text": decoded_text(prompt, tokenizer),
                          "sequences": [{"tokens": seq.get("tokens"), "stop_reason": seq.get("stop_reason"),
-                                        "text": _text(seq.get("tokens") or [], tokenizer)}
+                                        "text": decoded_text(seq.get("tokens") or [], tokenizer)}
                                        for seq in r.get("sequences") or ()]}
                         for prompt, r in zip(prompts, results)],
         })
