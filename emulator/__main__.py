@@ -135,8 +135,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     from emulator import fixture_files
-    from emulator.http.site import SiteGuard
     from emulator.config import Config
+    from emulator.http.site import SiteGuard
     from emulator.tools.recording import load_recording
     from emulator.tools.replay import ReplayApp
 

@@ -296,7 +296,13 @@ def test_admin_token_reaches_data_stream_and_actions(guarded: tuple[str, Runtime
 
 def _train(api_key: str, url: str, base_model: str, name: str | None, steps: int, ready: threading.Event) -> None:
     """An ordinary SDK run: a session trains ``steps`` steps and samples once."""
-    from together.post_training import AdamParams, LossConfig, ModelInput, ModelResourcesClient, SamplingParams
+    from together.post_training import (
+        AdamParams,
+        LossConfig,
+        ModelInput,
+        ModelResourcesClient,
+        SamplingParams,
+    )
 
     tokens = [9707, 11, 1879, 0, 3555, 374, 264]  # (Qwen3.5 ids of ordinary words)
     sample = {"model_input": {"chunks": [{"encoded_text": {"tokens": tokens[:-1]}}]},

@@ -292,7 +292,7 @@ class RecordingControl:
 
     def download(self) -> str:
         if self.path is not None:
-            raise RecordingError(f"this server records into its --record file; read it there")
+            raise RecordingError("this server records into its --record file; read it there")
         if self.recorder is None:
             raise RecordingError("nothing recorded yet; start with POST /_emulator/recording/start")
         return self.recorder.text()

@@ -45,7 +45,7 @@ from emulator.http.site import SiteGuard
 from emulator.tenancy import Tenancy
 from emulator.tools.recording import MAX_MISS_CHARS, MAX_MISSES, decode_body
 from emulator.tools.replay_view import ReplayDashboard
-from emulator.ui import UI_PATH, is_dashboard_path
+from emulator.ui import is_dashboard_path
 
 PACE_POLL_SECONDS = 0.01   # how often a paced answer looks at the clock
 MAX_BODY_DIFFS = 5         # body fields named in a near-miss report
@@ -68,6 +68,7 @@ class ReplayApp:
         self.missed = 0               # all of them
         self.rewinds = 0
         self._lock = threading.Lock()
+        self._fields: dict[int, dict[str, Any] | None] = {}  # recorded bodies, flattened (near misses)
         self._times = [_at(e) for e in entries]
         self._first = next((t for t in self._times if t is not None), None)
         self.clock = self._new_clock()
@@ -135,7 +136,7 @@ class ReplayApp:
         elif is_docs_path(path):
             await self.docs(scope, receive, send)
         else:
-            await self._answer(scope, send, body)
+            await self._answer(scope, receive, send, body)
 
     async def _control(self, scope: Scope, receive: Receive, send: Send) -> None:
         check_admin(scope, self.tenancy)
@@ -208,14 +209,14 @@ class ReplayApp:
                         self.clock.set_time(at)
             return index
 
-    async def _answer(self, scope: Scope, send: Send, body: bytes) -> None:
+    async def _answer(self, scope: Scope, receive: Receive, send: Send, body: bytes) -> None:
         method, path = scope["method"], scope["path"]
         query = redact_query(scope.get("query_string", b"").decode("latin-1"))
         index = self._take(method, path, query)
         if index is None:
             line = _cut(f"{method} {path}{'?' + query if query else ''}")
             with self._lock:
-                hint = _cut(near_miss(self.entries, self.used, method, path, query, body))
+                hint = _cut(near_miss(self.entries, self.used, method, path, query, body, self._fields))
                 self.missed += 1
                 kept = len(self.misses) < MAX_MISSES
                 if kept:
@@ -229,9 +230,15 @@ class ReplayApp:
         entry = self.entries[index]
         due = self._times[index]
         if due is not None:
-            if self.pace is not None:
-                while self.clock.now() < due:
-                    await asyncio.sleep(PACE_POLL_SECONDS)
+            if self.pace is not None and self.clock.now() < due:
+                gone = asyncio.ensure_future(_disconnected(receive))
+                try:  # (a client that gives up stops the wait: nothing holds the server's shutdown)
+                    while self.clock.now() < due and not gone.done():
+                        await asyncio.sleep(PACE_POLL_SECONDS)
+                finally:
+                    gone.cancel()
+                if gone.done():
+                    return
             elif due > self.clock.now():
                 self.clock.set_time(due)  # unpaced, the clock follows the recording
         out = decode_body(entry["response"]["body"])
@@ -243,6 +250,11 @@ class ReplayApp:
         headers.append((b"content-length", str(len(out)).encode()))
         await send({"type": "http.response.start", "status": entry["response"]["status"], "headers": headers})
         await send({"type": "http.response.body", "body": out})
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _cut(text: str) -> str:
@@ -277,24 +289,34 @@ def _matches(entry: dict[str, Any], method: str, path: str, query: str) -> bool:
 # --- near misses -------------------------------------------------------------------------------------------
 
 def near_miss(entries: list[dict[str, Any]], used: list[bool], method: str, path: str, query: str,
-              body: bytes) -> str:
-    """Which recorded request was closest to this one, and how it differs; "" when nothing was recorded."""
+              body: bytes, cache: dict[int, dict[str, Any] | None] | None = None) -> str:
+    """Which recorded request was closest to this one, and how it differs; "" when nothing was recorded.
+
+    Closest: most path segments in place, then the same method, the same query, most body fields alike;
+    an unused exchange before a used one."""
     if not entries:
         return "the recording is empty"
     segments = path.split("/")
     mine = _json(body)
+    flat = _flatten(mine) if isinstance(mine, dict) else None
+    cache = {} if cache is None else cache
+
+    def recorded_fields(i: int) -> dict[str, Any] | None:
+        """A recorded request's JSON body, flattened (None: no JSON object), parsed once per replay."""
+        if i not in cache:
+            other = _json(decode_body(entries[i]["request"].get("body") or {}))
+            cache[i] = _flatten(other) if isinstance(other, dict) else None
+        return cache[i]
 
     def score(i: int) -> tuple[float, int]:
         r = entries[i]["request"]
         theirs = r["path"].split("/")
         same = sum(a == b for a, b in zip(segments, theirs)) / max(len(segments), len(theirs))
         s = 3 * same + (2 if r["method"] == method else 0) + (1 if r.get("query", "") == query else 0)
-        if mine is not None and isinstance(mine, dict):
-            other = _json(decode_body(r.get("body") or {}))
-            if isinstance(other, dict):
-                a, b = _flatten(mine), _flatten(other)
-                keys = set(a) | set(b)
-                s += sum(a.get(k) == b.get(k) for k in keys) / max(1, len(keys))
+        other = recorded_fields(i) if flat is not None else None
+        if flat is not None and other is not None:
+            keys = set(flat) | set(other)
+            s += sum(flat.get(k, _MISSING) == other.get(k, _MISSING) for k in keys) / max(1, len(keys))
         return s, 0 if not used[i] else -1  # unused ones first on a tie
 
     best = max(range(len(entries)), key=score)
@@ -362,4 +384,4 @@ def _flatten(value: Any, prefix: str = "", out: dict[str, Any] | None = None, de
     return out
 
 
-__all__ = ["UI_PATH", "ReplayApp", "near_miss"]
+__all__ = ["ReplayApp", "near_miss"]

@@ -29,10 +29,8 @@ from emulator.http.asgi import Receive, Scope, Send, query_pairs
 from emulator.http.auth import check_admin
 from emulator.http.envelope import MethodNotAllowed
 from emulator.tools.recording import decode_body
-from emulator.ui import UI_PATH
+from emulator.ui import UI_PATH, stream, views
 from emulator.ui import server as ui_server
-from emulator.ui import stream, views
-
 
 
 class ReplayApp(Protocol):
