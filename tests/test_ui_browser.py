@@ -317,7 +317,7 @@ def _train(api_key: str, url: str, base_model: str, name: str | None, steps: int
         session.trainer.optim_step(adam_params=AdamParams(learning_rate=1e-3))
     session.trainer.weights_sync()
     session.generator.sample(ModelInput(chunks=[{"encoded_text": {"tokens": tokens[:4]}}]), num_samples=2,
-                             sampling_params=SamplingParams(max_tokens=12, temperature=1.0))
+                             sampling_params=SamplingParams(max_tokens=40, temperature=1.0))
 
 
 @pytest.mark.parametrize("watched", ["instant"], indirect=True)
@@ -325,7 +325,7 @@ def test_an_sdk_run_reads_at_a_glance(instant: tuple[str, Runtime], watched: Wat
     from emulator.compute import tokenizers
 
     url, runtime = instant
-    page, api_key = watched.page, key()
+    page, api_key = watched.page, "glance-key"  # (its own key: the same samples whatever ran before)
     # A first_n: 1 rule that every GET matches: it fires once, however many requests it matches.
     runtime.faults.load({"name": "one-slow-get", "match": {"method": "GET"}, "trigger": {"first_n": 1},
                          "effect": {"latency_ms": 1}})
@@ -379,12 +379,15 @@ def test_an_sdk_run_reads_at_a_glance(instant: tuple[str, Runtime], watched: Wat
         minimax = page.locator("#samples tbody tr", has_text="minimax")
         expect(minimax.locator(".seq.text")).to_have_count(0)
         expect(minimax.locator(".seq.ids .tok").first).to_have_text("9707")
-        page.set_viewport_size({"width": 700, "height": 1000})  # narrow: the ids must wrap
-        split = minimax.locator(".seq.ids").first.evaluate(
-            "d => [...d.querySelectorAll('.tok')].filter(t => t.getClientRects().length !== 1).length")
-        lines = minimax.locator(".seq.ids").nth(1).evaluate("d => new Set([...d.querySelectorAll('.tok')]"
-                                                            ".map(t => t.getBoundingClientRect().top)).size")
-        assert split == 0 and lines > 1
+        page.set_viewport_size({"width": 600, "height": 1000})  # narrow: the ids must wrap
+        # For every prompt and completion: no id is split across lines; the longest takes several lines.
+        split, lines = minimax.evaluate("""row => {
+            const seqs = [...row.querySelectorAll('.seq.ids')];
+            const split = seqs.flatMap(d => [...d.querySelectorAll('.tok')]).filter(t => t.getClientRects().length !== 1);
+            const lines = seqs.map(d => new Set([...d.querySelectorAll('.tok')].map(t => t.getBoundingClientRect().top)).size);
+            return [split.length, Math.max(...lines)];
+        }""")
+        assert split == 0 and lines > 1, (split, lines)
         page.set_viewport_size({"width": 1400, "height": 1000})
 
         # The loss legend: display names or short ids with the latest loss, no stray x row; integer steps.
