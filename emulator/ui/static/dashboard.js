@@ -450,8 +450,8 @@
     fill("faults", faults.map((f) => el("tr", {dataset: {name: f.name}},
       el("td", {class: "mono"}, f.name),
       el("td", {class: "rule", title: JSON.stringify(f, null, 1)}, describeRule(f)),
-      el("td", {class: "num fired", title: `matched ${f.matched} request(s); fired on ${f.fired}`}, f.fired),
-      el("td", {class: "num matched"}, f.matched),
+      el("td", {class: "num", title: `fired on ${f.fired} request(s) of the ${f.matched} it matched`},
+         el("b", {class: "fired"}, f.fired), " / ", el("span", {class: "matched"}, f.matched)),
       el("td", null, el("button", {type: "button", class: "remove", title: `remove ${f.name}`,
                                    onclick: () => removeFault(f.name).catch(fail)}, "Remove")))), "faults-empty");
   }
