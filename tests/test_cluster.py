@@ -122,6 +122,11 @@ def test_unscoped_control_calls_on_a_shard_name_a_shard_or_a_tenant(shard0: Runt
         error = assert_error(client.get("/_emulator/state"), 400)
         assert error["code"] == "shard_required" and "X-Emulator-Shard" in error["message"]
         assert assert_error(client.get("/_emulator/events"), 400)["code"] == "shard_required"
+        # A run-time recording is a shard's own too (what that shard answered).
+        assert assert_error(client.post("/_emulator/recording/start"), 400)["code"] == "shard_required"
+        started = client.post("/_emulator/recording/start", headers={"X-Emulator-Shard": "0"})
+        assert started.status_code == 200 and started.json()["recording"] is True
+        assert client.post("/_emulator/recording/stop", params={"shard": "0"}).json()["recording"] is False
         assert client.get("/_emulator/state", headers={"X-Emulator-Shard": "0"}).json()["tenants"] == {}
         assert client.get("/_emulator/state", params={"shard": "0"}).status_code == 200
         assert client.get("/_emulator/state", headers={"X-Emulator-Tenant": mine}).status_code == 200

@@ -15,7 +15,8 @@ stack after auth and before fault rules (only in shard mode), keeps a shard hone
   answers alike). Otherwise **502** ``cluster_partial`` names which shards changed and which did not;
   nothing is undone. A shard that answers 421 is not counted (a reset whose body names a tenant).
 - The whole state document, the event log (``GET``/``PUT /_emulator/state``, ``GET /_emulator/events``)
-  are a shard's own: unscoped they need a shard named (400 otherwise); scoped to a tenant they go to its
+  and a recording started at run time (``/_emulator/recording...``: what that shard answered) are a shard's
+  own: unscoped they need a shard named (400 otherwise); scoped to a tenant they go to its
   shard. A scenario loads into a named tenant (``X-Emulator-Tenant``).
 - Everything else unscoped (health, reading the clock, the profile, the fault rules, the scenario list) is
   answered by the shard that gets it; the cluster-wide changes above keep the shards alike.
@@ -55,7 +56,8 @@ FAN_OUT_TIMEOUT = 60.0
 # Unscoped control calls, by what they mean for a cluster (the others are answered by the shard that gets them).
 CLUSTER_WIDE = frozenset({"adminReset", "adminSetSeed", "adminSetClock", "adminAdvanceClock", "adminSetProfile",
                           "adminAddFaults", "adminClearFaults", "adminRemoveFault"})
-PER_SHARD = frozenset({"adminExportState", "adminImportState", "adminListEvents"})
+PER_SHARD = frozenset({"adminExportState", "adminImportState", "adminListEvents",
+                       "adminStartRecording", "adminStopRecording", "adminGetRecording"})
 NEEDS_TENANT = frozenset({"adminLoadScenario"})
 # Request headers a fanned-out call carries on (the admin token among them); the rest are the hop's own.
 HOP_HEADERS = frozenset({b"host", b"content-length", b"connection", b"transfer-encoding", b"keep-alive",
@@ -176,7 +178,7 @@ class ShardGuard:
             return
         here = f"this is shard {self.shard} of a cluster"
         if op in PER_SHARD:
-            raise Invalid(f"{here}, and each shard has its own state and event log: name a shard "
+            raise Invalid(f"{here}, and each shard has its own state, event log and recording: name a shard "
                           f"({SHARD_HEADER}: 0 to {self.shard.count - 1}, or ?shard=) or a tenant "
                           "(X-Emulator-Tenant)", param=SHARD_HEADER, code="shard_required")
         if op in NEEDS_TENANT:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -351,7 +352,10 @@ def near_miss(entries: list[dict[str, Any]], used: list[bool], method: str, path
     return f"{where}; differs in {'; '.join(diffs)}"
 
 
+@dataclass(frozen=True)
 class _Missing:
+    """A body field one side lacks (None would be a JSON null)."""
+
     def __repr__(self) -> str:
         return "(absent)"
 
