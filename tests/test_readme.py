@@ -92,6 +92,7 @@ COVERED: dict[tuple[str, int], list[str]] = {
     ("Rehearse a bad day", 2): [HERE + "test_scenario_block_runs_pasted_as_written"],
     ("Rehearse a bad day", 3): [HERE + "test_scenario_block_runs_pasted_as_written"],
     ("Record a demo and replay it", 0): [HERE + "test_record_and_replay_block_commands_start"],
+    ("Record a demo and replay it", 1): ["tests/test_install.py::test_installed_recording_at_run_time_replays_in_a_loop_with_pacing"],
     ("Keep state across restarts", 0): [HERE + "test_state_file_block_keeps_the_state"],
     ("One emulator for a team", 0): ["tests/test_cluster.py::test_the_readmes_cluster_commands_work_as_written"],
     ("One emulator for a team", 1): ["tests/test_cluster.py::test_the_readmes_cluster_commands_work_as_written"],
