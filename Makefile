@@ -8,7 +8,7 @@ PORT ?= 8765
 ARGS ?=
 WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: serve cluster test unit contract bench lint clean sync-spec screenshot recordings coverage
+.PHONY: serve cluster test unit contract bench mutation lint clean sync-spec screenshot recordings coverage
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ $(VENV)/.bench-installed: $(STAMP)
 # Benchmarks against a bare Starlette ceiling; writes bench/results.json and BENCHMARKS.md.
 bench: $(VENV)/.bench-installed
 	$(BIN)/python -m bench
+
+# Mutation score of the contract suite: seeded mutants of the emulator, each run against the whole suite
+# (about an hour on 2 cores); writes bench/mutation.json and MUTATION.md. ARGS: e.g. --sample 20 --jobs 2.
+mutation: $(STAMP)
+	$(BIN)/python -m bench.mutation $(ARGS)
 
 # Regenerate docs/dashboard.png (the README's picture of /_emulator/ui); needs chromium installed.
 screenshot: $(STAMP)

@@ -8,7 +8,7 @@ Run it
     python -m contract_tests                                   # starts `python -m emulator serve --port 0`
     python -m contract_tests --base-url URL --token TOKEN      # any other implementation
         [--second-token T2] [--report DIR] [--max-examples N] [--seed N] [--allow-create-resources]
-        [--keep-state]
+        [--keep-state] [--realistic-base-url URL]
     pytest --pyargs contract_tests --base-url URL --token TOKEN    # the same tests under plain pytest
     pytest -p contract_tests.plugin ...                        # the plugin by name; in a checkout also
     pytest contract_tests --base-url URL --token TOKEN         # (the package's conftest registers it)
@@ -92,6 +92,17 @@ available), COMPLETED operations carry an ``output`` of the right shape per kind
 registered where the docs say, ``Idempotency-Key`` replays return the original operation, stop is
 idempotent in effect, unknown ids are 404, every error body is ``ErrorData``, a full-weight resource
 holds one session (429), and (emulator only) idle resources expire with their sessions.
+
+Semantic checks, one module per area (each module's docstring lists its rules): ``test_shaping``
+(shaping jobs driven to ``completed`` or ``cancelled``), ``test_updates`` (PATCH merge semantics, ``updated_at``
+moving with every visible change, documented defaults and bounds), ``test_resume`` (resume restores weights,
+step and optimizer as ``load_optimizer`` says; what cannot resume is refused; checkpoint registration;
+``base_weights_ref``), ``test_capabilities`` (what ``GET /v1/rl/supported-models`` promises per model, and
+the session caps), ``test_moe_payloads`` (routed-experts keys, payload ownership), ``test_failures``
+(emulator only: failures injected by named fault rules, as the API shows them) and ``test_realistic``
+(emulator only: lifecycles on the ``realistic`` timing profile, driven by a manual clock, on a second
+emulator the suite starts itself or ``--realistic-base-url``). What the API cannot tell a client they read
+from the named tables of :mod:`contract_tests.capabilities`.
 
 ``tests/test_contract_selftest.py`` proves the suite can fail: it runs it against every TEST-ONLY
 defect of the emulator and requires a failure that names the broken behaviour, and against the

@@ -98,6 +98,8 @@ class Observer:
 
     statuses: dict[str, str] = field(default_factory=dict)
     steps: dict[str, int] = field(default_factory=dict)
+    updated: dict[str, Any] = field(default_factory=dict)
+    created: dict[str, Any] = field(default_factory=dict)
 
     def see(self, kind: str, obj: Any, operation_id: str) -> None:
         if not isinstance(obj, dict) or "id" not in obj:
@@ -112,6 +114,16 @@ class Observer:
                 record(operation_id, "status_edges", lambda: lc.check_transition(kind, oid, old, status))
             self.statuses[oid] = status
         record(operation_id, "updated_at_after_created_at", lambda: lc.check_timestamps(kind, obj))
+        if "updated_at" in obj:
+            updated = record(operation_id, "updated_at_never_decreases", lambda: lc.check_updated_at_monotonic(
+                kind, oid, self.updated.get(oid), obj["updated_at"]))
+            self.updated[oid] = max(updated, self.updated.get(oid, updated))
+        if "created_at" in obj:
+            old_created = self.created.setdefault(oid, obj["created_at"])
+            verify(operation_id, "created_at_fixed", lc.same_instant(old_created, obj["created_at"]),
+                   f"{kind} {oid}: created_at changed from {old_created} to {obj['created_at']}")
+        if kind == "model resource":
+            record(operation_id, "queue_position", lambda: lc.check_queue_position(oid, obj))
         if kind == "training session" and "step" in obj:
             step = record(operation_id, "int64_strings", lambda: lc.as_int64(obj["step"], f"session {oid} step"))
             record(operation_id, "step_never_decreases",

@@ -148,6 +148,37 @@ def check_timestamps(kind: str, obj: Mapping[str, Any]) -> None:
                                 f"{obj['updated_at']} is before created_at {obj['created_at']}")
 
 
+def check_updated_at_monotonic(kind: str, obj_id: str, previous: datetime | None, value: Any) -> datetime:
+    """``updated_at`` never moves back between two reads of one object; returns the parsed value."""
+    updated = parse_time(value, f"{kind} {obj_id} updated_at")
+    if previous is not None and updated < previous:
+        raise ContractViolation("updated_at_never_decreases", f"{kind} {obj_id}: updated_at went back from "
+                                f"{previous.isoformat()} to {value}")
+    return updated
+
+
+def same_instant(a: Any, b: Any) -> bool:
+    try:
+        return datetime.fromisoformat(str(a)) == datetime.fromisoformat(str(b))
+    except ValueError:
+        return a == b
+
+
+def check_queue_position(obj_id: str, obj: Mapping[str, Any]) -> None:
+    """``status_details.queue_position`` is a position (>= 1) shown only while the resource waits: "present only
+    while waiting for GPUs" (a PENDING resource)."""
+    details = obj.get("status_details")
+    position = details.get("queue_position") if isinstance(details, dict) else None
+    if position is None:
+        return
+    if isinstance(position, bool) or not isinstance(position, int) or position < 1:
+        raise ContractViolation("queue_position", f"model resource {obj_id}: queue_position {position!r} is not a "
+                                "position (an integer >= 1)")
+    if obj.get("status") != R + "PENDING":
+        raise ContractViolation("queue_position", f"model resource {obj_id} shows queue_position {position} while "
+                                f"{obj.get('status')}; it is present only while PENDING (waiting for GPUs)")
+
+
 def as_int64(value: Any, what: str) -> int:
     try:
         return int(value)

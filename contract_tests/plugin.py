@@ -56,6 +56,7 @@ class Settings:
     shrink: bool = False
     coverage: bool = True
     keep_state: bool = False
+    realistic_base_url: str | None = None
 
 
 SETTINGS = Settings()
@@ -103,6 +104,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--keep-state", action="store_true", default=False,
                     help="against an emulator, keep what the suite made in its tenants (by default it resets them "
                          "at the end, which also removes their own clocks)")
+    group.addoption("--realistic-base-url", default=os.environ.get("CONTRACT_REALISTIC_BASE_URL"),
+                    help="an emulator on the realistic timing profile with a manual clock, for the realistic "
+                         "lifecycle checks (default: the suite starts one when it starts the main emulator itself)")
 
 
 def _env_int(name: str) -> int | None:
@@ -135,6 +139,7 @@ def pytest_configure(config: pytest.Config) -> None:
     SETTINGS.shrink = opt.shrink
     SETTINGS.coverage = not opt.no_coverage_phase
     SETTINGS.keep_state = opt.keep_state
+    SETTINGS.realistic_base_url = opt.realistic_base_url
     if SETTINGS.report is not None and not getattr(opt, "xmlpath", None):
         SETTINGS.report.mkdir(parents=True, exist_ok=True)
         opt.xmlpath = str(SETTINGS.report / "junit.xml")

@@ -1,5 +1,5 @@
-"""Hand-written scenarios of the seed flows: list sessions with every filter and pagination, create a
-session, stop a resource with and without ``force``.
+"""Hand-written scenarios of the seed flows: list sessions with every filter and pagination, list resources
+and checkpoints with every filter, create a session, stop a resource with and without ``force``.
 
 Each scenario works against any implementation (``real_safe``) but creates resources
 (``creates_resources``). Lists may hold objects of earlier tests or other users of the same token,
@@ -157,3 +157,79 @@ def test_stop_resource_without_sessions(api: Api) -> None:
     # A stopped resource takes no new sessions.
     api.expect(api.create_session(r["id"]), (400, 404, 409), "a stopped resource refuses new sessions",
                "no_sessions_on_stopped_resource")
+
+
+def test_list_resources_and_checkpoints_with_every_filter(api: Api) -> None:
+    """The resource list filters on status (one or several) and created_by; the checkpoint list on session_id,
+    type and base_model; every item listed matches, and what the caller made is there."""
+    running = api.ready_resource()
+    stopped = api.ready_resource()
+    api.stop_resource(stopped["id"]).ok()
+    for statuses in ([R + "READY"], [R + "STOPPING", R + "STOPPED"]):
+        got = api.list_resources(status=",".join(statuses), limit=100).ok()["data"]
+        record("listModelResources", "list_filters",
+               partial(lc.check_filter, "listModelResources", "status", set(statuses), got))
+    ready = {r["id"] for r in api.list_resources(status=R + "READY", limit=100).ok()["data"]}
+    verify("listModelResources", "list_filters", running["id"] in ready and stopped["id"] not in ready,
+           f"list filter ignored: status=READY must list the READY resource {running['id']} and not the stopped "
+           f"{stopped['id']}")
+    for who in ("me", running["created_by"]):
+        mine = api.list_resources(created_by=who, limit=100).ok()["data"]
+        record("listModelResources", "list_filters",
+               partial(lc.check_filter, "listModelResources", "created_by", {running["created_by"]}, mine))
+        verify("listModelResources", "list_filters", {running["id"], stopped["id"]} <= {r["id"] for r in mine},
+               f"list filter: created_by={who} misses resources the caller created")
+    both = api.list_resources(created_by="me", status=R + "READY", limit=100).ok()["data"]
+    verify("listModelResources", "list_filters", running["id"] in {r["id"] for r in both}
+           and all(r["status"] == R + "READY" for r in both),
+           "list filters: created_by=me and status=READY together")
+    nobody = api.list_resources(created_by="user-that-does-not-exist-0", limit=100).ok()["data"]
+    verify("listModelResources", "list_filters", not nobody,
+           f"list filter ignored: created_by of an unknown user lists {[r['id'] for r in nobody][:3]}")
+
+    sid = api.running_session(running["id"])["id"]
+    made = {kind: api.run_op(sid, kind)["output"]["checkpoint"]["id"]
+            for kind in ("training-checkpoint", "inference-checkpoint")}
+    for kind, ckpt_type in (("training-checkpoint", "CHECKPOINT_TYPE_TRAINING"),
+                            ("inference-checkpoint", "CHECKPOINT_TYPE_INFERENCE")):
+        got = api.list_checkpoints(session_id=sid, type=ckpt_type, limit=100).ok()["data"]
+        verify("listCheckpoints", "list_filters", [c["id"] for c in got] == [made[kind]],
+               f"list filter: session_id={sid}&type={ckpt_type} must list exactly {made[kind]}; got "
+               f"{[c['id'] for c in got]}")
+        alone = api.list_checkpoints(type=ckpt_type, limit=100).ok()["data"]
+        record("listCheckpoints", "list_filters", partial(lc.check_filter, "listCheckpoints", "type", {ckpt_type}, alone))
+        verify("listCheckpoints", "list_filters", made[kind] in {c["id"] for c in alone},
+               f"list filter: type={ckpt_type} misses checkpoint {made[kind]}")
+    of_session = api.list_checkpoints(session_id=sid, limit=100).ok()["data"]
+    verify("listCheckpoints", "list_filters", {c["id"] for c in of_session} == set(made.values()),
+           f"list filter: session_id={sid} must list its two checkpoints; got {[c['id'] for c in of_session]}")
+    by_model = api.list_checkpoints(base_model=running["base_model"], limit=100).ok()["data"]
+    record("listCheckpoints", "list_filters",
+           partial(lc.check_filter, "listCheckpoints", "base_model", {running["base_model"]}, by_model))
+    verify("listCheckpoints", "list_filters", set(made.values()) <= {c["id"] for c in by_model},
+           f"list filter: base_model={running['base_model']} misses the session's checkpoints")
+    other = next((m for m in ("Qwen/Qwen3.5-4B", "MiniMaxAI/MiniMax-M3", "no/such-model")
+                  if m != running["base_model"]), "no/such-model")
+    none = api.list_checkpoints(base_model=other, session_id=sid, limit=100).ok()["data"]
+    verify("listCheckpoints", "list_filters", not none,
+           f"list filter ignored: base_model={other} lists checkpoints of a {running['base_model']} session")
+    api.stop_resource(running["id"], force=True)
+
+
+def test_writes_to_unknown_ids_are_404(api: Api) -> None:
+    """Submits, updates and URL requests that name a session, resource or payload that is not there are 404."""
+    unknown = "00000000-0000-4000-8000-00000000beef"
+    rl = "/v1/rl"
+    cases = [
+        (api.submit(unknown, "forward-backward", {"loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}, "samples": []}),
+         "an operation submitted to an unknown session"),
+        (api.submit(unknown, "training-checkpoint"), "a checkpoint of an unknown session"),
+        (api.call("updateSession", "PATCH", f"{rl}/training-sessions/{unknown}", json={"display_name": "x"}),
+         "a PATCH of an unknown session"),
+        (api.call("createPayloadUploadUrl", "POST", f"{rl}/training-sessions/{unknown}/payloads/upload-url",
+                  empty_body=True), "an upload URL for an unknown session"),
+        (api.call("extendModelResourcesExpiry", "POST", f"{rl}/model-resources/{unknown}/extend-expiry",
+                  json={"seconds": 600}), "extend-expiry of an unknown resource"),
+    ]
+    for reply, rule in cases:
+        api.expect(reply, (404,), rule, "unknown_id_404")

@@ -1,0 +1,5 @@
+import sys
+
+from bench.mutation.run import main
+
+sys.exit(main())

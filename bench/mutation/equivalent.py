@@ -1,0 +1,197 @@
+"""Known mutants that no client of the API can tell apart from the healthy emulator, each with its reason.
+
+A row matches a mutant by file, the enclosing function or class (``scope``, an ``fnmatch`` pattern),
+its kind, and optionally text that its code before / after must contain. Rows are as narrow as the
+reason: "this number is not part of the contract" covers every number of that table, "this check
+is a cache" covers that cache only. Matched mutants are reported as *equivalent* and left out of the
+kill rate; ``--run-equivalent`` runs them anyway, and a matched mutant that the suite kills means the
+row is wrong.
+
+Three reasons recur:
+
+- **same behaviour**: the mutant changes code whose result the API never shows (a cache, an
+  optimisation, bookkeeping only the dashboard or the event log reads);
+- **not reachable from the API**: start-up configuration (``--limits-file``, ``--profile-file``), state
+  documents written before a field existed, code only a control-plane fault rule reaches;
+- **not part of the contract**: numbers the real service does not publish and the emulator chose
+  (timing durations, prices): any value conforms, so no contract check can fix one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from bench.mutation.mutants import Mutant
+
+
+@dataclass(frozen=True)
+class Equivalent:
+    file: str
+    scope: str
+    kind: str | None
+    reason: str
+    before: str | None = None     # text the mutant's "before" must contain
+    after: str | None = None      # text the mutant's "after" must contain
+    line: str | None = None       # text the source line it is on must contain
+
+    def matches(self, m: Mutant) -> bool:
+        return (m.file == self.file and fnmatchcase(m.scope, self.scope)
+                and (self.kind is None or m.kind == self.kind)
+                and (self.before is None or self.before in m.before)
+                and (self.after is None or self.after in m.after)
+                and (self.line is None or self.line in m.context))
+
+
+TIMING = "not part of the contract: the durations of the timing profiles are the emulator's [inferred] orders " \
+         "of magnitude (the real ones are unpublished); any value conforms"
+CONFIG = "not reachable from the API: parses a start-up file ({}) the contract suite never passes"
+SHOWN = "the API answers the changed number and enforces it alike (GET /v1/rl/supported-models shows it, the " \
+        "trainer applies it): no client can tell it from the catalog's"
+PRICE = "not part of the contract: prices are the emulator's illustration (estimate-cost answers some USD price)"
+SCHEMA = "same behaviour: makes a domain check looser than the request schema, which refuses those values " \
+         "(400) before the domain runs"
+RETENTION = "not part of the contract: acts only once a tenant's large operation outputs pass the emulator's " \
+            "256 MiB budget, which no contract run reaches (the real service's retention is undocumented)"
+STATE = "not reachable from the API: state export / import (GET/PUT /_emulator/state, --state-file) only; " \
+        "tests/test_recording_persistence.py covers them"
+
+TABLE: tuple[Equivalent, ...] = (
+    Equivalent("emulator/domain/timing.py", "<module>", "constant", TIMING),
+    Equivalent("emulator/domain/timing.py", "Timing", "constant", TIMING),
+    Equivalent("emulator/domain/timing.py", "Timing.with_overrides", None, CONFIG.format("--profile-file")),
+    Equivalent("emulator/domain/limits.py", "Limits.from_mapping", None, CONFIG.format("--limits-file")),
+    Equivalent("emulator/domain/limits.py", "_known", None, CONFIG.format("--limits-file")),
+    Equivalent("emulator/domain/limits.py", "_count", None, CONFIG.format("--limits-file")),
+    Equivalent("emulator/domain/limits.py", "Limits", "constant",
+               "not part of the contract: how many routed-experts keys a session keeps (1024) and how much large "
+               "output a tenant keeps (256 MiB) are the emulator's own bounds on memory, undocumented for the real "
+               "service and never reached by a contract run", line="_per_"),
+    *(Equivalent("emulator/domain/catalog.py", "<module>", "constant", SHOWN, before=f"{name}=")
+      for name in ("lora_max_batch_size", "lora_max_seq_length", "lora_max_rank", "full_max_batch_size",
+                   "full_max_seq_length", "context_length")),
+    Equivalent("emulator/domain/catalog.py", "<module>", "constant",
+               "not part of the contract: a base model's vocabulary size is its tokenizer's, which no API answer "
+               "states; clients send the ids their tokenizer makes", before="vocab_size="),
+    Equivalent("emulator/domain/catalog.py", "<module>", "constant", PRICE, before="price_per_gpu_hour="),
+    Equivalent("emulator/domain/catalog.py", "<module>", "constant", PRICE, before="trainer_gpus="),
+    Equivalent("emulator/domain/catalog.py", "CatalogModel.to_json", "constant",
+               "the meaning of sampling_defaults.logprobs is undocumented (the emulator returns every sampled "
+               "token's log-probability whatever it says)", before="logprobs="),
+    Equivalent("emulator/domain/model_resources.py", "estimate_cost", None, PRICE, line="gpus ="),
+    Equivalent("emulator/domain/model_resources.py", "estimate_cost", None, PRICE, line="round(gpus"),
+    Equivalent("emulator/store/records.py", "to_dict", None, STATE),
+    Equivalent("emulator/store/records.py", "from_dict", None, STATE),
+    Equivalent("emulator/domain/common.py", "release_inputs", "delete assignment",
+               "same behaviour: drops a finished forward-backward's request body to bound memory; no answer shows "
+               "an operation's request", before="op.body = {}"),
+    *(Equivalent(f"emulator/domain/{name}.py", "*", "delete assignment",
+                 "same behaviour: Session.busy_until is bookkeeping nothing reads (only a state export shows it)",
+                 before="s.busy_until =") for name in ("operations", "cascade")),
+    Equivalent("emulator/domain/fault_effects.py", "apply", "comparison",
+               "not part of the contract: which resource a resource_error rule fired on a session's request fails is "
+               "a detail of the emulator's own control plane (faults.py names the path, the body and the created "
+               "object), not of the API", before="resource_id is None"),
+    *(Equivalent("emulator/domain/cascade.py", scope, "delete assignment",
+                 "same behaviour: expires_at is shown, extended and acted on only while a resource is READY, and a "
+                 "stopping or failed resource never is again", before="r.expires_at = None")
+      for scope in ("_stopping", "fail_resource")),
+    Equivalent("emulator/store/records.py", "check_edge", "drop raise",
+               "same behaviour: an assertion that never fires: every status change the emulator makes is along a "
+               "documented edge (the contract's observer checks the same on every read)"),
+    Equivalent("emulator/domain/model_resources.py", "on_expire", "delete assignment",
+               "same behaviour: expiry_armed only saves duplicate expiry events in the timeline; a duplicate finds "
+               "the resource as the first did", before="r.expiry_armed = True"),
+    Equivalent("emulator/domain/operations.py", "submit", "drop raise",
+               "not part of the contract: the answer to an Idempotency-Key reused with another body is undocumented "
+               "(\"a changed body needs a new key\"); returning the original operation, as the mutant does, or refusing "
+               "both keep the changed body from running", before="Idempotency-Key"),
+    Equivalent("emulator/domain/model_resources.py", "touch", "delete assignment",
+               "same behaviour: ModelResource.last_activity is bookkeeping nothing reads (only a state export shows "
+               "it; expires_at is what counts)", before="r.last_activity ="),
+    # The transition table is an assertion: allowing one more edge changes nothing the code does, and taking away an
+    # edge the emulator never takes neither. No shaping job ever fails (the real causes are a bad calibration file
+    # or an internal error, neither of which the emulator has), so the error edges of its table are never taken.
+    *(Equivalent("emulator/store/records.py", "<module>", "enum swap",
+                 "same behaviour: takes the shaping job edge to error/user_error (which the emulator never takes: no job "
+                 "fails) out of the transition table, and allows one that no code takes",
+                 before=before, line=f"Q.{row}: frozenset(")
+      for row in ("PENDING", "QUEUED", "RUNNING") for before in ("Q.ERROR", "Q.USER_ERROR")),
+    # Output retention: a tenant keeps the newest 256 MiB of large outputs (limits.operation_outputs_mib_per_tenant).
+    # What only acts beyond that budget is never reached by a contract run (the real retention is undocumented);
+    # releasing outputs within the budget is observable, and test_updates reads old outputs back.
+    *(Equivalent("emulator/domain/operations.py", scope, None, RETENTION, line=line) for scope, line in (
+        ("_keep_output", "kept = _kept_outputs("), ("_keep_output", "budget.total += size"),
+        ("_keep_output", "<< 20"), ("_keep_output", "budget.total -= old_size"),
+        ("_keep_output", "if old is not None and old.output is not None"), ("_keep_output", "old.output ="),
+        ("_keep_output", "old.output_released ="), ("_keep_output", "old.body ="),
+        ("_kept_outputs", "done = ["), ("_kept_outputs", "budget.kept = deque"),
+        ("_kept_outputs", "budget.total = sum"), ("<module>", "LARGE_OUTPUT_BYTES ="))),
+    Equivalent("emulator/domain/operations.py", "_keep_output", "comparison", RETENTION,
+               before="budget.total > limit", after="budget.total >= limit"),
+    Equivalent("emulator/domain/operations.py", "_keep_output", "comparison", RETENTION, before="len(kept) > 1"),
+    Equivalent("emulator/domain/operations.py", "_keep_output", "constant", RETENTION, line="len(kept) > 1"),
+    *(Equivalent("emulator/domain/operations.py", scope, None, RETENTION)
+      for scope in ("_per_token_output_size",)),
+    Equivalent("emulator/domain/operations.py", "_large_output", None, RETENTION),
+    Equivalent("emulator/domain/operations.py", "_check_output_kept", None, RETENTION),
+    Equivalent("emulator/domain/sessions.py", "<module>", "constant",
+               "not part of the contract: the server's LoRA defaults are undocumented (the spec says so; OAS-old had "
+               "rank 8, alpha 16, dropout 0.05); a session shows whichever it got", line="DEFAULT_LORA ="),
+    # Bounds the request schema already enforces (inactive_timeout 300-86400, seconds 60-86400, display_name
+    # maxLength 128; connexion refuses with 400 before the domain runs): a domain check made looser changes nothing.
+    *(Equivalent(f"emulator/domain/{module}.py", scope, "drop raise", SCHEMA, before=text)
+      for module, scope, text in (("model_resources", "_validated_settings", "inactive_timeout must be between"),
+                                  ("model_resources", "extend_expiry", "seconds must be between"),
+                                  ("sessions", "create", "display_name must be at most"),
+                                  ("sessions", "update", "display_name must be at most"))),
+    Equivalent("emulator/domain/model_resources.py", "_validated_settings", "constant", SCHEMA, before="300",
+               line="300 <= timeout"),
+    Equivalent("emulator/domain/model_resources.py", "extend_expiry", "constant", SCHEMA, before="60",
+               line="60 <= seconds"),
+    Equivalent("emulator/domain/shaping.py", "_resolve_inputs", "drop raise",
+               "same answer: without a model id the next check refuses the request with the same 400 and param",
+               before="inputs.model_object_id is required"),
+    Equivalent("emulator/api/render.py", "model_resources", "and/or",
+               "same behaviour: expires_at is set exactly while a resource is READY (set when it becomes READY, cleared "
+               "when it stops or fails), so either condition shows it at the same times", before="r.expires_at is not None"),
+    Equivalent("emulator/domain/model_resources.py", "on_dequeue", "constant",
+               "same behaviour: a PENDING resource always has its queue_exit_at (set when it enters the queue or is "
+               "held), so the fallback for None is never used", line="r.queue_exit_at or 0"),
+    Equivalent("emulator/domain/sessions.py", "_lora_config", "delete assignment",
+               "same value: a LoRA seed (an int64 given as a number or a decimal string) is shown as the same decimal "
+               "string whether stored as given or as an int (only leading zeros a client sent would show)",
+               before="cfg['seed'] = int(cfg['seed'])"),
+    *(Equivalent("emulator/store/records.py", "Session", "constant",
+                 "same behaviour: this field's default is never used (a session is always created with its step and "
+                 "versions: 0, or the resumed checkpoint's step)", before=f"{name}=")
+      for name in ("step", "trainer_step", "target_weights_version", "applied_weights_version")),
+    Equivalent("emulator/api/render.py", "operation", "and/or",
+               "same behaviour: an operation has an output exactly when it is COMPLETED (an output is set as it "
+               "completes; only retention beyond the 256 MiB budget clears one)", before="op.output is not None"),
+    Equivalent("emulator/domain/operations.py", "on_complete", None, RETENTION,
+               line="# last: the session's queue has moved on"),
+    Equivalent("emulator/domain/session_models.py", "<module>", "constant",
+               "same behaviour: the size of a cache of frozen model specs", before="maxsize="),
+    Equivalent("emulator/domain/shaping.py", "<module>", "enum swap",
+               "not part of the contract: the level of the events of a job's steps is undocumented (Info or "
+               "Warning, both documented levels)", before="'Info'", line="level: str ="),
+    Equivalent("emulator/domain/common.py", "release_inputs", None,
+               "not part of the contract: whether an uploaded payload can be used twice is undocumented (the SDK "
+               "uploads one per call); the emulator releases it after its first use to bound memory, and either way "
+               "a second use answers 400", line="payload"),
+    Equivalent("emulator/domain/sessions.py", "_lora_config", "drop raise",
+               "not part of the contract: what a server does with lora_config on a full-weight resource is "
+               "undocumented (the SDK says a seed is \"ignored when LoRA is off\", so it may well accept it)",
+               before="lora_config is only valid on a LoRA-enabled"),
+    Equivalent("emulator/domain/operations.py", "_weights_sync", "enum swap",
+               "same behaviour: weight_sync_type is required by the request schema (a 400 before the domain runs), "
+               "so this default is never used", line='body.get("weight_sync_type") or'),
+    Equivalent("emulator/domain/operations.py", "_sync_seconds", "enum swap",
+               "not part of the contract: how long a weights-sync takes (the default there is never used either: the "
+               "request schema requires weight_sync_type)", line='body.get("weight_sync_type", '),
+)
+
+
+def match(m: Mutant) -> Equivalent | None:
+    return next((row for row in TABLE if row.matches(m)), None)
