@@ -53,6 +53,11 @@ SCHEMA = "same behaviour: makes a domain check looser than the request schema, w
          "(400) before the domain runs"
 RETENTION = "not part of the contract: acts only once a tenant's large operation outputs pass the emulator's " \
             "256 MiB budget, which no contract run reaches (the real service's retention is undocumented)"
+OPERATIONS = "not part of the contract: acts only once a session has more than the emulator's 1,000 finished " \
+             "operations (limits.finished_operations_per_session), which no contract run reaches (the real " \
+             "service's retention is undocumented)"
+METADATA = "not part of the contract: how large a session's metadata may be is undocumented for the real service; " \
+           "the emulator's 16 KiB is its own bound on memory, far above what a contract run sends"
 STATE = "not reachable from the API: state export / import (GET/PUT /_emulator/state, --state-file) only; " \
         "tests/test_recording_persistence.py covers them"
 
@@ -64,9 +69,18 @@ TABLE: tuple[Equivalent, ...] = (
     Equivalent("emulator/domain/limits.py", "_known", None, CONFIG.format("--limits-file")),
     Equivalent("emulator/domain/limits.py", "_count", None, CONFIG.format("--limits-file")),
     Equivalent("emulator/domain/limits.py", "Limits", "constant",
-               "not part of the contract: how many routed-experts keys a session keeps (1024) and how much large "
-               "output a tenant keeps (256 MiB) are the emulator's own bounds on memory, undocumented for the real "
-               "service and never reached by a contract run", line="_per_"),
+               "not part of the contract: how many routed-experts keys a session keeps (1024), how much large "
+               "output a tenant keeps (256 MiB) and how many finished operations a session keeps (1,000) are the "
+               "emulator's own bounds on memory, undocumented for the real service and never reached by a contract "
+               "run", line="_per_"),
+    # Session metadata size: the emulator's own bound (16 KiB of JSON, [inferred]; the real limit is undocumented).
+    # A bound moved a little, or gone, answers alike for the metadata any client has reason to send; dropping the
+    # metadata or refusing all of it (other mutants of _bounded_metadata) is not listed here.
+    *(Equivalent(file, scope, kind, METADATA, before=before, line=line) for file, scope, kind, before, line in (
+        ("emulator/domain/limits.py", "Limits", "constant", "session_metadata_kib=", None),
+        ("emulator/domain/sessions.py", "_bounded_metadata", "constant", None, "<< 10"),
+        ("emulator/domain/sessions.py", "_bounded_metadata", "comparison", "> limit", None),
+        ("emulator/domain/sessions.py", "_bounded_metadata", "drop raise", "metadata is larger than", None))),
     *(Equivalent("emulator/domain/catalog.py", "<module>", "constant", SHOWN, before=f"{name}=")
       for name in ("lora_max_batch_size", "lora_max_seq_length", "lora_max_rank", "full_max_batch_size",
                    "full_max_seq_length", "context_length")),
@@ -158,10 +172,6 @@ TABLE: tuple[Equivalent, ...] = (
     Equivalent("emulator/domain/model_resources.py", "on_dequeue", "constant",
                "same behaviour: a PENDING resource always has its queue_exit_at (set when it enters the queue or is "
                "held), so the fallback for None is never used", line="r.queue_exit_at or 0"),
-    Equivalent("emulator/domain/sessions.py", "_lora_config", "delete assignment",
-               "same value: a LoRA seed (an int64 given as a number or a decimal string) is shown as the same decimal "
-               "string whether stored as given or as an int (only leading zeros a client sent would show)",
-               before="cfg['seed'] = int(cfg['seed'])"),
     *(Equivalent("emulator/store/records.py", "Session", "constant",
                  "same behaviour: this field's default is never used (a session is always created with its step and "
                  "versions: 0, or the resumed checkpoint's step)", before=f"{name}=")
@@ -170,16 +180,30 @@ TABLE: tuple[Equivalent, ...] = (
                "same behaviour: an operation has an output exactly when it is COMPLETED (an output is set as it "
                "completes; only retention beyond the 256 MiB budget clears one)", before="op.output is not None"),
     Equivalent("emulator/domain/operations.py", "on_complete", None, RETENTION,
-               line="# last: the session's queue has moved on"),
+               line="# the session's queue has moved on whatever happens here"),
+    # Operation retention: only the loop that forgets a session's oldest finished operations beyond the limit
+    # (and whether it starts one early) is out of reach; the bookkeeping every completion runs (_finished, the
+    # append in _retire) is not listed: a mutant there fails every completion.
+    *(Equivalent("emulator/domain/operations.py", "_retire", None, OPERATIONS, line=line) for line in (
+        "while len(done) > limit", "if old is None or old.status not in", "if tenant.idempotency.get(key) == old.id",
+        "tenant.payloads.get(old.payload_id) if", "if payload is not None and payload.released_by == old.id",
+        "if s is not None:", "s.evicted_operations += 1")),
+    Equivalent("emulator/domain/operations.py", "_retire", "early return", OPERATIONS),
+    Equivalent("emulator/domain/model_resources.py", "_shown", "comparison",
+               "same value: the ASCII escape of a space or a tilde (unicode_escape) is that character itself, so "
+               "moving either end of the printable range changes no quoted key", before="' ' <= c <= '~'"),
+    Equivalent("emulator/domain/operations.py", "_seconds", "constant", TIMING + " (here: how long an operation whose "
+               "body the model will refuse runs before it fails)"),
     Equivalent("emulator/domain/session_models.py", "<module>", "constant",
                "same behaviour: the size of a cache of frozen model specs", before="maxsize="),
     Equivalent("emulator/domain/shaping.py", "<module>", "enum swap",
                "not part of the contract: the level of the events of a job's steps is undocumented (Info or "
                "Warning, both documented levels)", before="'Info'", line="level: str ="),
     Equivalent("emulator/domain/common.py", "release_inputs", None,
-               "not part of the contract: whether an uploaded payload can be used twice is undocumented (the SDK "
-               "uploads one per call); the emulator releases it after its first use to bound memory, and either way "
-               "a second use answers 400", line="payload"),
+               "not part of the contract: how long an uploaded payload lives is undocumented (the SDK uploads one per "
+               "call and uses it once); the emulator releases it after its first use to bound memory (a second use, "
+               "or a download URL, then answers 400), and a server that kept it, as some of these mutants do, "
+               "conforms as well", line="payload"),
     Equivalent("emulator/domain/sessions.py", "_lora_config", "drop raise",
                "not part of the contract: what a server does with lora_config on a full-weight resource is "
                "undocumented (the SDK says a seed is \"ignored when LoRA is off\", so it may well accept it)",

@@ -267,7 +267,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m.id}  {m.describe()}" + (f"  [equivalent: {row.reason}]" if row else ""))
         print(f"{len(chosen)} of {len(candidates)} candidates")
         return 0
+    # The suite's own seed (its generated tests) is fixed too, so that a run is repeatable mutant by mutant.
     suite_args = list(args.suite_arg)
+    if not any(a == "--seed" or a.startswith("--seed=") for a in suite_args):
+        suite_args = ["--seed", str(args.seed), *suite_args]
     started = time.monotonic()
     outcomes: list[Outcome] = []
     to_run: list[tuple[Mutant, str]] = []
