@@ -44,7 +44,7 @@ bench: $(VENV)/.bench-installed
 	$(BIN)/python -m bench
 
 # Mutation score of the contract suite: seeded mutants of the emulator, each run against the whole suite
-# (about an hour on 2 cores); writes bench/mutation.json and MUTATION.md. ARGS: e.g. --sample 20 --jobs 2.
+# (35-45 minutes on 2 shared cores); writes bench/mutation.json and MUTATION.md. ARGS: e.g. --sample 20 --jobs 2.
 mutation: $(STAMP)
 	$(BIN)/python -m bench.mutation $(ARGS)
 

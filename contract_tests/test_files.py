@@ -70,8 +70,8 @@ def start_upload(api: Api, content: bytes, name: str, purpose: str = "calibratio
     return resp
 
 
-def upload(api: Api, content: bytes, name: str = "contract.jsonl") -> dict[str, Any]:
-    started = start_upload(api, content, name)
+def upload(api: Api, content: bytes, name: str = "contract.jsonl", purpose: str = "calibration") -> dict[str, Any]:
+    started = start_upload(api, content, name, purpose)
     file_id = started.headers["X-Together-File-Id"]
     put = requests.put(started.headers["Location"], data=content, timeout=60)  # presigned: no credentials
     verify("uploadFile", "presigned_upload", put.status_code == 200,
@@ -120,6 +120,46 @@ def test_files_are_tenant_scoped(api: Api, second_api: Api) -> None:
                               "another project's file is invisible", "tenant_isolation")
     finally:
         api.call("deleteFile", "DELETE", f"/v1/files/{fid}").ok()
+
+
+def _rows(*rows: dict[str, Any]) -> bytes:
+    return "".join(json.dumps(row) + "\n" for row in rows).encode()
+
+
+# The three dataset formats preprocessFile documents, each as a jsonl file of its rows.
+FORMATS = {
+    "CONVERSATION": CONVERSATION,
+    "INSTRUCTION": _rows({"prompt": "contract prompt 1", "completion": "an answer"},
+                         {"prompt": "contract prompt 2", "completion": "another answer"}),
+    "GENERAL": _rows({"text": "contract text 1"}, {"text": "contract text 2"}, {"text": "contract text 3"},
+                     {"text": "contract text 4"}),
+}
+
+
+def test_preprocess_reports_each_documented_dataset_format(api: Api) -> None:
+    """preprocessFile: "A jsonl file passes as a CONVERSATION (rows with messages), INSTRUCTION (prompt and
+    completion) or GENERAL (text) dataset", in its ``validation_report``; a file of rows with none of those
+    (a prompt alone is not an instruction) does not pass."""
+    invalid = {"none": _rows({"question": "neither messages, prompt nor text"}),
+               "prompt-only": _rows({"prompt": "a prompt without its completion"})}
+    for fmt, content in {**FORMATS, **invalid}.items():
+        f = upload(api, content, f"contract-{fmt.lower()}.jsonl")
+        try:
+            report = f.get("validation_report") or {}
+            if fmt in invalid:
+                verify("preprocessFile", "dataset_format", report.get("valid") is False,
+                       f"a jsonl file whose rows have no messages, prompt and completion, or text ({fmt}) "
+                       f"preprocessed as {f.get('processing_status')} with validation_report {report}: it does not "
+                       "pass")
+                continue
+            rows, nlines = content.count(b"\n"), report.get("nlines")
+            verify("preprocessFile", "dataset_format",
+                   report.get("valid") is True and report.get("dataset_format") == fmt
+                   and f.get("processing_status") == "COMPLETED" and (nlines is None or int(nlines) == rows),
+                   f"a valid {fmt} jsonl file of {rows} rows preprocessed as {f.get('processing_status')} with "
+                   f"validation_report {report}")
+        finally:
+            api.call("deleteFile", "DELETE", f"/v1/files/{f['id']}").ok()
 
 
 def test_upload_form_is_checked(api: Api) -> None:

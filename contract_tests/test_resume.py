@@ -93,6 +93,14 @@ def test_resume_restores_weights_step_and_optimizer(api: Api, trained: dict[str,
                f"a session resumed with its optimizer (load_optimizer={load}) must train on as the original would: "
                f"one more step gives loss {continued}, the original session's next step gave {trained['continued']}")
         api.stop_session(s["id"])
+    # A lora_config sent with a resume "must keep the checkpoint's rank, alpha and train_unembed": dropout may change,
+    # and the session shows the dropout it trains with.
+    changed = _resume(api, r["id"], trained["training"], lora_config={"dropout": 0.25})
+    lora = changed.get("lora_config") or {}
+    verify("createSession", "resume_lora", (lora.get("rank"), lora.get("alpha"), lora.get("dropout")) == (8, 32, 0.25),
+           f"a session resumed from a checkpoint of a rank-8, alpha-32, dropout-0.1 adapter, given lora_config "
+           f"{{dropout: 0.25}}, shows {lora}: it keeps the rank and alpha and takes the dropout it was given")
+    api.stop_session(changed["id"])
     fresh = _resume(api, r["id"], trained["training"], load_optimizer=False)
     verify("createSession", "resume_step", lc.as_int64(fresh["step"], "step") == 0,
            f"load_optimizer=false means weights only, step 0; the session starts at step {fresh['step']}")

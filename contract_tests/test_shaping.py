@@ -13,6 +13,7 @@ in turn, and a cancel while it runs ends ``cancelled`` without results.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
@@ -22,6 +23,7 @@ import pytest
 from contract_tests import flows
 from contract_tests.client import Api, verify
 from contract_tests.target import Target
+from contract_tests.test_files import FORMATS, upload
 
 UNKNOWN_JOB = "shp-quant-0000000000000000"
 
@@ -125,6 +127,51 @@ def test_shaping_requests_are_checked(api: Api, registered: tuple[str, str]) -> 
                             json={"inputs": inputs}), (400, 422), f"an estimate of {rule} is refused",
                    "invalid_input_refused")
     api.expect(flows.cancel_shaping(api, UNKNOWN_JOB), (404,), "cancel of an unknown shaping job", "unknown_id_404")
+
+
+CALIBRATION_MAX_BYTES = 64 * 1024 * 1024  # calibration_file_id: "at most 64 MiB"
+
+
+def _conversation_of(size: int) -> bytes:
+    """A conversation dataset of exactly ``size`` bytes: rows of about a MiB, the last one padded to fit."""
+    def row(n: int) -> bytes:
+        return json.dumps({"messages": [{"role": "user", "content": "x" * n}]}).encode() + b"\n"
+    overhead = len(row(0))
+    chunk = (1 << 20) - overhead
+    rows, left = [], size
+    while left > 2 * (1 << 20):
+        rows.append(row(chunk))
+        left -= chunk + overhead
+    first = (left - 2 * overhead) // 2
+    rows += [row(first), row(left - 2 * overhead - first)]
+    out = b"".join(rows)
+    assert len(out) == size, (len(out), size)
+    return out
+
+
+@pytest.mark.real_safe
+@pytest.mark.creates_resources
+def test_shaping_checks_its_calibration_file(api: Api, registered: tuple[str, str]) -> None:
+    """calibration_file_id: "Conversation dataset file (file-..., purpose calibration or fine-tune, jsonl, at most
+    64 MiB, rows with messages)"; the estimate refuses what createShapingJob would (400) and nothing else. Judged on
+    estimates: they create nothing."""
+    _, model_id = registered
+    largest = _conversation_of(CALIBRATION_MAX_BYTES)
+    cases = ((FORMATS["CONVERSATION"], "calibration", True), (FORMATS["CONVERSATION"], "fine-tune", True),
+             (FORMATS["CONVERSATION"], "eval", False), (FORMATS["INSTRUCTION"], "calibration", False),
+             (largest, "calibration", True))
+    for content, purpose, valid in cases:
+        f = upload(api, content, "contract-calibration.jsonl", purpose)
+        what = (f"a {purpose} file of {'prompt/completion' if content == FORMATS['INSTRUCTION'] else 'messages'} rows"
+                + (" of exactly 64 MiB" if content is largest else ""))
+        try:
+            reply = api.call("estimateShapingJob", "POST", "/v1/shaping/prepare-for-fp4-inference/estimate",
+                             json={"inputs": {"model_object_id": model_id, "calibration_file_id": f["id"]}})
+            api.expect(reply, (200,) if valid else (400, 422),
+                       f"an estimate with {what} as its calibration file is "
+                       + ("accepted" if valid else "refused"), "shaping_accepted" if valid else "invalid_input_refused")
+        finally:
+            api.call("deleteFile", "DELETE", f"/v1/files/{f['id']}").ok()
 
 
 @pytest.fixture(scope="module")

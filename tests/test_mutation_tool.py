@@ -1,6 +1,6 @@
 """The mutation tool of ``make mutation`` (``bench/mutation``): its mutants, its table, and a smoke run.
 
-The full run (a sample of 120 mutants, each against the whole contract suite) takes about an hour and is
+The full run (a sample of 135 mutants, each against the whole contract suite) takes 35-45 minutes and is
 not part of ``make test``; the smoke runs the tool end to end on three fixed mutants with the suite
 narrowed to one test: one that test kills, one it cannot notice (survives), one the table of known
 equivalents names (not run). They are named by what they change, so they outlive edits elsewhere; if the

@@ -102,20 +102,48 @@ TABLE: tuple[Equivalent, ...] = (
     *(Equivalent(f"emulator/domain/{name}.py", "*", "delete assignment",
                  "same behaviour: Session.busy_until is bookkeeping nothing reads (only a state export shows it)",
                  before="s.busy_until =") for name in ("operations", "cascade")),
-    Equivalent("emulator/domain/fault_effects.py", "apply", "comparison",
-               "not part of the contract: which resource a resource_error rule fired on a session's request fails is "
-               "a detail of the emulator's own control plane (faults.py names the path, the body and the created "
-               "object), not of the API", before="resource_id is None"),
+    *(Equivalent("emulator/domain/fault_effects.py", "apply", "comparison",
+                 "not reachable from the API, only from the emulator's own control plane: which resource a "
+                 "resource_error rule fired on a session's request fails (faults.py names the path, the body and the "
+                 "created object)" + extra, before=before, line="if resource_id is None and s is not None")
+      for before, extra in (("resource_id is None", ""),
+                            ("s is not None", "; flipped, it also breaks a rule fired on a request that names neither "
+                                              "a session nor a resource, which only a fault rule reaches"))),
     *(Equivalent("emulator/domain/cascade.py", scope, "delete assignment",
                  "same behaviour: expires_at is shown, extended and acted on only while a resource is READY, and a "
                  "stopping or failed resource never is again", before="r.expires_at = None")
       for scope in ("_stopping", "fail_resource")),
-    Equivalent("emulator/store/records.py", "check_edge", "drop raise",
-               "same behaviour: an assertion that never fires: every status change the emulator makes is along a "
-               "documented edge (the contract's observer checks the same on every read)"),
-    Equivalent("emulator/domain/model_resources.py", "on_expire", "delete assignment",
-               "same behaviour: expiry_armed only saves duplicate expiry events in the timeline; a duplicate finds "
-               "the resource as the first did", before="r.expiry_armed = True"),
+    *(Equivalent("emulator/store/records.py", "check_edge", kind,
+                 "same behaviour: an assertion that never fires: every status change the emulator makes is along a "
+                 "documented edge (the contract's observer checks the same on every read); weakened or dropped, it "
+                 "changes nothing", before=before)
+      for kind, before in (("drop raise", None), ("early return", None),
+                           ("and/or", "allowed is None or new not in allowed"))),
+    Equivalent("emulator/store/records.py", "<module>", "enum swap", STATE + " (the state document's schema is the "
+               "only reader of FILE_STATUSES)", line="FILE_STATUSES ="),
+    # An operation whose model raised an unexpected exception (a bug of the emulator) fails with INTERNAL_ERROR
+    # rather than wedging its session's queue; no request reaches that in a healthy emulator.
+    *(Equivalent("emulator/domain/operations.py", "on_complete", "delete assignment",
+                 "not reachable from the API: runs only when the emulator's own model raises an unexpected "
+                 "exception (a bug); tests/test_api_sessions_operations.py injects one", line=line)
+      for line in ("op.output = None", "op.error = error_detail(INTERNAL_ERROR")),
+    Equivalent("emulator/domain/operations.py", "_check_sample_bounds", "drop raise",
+               "not part of the contract: whether a sample asking for more than the model's context length is refused "
+               "at submit (400) or its operation ends FAILED is undocumented; the model refuses it either way, and "
+               "the contract accepts both (flows.op_refused)", before="sampling_params.max_tokens:"),
+    *(Equivalent("emulator/domain/model_resources.py", scope, "delete assignment",
+                 "same behaviour: expiry_armed only saves duplicate expiry events in the timeline; a duplicate finds "
+                 "the resource as the first did", before="r.expiry_armed = True") for scope in ("on_expire", "_push_expiry")),
+    Equivalent("emulator/domain/gpu_queue.py", "enter", "delete assignment",
+               "same behaviour: the dequeue event is scheduled for exit_at whatever the field holds; on_dequeue reads "
+               "queue_exit_at only to skip an event that a hold has overtaken, and a hold sets its own (only the "
+               "integrity check of a state import would notice)", before="r.queue_exit_at = exit_at"),
+    Equivalent("emulator/domain/gpu_queue.py", "leave", "delete assignment",
+               "same behaviour: queue_exit_at is read only while a resource is PENDING (on_dequeue checks the status "
+               "first), and a resource that left the queue never is again", before="r.queue_exit_at = None"),
+    Equivalent("emulator/domain/catalog.py", "CatalogModel", "constant",
+               "same behaviour: this field's default is never used (every catalog model names its end-of-text token)",
+               before="end_of_text_token_id="),
     Equivalent("emulator/domain/operations.py", "submit", "drop raise",
                "not part of the contract: the answer to an Idempotency-Key reused with another body is undocumented "
                "(\"a changed body needs a new key\"); returning the original operation, as the mutant does, or refusing "
@@ -153,12 +181,14 @@ TABLE: tuple[Equivalent, ...] = (
                "not part of the contract: the server's LoRA defaults are undocumented (the spec says so; OAS-old had "
                "rank 8, alpha 16, dropout 0.05); a session shows whichever it got", line="DEFAULT_LORA ="),
     # Bounds the request schema already enforces (inactive_timeout 300-86400, seconds 60-86400, display_name
-    # maxLength 128; connexion refuses with 400 before the domain runs): a domain check made looser changes nothing.
+    # maxLength 128, num_generator_replicas minimum 0; connexion refuses with 400 before the domain runs): a domain
+    # check made looser changes nothing.
     *(Equivalent(f"emulator/domain/{module}.py", scope, "drop raise", SCHEMA, before=text)
       for module, scope, text in (("model_resources", "_validated_settings", "inactive_timeout must be between"),
                                   ("model_resources", "extend_expiry", "seconds must be between"),
                                   ("sessions", "create", "display_name must be at most"),
-                                  ("sessions", "update", "display_name must be at most"))),
+                                  ("sessions", "update", "display_name must be at most"),
+                                  ("model_resources", "_validated_settings", "num_generator_replicas must be >= 0"))),
     Equivalent("emulator/domain/model_resources.py", "_validated_settings", "constant", SCHEMA, before="300",
                line="300 <= timeout"),
     Equivalent("emulator/domain/model_resources.py", "extend_expiry", "constant", SCHEMA, before="60",
@@ -192,6 +222,13 @@ TABLE: tuple[Equivalent, ...] = (
     Equivalent("emulator/domain/model_resources.py", "_shown", "comparison",
                "same value: the ASCII escape of a space or a tilde (unicode_escape) is that character itself, so "
                "moving either end of the printable range changes no quoted key", before="' ' <= c <= '~'"),
+    # How long an operation runs, from its body: only the timing profiles' durations use these (a mutant that
+    # makes one return None or raise elsewhere is not listed: the operation never finishes, or fails).
+    Equivalent("emulator/domain/operations.py", "_token_count", None, TIMING + " (here: the tokens a forward-backward's "
+               "duration counts; anything it raises counts as nothing, see _seconds)"),
+    *(Equivalent("emulator/domain/operations.py", scope, kind, TIMING + " (here: how many tokens an operation's "
+                 "duration counts)") for scope, kind in (("_training_seconds", "and/or"), ("_sample_seconds", "and/or"),
+                                                         ("_sample_seconds", "constant"))),
     Equivalent("emulator/domain/operations.py", "_seconds", "constant", TIMING + " (here: how long an operation whose "
                "body the model will refuse runs before it fails)"),
     Equivalent("emulator/domain/session_models.py", "<module>", "constant",
