@@ -33,7 +33,8 @@ def markdown(result: dict[str, Any]) -> str:
         "assignments, early returns), each run against the whole contract suite on a fresh emulator built from a "
         "mutated copy of the package. The suite stops at a mutant's first failure (`-x`). A mutant is *killed* when the "
         "suite fails (or the emulator cannot start, or the run hangs), *survived* when it passes, *equivalent* "
-        "when `bench/mutation/equivalent.py` says why no client can tell it apart (not run).",
+        "when `bench/mutation/equivalent.py` gives the reason it is left out (not run): no client can tell it apart, "
+        "it is not reachable from the API, or it changes a number or choice the documented API leaves open.",
         "",
         f"Run of {result['date']} at commit `{result['commit']}`, seed {result['seed']}: "
         f"{s['sampled']} mutants sampled from {result['candidates']} candidates; baseline suite "
@@ -75,7 +76,7 @@ def markdown(result: dict[str, Any]) -> str:
                          f"| {_code(r['after'])} |")
     eq = [r for r in rows if r["status"] == "equivalent"]
     if eq:
-        lines += ["", "## Equivalent (not counted)", "", "| id | where | kind | change | why no client can tell |",
+        lines += ["", "## Equivalent (not counted)", "", "| id | where | kind | change | why it is left out |",
                   "|---|---|---|---|---|"]
         for r in eq:
             lines.append(f"| {r['id']} | {r['file']}:{r['line']} `{r['scope']}` | {r['kind']} | "
