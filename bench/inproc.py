@@ -1,5 +1,6 @@
 """The emulator's own cost per request, without sockets or a load generator:
-``python -m bench.inproc [--scenario get|list|create|loop] [--requests N] [--instructions]``.
+``python -m bench.inproc [--scenario get|list|create|loop] [--requests N] [--instructions]
+[--stock-routing] [--no-recorder]``.
 
 Drives the ASGI app (``emulator.tools.server.build_server_app``) in-process with the same requests as
 ``make bench`` and prints the app's CPU time per request (the best of 8 batches). On a shared machine
@@ -77,12 +78,16 @@ async def _id(app: Any, method: str, path: str, body: Any = None, headers: tuple
     return str(orjson.loads(raw)["id"])
 
 
-async def run(scenario: str, requests: int, batches: int) -> float | None:
+async def run(scenario: str, requests: int, batches: int, recorder: bool = True) -> float | None:
     from emulator.config import Config
     from emulator.runtime import Runtime
+    from emulator.tools.recording import RecordingApp
     from emulator.tools.server import build_server_app
 
-    app = build_server_app(Runtime(Config()))
+    app: Any = build_server_app(Runtime(Config()))
+    if not recorder:  # the B of the recorder's A/B: the app it wraps, as if there were no run-time recording
+        assert isinstance(app, RecordingApp), type(app)
+        app = app.app
     rids = [await _id(app, "POST", "/v1/rl/model-resources", RES) for _ in range(20)]
     await call(app, "GET", f"/v1/rl/model-resources/{rids[-1]}")
     sids = [await _id(app, "POST", S, {"model_resources_id": r}) for r in rids for _ in range(5)]
@@ -139,14 +144,15 @@ def use_stock_routing() -> None:
     emulator.app.TableRoutingMiddleware = RoutingMiddleware  # type: ignore[misc, assignment]
 
 
-def instructions(scenario: str, requests: int, stock_routing: bool = False) -> float:
+def instructions(scenario: str, requests: int, stock_routing: bool = False, recorder: bool = True) -> float:
     if shutil.which("valgrind") is None:
         raise SystemExit("--instructions needs valgrind (apt-get install -y valgrind)")
     counts = []
     for n in (0, requests):
         out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-m",
                               "bench.inproc", "--scenario", scenario, "--requests", str(n), "--raw",
-                              *(["--stock-routing"] if stock_routing else [])],
+                              *(["--stock-routing"] if stock_routing else []),
+                              *([] if recorder else ["--no-recorder"])],
                              capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
         found = re.search(r"Collected : (\d+)", out.stderr)
         if found is None:
@@ -165,19 +171,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stock-routing", action="store_true",
                    help="route with connexion's own RoutingMiddleware instead of emulator/http/routing.py (to "
                         "measure what that private-internal subclass buys)")
+    p.add_argument("--no-recorder", action="store_true",
+                   help="drive the app without the run-time recorder's wrapper (RecordingApp, always present so "
+                        "that /_emulator/recording/start works), to measure what the wrapper costs when idle")
     p.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.stock_routing:
         use_stock_routing()
     if args.raw:
-        asyncio.run(run(args.scenario, args.requests or 0, 0))
+        asyncio.run(run(args.scenario, args.requests or 0, 0, not args.no_recorder))
         return 0
     if args.instructions:
         n = args.requests or (100 if args.scenario == "loop" else 400)
-        count = instructions(args.scenario, n, args.stock_routing)
+        count = instructions(args.scenario, n, args.stock_routing, not args.no_recorder)
         print(f"{args.scenario}: {count / 1000:.0f}k instructions per request")
         return 0
-    per = asyncio.run(run(args.scenario, args.requests or 4000, 8))
+    per = asyncio.run(run(args.scenario, args.requests or 4000, 8, not args.no_recorder))
     assert per is not None
     print(f"{args.scenario}: {per * 1e6:.1f} us of app CPU per request (best of 8 batches)")
     return 0

@@ -250,7 +250,7 @@ def internals_block(r: dict[str, Any], notes: dict[str, str]) -> list[str]:
     out = ["", "### Private internals of dependencies: what each buys (A/B in this run)", ""]
     if "internals" in notes:
         return [*out, f"Not measured: {notes['internals']}."]
-    shipped, two, stock = (r.get(f"internals_{k}_cpu_us") for k in ("shipped", "two_writes", "stock"))
+    shipped, stock = (r.get(f"internals_{k}_cpu_us") for k in ("shipped", "stock"))
     out += ["| internal | with it | without it | saved |", "| --- | ---: | ---: | ---: |"]
 
     def row(name: str, a: float | None, b: float | None) -> str:
@@ -260,9 +260,8 @@ def internals_block(r: dict[str, Any], notes: dict[str, str]) -> list[str]:
     for scenario in ("get", "list"):
         out.append(row(f"routing table (`http/routing.py`), app CPU per {scenario.upper()}, in process",
                        r.get(f"internals_routing_table_{scenario}_us"), r.get(f"internals_routing_stock_{scenario}_us")))
-    out.append(row("one write per response (`http/server.py`), server CPU per served GET", shipped, two))
     out.append(row("connection guards (`http/server.py`), server CPU per served GET (a cost: they exist for "
-                   "hostile clients, not speed)", two, stock))
+                   "hostile clients, not speed)", shipped, stock))
     return out
 
 

@@ -477,8 +477,7 @@ class Bench:
 
     def internals(self, gen: LoadGen) -> None:
         """What the private dependency internals buy (issue 25), A/B in this run: served GETs on the shipped
-        protocol, on uvicorn's own request cycle (two writes) and on uvicorn's own protocol (no guards)
-        (``bench.internals``: the server's CPU per request); then in process, the app's CPU per request with
+        protocol and on uvicorn's own protocol (no guards) (``bench.internals``: the server's CPU per request); then in process, the app's CPU per request with
         the emulator's routing table and with connexion's own RoutingMiddleware (``bench.inproc``)."""
         if self.args.skip_internals:
             self.notes["internals"] = "skipped (--skip-internals)"
@@ -486,7 +485,7 @@ class Bench:
         if gen.kind != "wrk":
             self.notes["internals"] = "needs wrk (the Python load generator would measure itself)"
             return
-        log("internals: served GETs, shipped protocol vs two writes vs uvicorn's own (server CPU per request)")
+        log("internals: served GETs, shipped protocol vs uvicorn's own (server CPU per request)")
         done = subprocess.run([sys.executable, "-m", "bench.internals", "--rounds", str(self.args.rounds),
                                "--seconds", str(max(2, round(self.args.duration)))],
                               capture_output=True, text=True, timeout=900, cwd=str(ROOT))

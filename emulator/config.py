@@ -52,6 +52,7 @@ class Config:
     faults_file: str | None = None
     scenario: str | None = None
     record_file: str | None = None
+    record_canonical: bool = False      # with record_file: the same bytes for the same answers (fixtures/recordings)
     defects: tuple[str, ...] = field(default_factory=tuple)
     max_body_bytes: int = 64 * 1024 * 1024
     log_level: str = "warning"
@@ -102,6 +103,8 @@ class Config:
                 raise ConfigError(f"--balancer must be the balancer's root URL (http://HOST:PORT), not {self.balancer!r}")
         if self.admin_token is not None and not self.admin_token.strip():
             raise ConfigError("--admin-token must not be empty")
+        if self.record_canonical and not self.record_file:
+            raise ConfigError("--record-canonical makes the --record file canonical: give --record FILE too")
         if not self.is_loopback and not self.admin_token:
             raise ConfigError(
                 "binding to a non-loopback address exposes the control plane /_emulator/*; "
@@ -233,6 +236,9 @@ FLAGS = (
     ("validate_responses", "--validate-responses", "validate every response against openapi.yaml (on in tests)"),
     ("access_log", "--access-log", "print one line per request: method, path, operation, status, duration, "
                                    "tenant, fault, warnings"),
+    ("record_canonical", "--record-canonical", "with --record: a canonical recording (the server's address, "
+                                               "client headers and random Idempotency-Keys left out), byte for "
+                                               "byte the same for the same client, seed and manual clock"),
     ("strict", "--strict", "refuse with 400 the fields the real service accepts and ignores (by default they are "
                            "dropped with an X-Emulator-Warning header)"),
 )

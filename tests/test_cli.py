@@ -50,6 +50,11 @@ def test_an_unknown_flag_prints_the_subcommands_usage_and_one_sentence(command: 
     (["replay", "sdk-training-loop", "--port", "abc"], "'abc' is not a port number (0 to 65535)"),
     (["record", "--upstream", "http://x", "--out", "o.jsonl", "--port", "70000"], "'70000' is not a port number"),
     (["record", "--out", "o.jsonl"], "the following arguments are required: --upstream"),
+    (["cluster", "--workers", "two"], "'two' is not a number of shards (1 to "),
+    (["cluster", "--workers", "0"], "'0' is not a number of shards (1 to "),
+    (["cluster", "--port", "-1"], "'-1' is not a port number (0 to 65535)"),
+    (["cluster", "--check-interval", "1s"], "'1s' is not a number of milliseconds"),
+    (["cluster", "--restart-delay", "nan"], "'nan' is not a number of seconds"),
 ])
 def test_errors_are_one_plain_sentence(args: list[str], says: str) -> None:
     proc = cli(*args)

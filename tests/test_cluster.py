@@ -247,7 +247,6 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     (["--print-config", "--workers", "3", "--shard-address", "h:1"], "--workers 3"),
     (["--state-file", "x.json"], "--state-dir"),
     (["--host", "0.0.0.0"], "--admin-token"),
-    (["--workers", "0"], "--workers"),
 ])
 def test_cluster_start_errors_are_one_line_and_exit_2(args: list[str], says: str) -> None:
     proc = _cli(*args)

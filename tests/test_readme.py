@@ -292,6 +292,7 @@ def test_record_and_replay_block_commands_start(tmp_path: Path) -> None:
                        headers={"Authorization": "Bearer k"}, timeout=30)
         assert r.status_code == 200
     assert (tmp_path / "demo.jsonl").read_text().count("\n") == 1
+    assert "python-httpx" not in (tmp_path / "demo.jsonl").read_text()  # canonical: no client self-description
     with started(replay_file, tmp_path) as url:
         again = httpx.post(f"{url}/v1/rl/model-resources", json={"base_model": "Qwen/Qwen3.8-27B"},
                            headers={"Authorization": "Bearer k"}, timeout=30)

@@ -204,13 +204,43 @@ def test_recording_to_the_record_file_pauses_and_resumes(tmp_path: Path) -> None
     with make_client(Runtime(Config(clock="manual", record_file=str(out)))) as c:
         c.get(f"{RL}/model-resources")
         assert c.post("/_emulator/recording/stop").json() == {"recording": False, "file": str(out), "exchanges": 1,
-                                                              "truncated": False}
+                                                              "canonical": False, "truncated": False}
+        # One file, one kind: a canonical stretch inside a plain file is refused, not silently plain.
+        refused = assert_error(c.post("/_emulator/recording/start", json={"canonical": True}), 400)
+        assert "--record-canonical" in refused["message"]
         c.get(f"{RL}/supported-models")  # paused
         c.post("/_emulator/recording/start")
         c.get(f"{RL}/model-resources")
         assert assert_error(c.get("/_emulator/recording"), 400)["code"] == "recording_state"
     assert [e["request"]["path"] for e in load_recording(str(out))] == [f"{RL}/model-resources"] * 2
     assert [e["seq"] for e in load_recording(str(out))] == [1, 2]
+
+
+def test_record_canonical_writes_the_same_bytes_for_the_same_client(tmp_path: Path) -> None:
+    """``serve --record F --record-canonical``: two runs of one client (SDK-style random Idempotency-Keys, a
+    User-Agent, a different Host) give byte-identical files, with none of those in them."""
+    import uuid
+
+    def run(out: Path, host: str) -> bytes:
+        config = Config(clock="manual", seed=3, record_file=str(out), record_canonical=True)
+        with make_client(Runtime(config)) as c:
+            headers = {"User-Agent": f"client/{uuid.uuid4()}", "Host": host}
+            r = c.post(f"{RL}/model-resources", json={"base_model": BASE, "lora_enabled": True},
+                       headers={**headers, "Idempotency-Key": str(uuid.uuid4())}).json()
+            c.get(f"{RL}/model-resources/{r['id']}", headers=headers)
+            assert c.post("/_emulator/recording/stop").json()["canonical"] is True
+        return out.read_bytes()
+
+    first, second = run(tmp_path / "a.jsonl", "127.0.0.1:8765"), run(tmp_path / "b.jsonl", "localhost:9999")
+    assert first == second and first.count(b"\n") == 2
+    assert b"client/" not in first and b"key-1" in first and b"9999" not in first
+
+
+def test_record_canonical_needs_a_record_file() -> None:
+    from emulator.config import ConfigError
+
+    with pytest.raises(ConfigError, match="--record-canonical .* --record FILE"):
+        Config(record_canonical=True)
 
 
 @pytest.mark.parametrize("speed", ["0", "x"])

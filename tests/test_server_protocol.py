@@ -1,9 +1,9 @@
-"""The emulator's uvicorn protocol: a response with a declared length leaves in one transport write.
+"""The emulator's uvicorn protocol (the connection guards of ``emulator.http.server``) answers as HTTP/1.1
+requires: a length, HEAD, ``Connection: close``, pipelining and streamed responses.
 
-uvicorn writes the status line and headers, then the body: two ``send()`` system calls per response.
-``emulator.http.server`` holds the head until the first body message. These tests drive the protocol
-with a recording transport (so the number of writes is observable), then check on a real socket that
-HEAD, ``Connection: close``, pipelining and streamed responses still behave as HTTP/1.1 requires.
+These tests drive the protocol with a recording transport (what it writes, in order), then check the same on
+a real socket. (It once wrote a response in one ``send()`` instead of uvicorn's two; that was removed when
+``make bench`` measured it below 10%, and these tests stayed to hold the behaviour a client sees.)
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from emulator.config import Config
-from emulator.http.server import COPY_LIMIT, guarded_protocol
+from emulator.http.server import guarded_protocol
 from emulator.tools.testing import serve_in_thread
 
 AUTH = b"Authorization: Bearer test-token\r\n"
@@ -78,16 +78,15 @@ async def _exchange(app: Any, request: bytes) -> RecordingTransport:
     return transport
 
 
-def test_a_response_with_a_length_is_one_write() -> None:
+def test_a_response_with_a_length_is_its_head_then_its_body() -> None:
     transport = asyncio.run(_exchange(_app(), b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
-    assert len(transport.writes) == 1
-    head, _, body = transport.writes[0].partition(b"\r\n\r\n")
+    head, _, body = b"".join(transport.writes).partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"content-length: 5" in head
     assert body == b"hello"
 
 
-def test_a_large_body_is_not_copied_behind_its_head() -> None:
-    body = b"x" * (COPY_LIMIT + 1)
+def test_a_large_body_arrives_whole_behind_its_head() -> None:
+    body = b"x" * (1 << 17)
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": 200,
@@ -95,26 +94,28 @@ def test_a_large_body_is_not_copied_behind_its_head() -> None:
         await send({"type": "http.response.body", "body": body})
 
     transport = asyncio.run(_exchange(app, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
-    assert len(transport.writes) == 2 and transport.writes[0].endswith(b"\r\n\r\n") and transport.writes[1] == body
+    head, _, sent = b"".join(transport.writes).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and sent == body
 
 
-def test_pipelined_responses_are_one_write_each_and_in_order() -> None:
+def test_pipelined_responses_are_answered_in_order() -> None:
     request = b"GET /a HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /b HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     transport = asyncio.run(_exchange(_app(), request))
-    assert len(transport.writes) == 2
-    assert all(w.startswith(b"HTTP/1.1 200 OK\r\n") and w.endswith(b"\r\n\r\nhello") for w in transport.writes)
+    answers = b"".join(transport.writes).split(b"HTTP/1.1 200 OK\r\n")
+    assert answers[0] == b"" and len(answers) == 3
+    assert all(a.endswith(b"\r\n\r\nhello") for a in answers[1:])
 
 
 def test_head_request_sends_the_head_alone() -> None:
     transport = asyncio.run(_exchange(_app(), b"HEAD / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
-    assert len(transport.writes) == 1
-    assert transport.writes[0].startswith(b"HTTP/1.1 200 OK\r\n") and transport.writes[0].endswith(b"\r\n\r\n")
+    sent = b"".join(transport.writes)
+    assert sent.startswith(b"HTTP/1.1 200 OK\r\n") and sent.endswith(b"\r\n\r\n") and b"hello" not in sent
 
 
 def test_connection_close_writes_the_response_before_closing() -> None:
     transport = asyncio.run(_exchange(_app(), b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"))
     assert transport.closed
-    assert len(transport.writes) == 1 and transport.writes[0].endswith(b"\r\n\r\nhello")
+    assert b"".join(transport.writes).endswith(b"\r\n\r\nhello")
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "no-length"])

@@ -15,13 +15,14 @@ httptools protocol:
   one of the ``--max-connections``, for longer than that. A slow but steady reader is never cut off:
   every time the client drains the buffer the allowance starts again.
 
-The same protocol writes each response with a declared length in one ``send()`` system call instead of
-uvicorn's two (head, then body); the bench's ceiling runs on it too.
+Responses are written as uvicorn writes them (head and body in two ``send()`` calls). A subclassed request
+cycle that wrote them in one was removed: ``make bench`` measured it at 2% (and -3% in a rerun) of the
+server's CPU per GET, short of the 10% that keeps a private internal (BENCHMARKS.md, "Private internals").
 
 Private internals: written against uvicorn 0.55.0 (``uvicorn.protocols.http.httptools_impl``: the
-protocol's parser callbacks and flow-control hooks, the request cycle's ``send``, ``transport`` and
-``flow``). ``tests/test_dependency_internals.py`` fails with this module's name when uvicorn moves;
-BENCHMARKS.md, "Private internals", says what each buys.
+protocol's parser callbacks and flow-control hooks). ``tests/test_dependency_internals.py`` fails with this
+module's name when uvicorn moves. They are kept for the protections above, which uvicorn has no public hook
+for, not for speed: BENCHMARKS.md, "Private internals", shows what they cost.
 """
 
 from __future__ import annotations
@@ -47,11 +48,10 @@ class _HeadersTooLarge(Exception):
 def guarded_protocol(header_timeout: float, body_timeout: float, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
                      send_timeout: float = DEFAULT_SEND_TIMEOUT) -> type[asyncio.Protocol] | str:
     try:
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:  # httptools missing: uvicorn's h11 protocol, without the guards
         return "h11"
 
-    cycle_class = _one_write_cycle(RequestResponseCycle)
     too_large = render_error(431, f"the request line and headers are larger than {max_header_bytes} bytes",
                              code="headers_too_large")
 
@@ -120,10 +120,6 @@ def guarded_protocol(header_timeout: float, body_timeout: float, max_header_byte
         def on_headers_complete(self) -> None:
             super().on_headers_complete()
             self._arm(body_timeout)
-            cycle = self.cycle
-            if cycle is not None and type(cycle) is RequestResponseCycle:
-                # uvicorn builds the cycle inline; its task has not run yet, so its send can still change.
-                cycle.__class__ = cycle_class
 
         def on_body(self, body: bytes) -> None:
             super().on_body(body)
@@ -159,97 +155,6 @@ def guarded_protocol(header_timeout: float, body_timeout: float, max_header_byte
             self.transport.close()
 
     return GuardedHttpToolsProtocol
-
-
-COPY_LIMIT = 1 << 16
-
-
-class _Collect:
-    """Stands in for the transport while uvicorn renders a response's status line and headers."""
-
-    __slots__ = ("parts",)
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.parts.append(data)
-
-
-class _HeadThenBody:
-    """Stands in for the transport while uvicorn writes a response's body: the held status line and
-    headers go out in front of the first body bytes, or on their own before a close."""
-
-    __slots__ = ("transport", "head")
-
-    def __init__(self, transport: Any, head: bytes) -> None:
-        self.transport = transport
-        self.head: bytes | None = head
-
-    def write(self, data: bytes) -> None:
-        head = self.head
-        if head is not None:
-            self.head = None
-            if len(data) > COPY_LIMIT:  # a large body: two writes cost less than copying it
-                self.transport.write(head)
-            else:
-                data = head + data
-        self.transport.write(data)
-
-    def flush(self) -> None:
-        if self.head is not None:
-            self.transport.write(self.head)
-            self.head = None
-
-    def close(self) -> None:
-        self.flush()
-        self.transport.close()
-
-    def is_closing(self) -> bool:
-        return bool(self.transport.is_closing())
-
-
-def _one_write_cycle(base: type) -> type:
-    class OneWriteCycle(base):  # type: ignore[misc, valid-type]
-        """uvicorn's request cycle, writing a response with a declared length in one ``send()`` call
-        instead of two: its headers wait for the first body message. Responses without a length
-        (streams, server-sent events) keep uvicorn's behaviour, so their headers leave at once."""
-
-        _held: _HeadThenBody | None = None
-        transport: Any  # the real one, or a stand-in during a send
-
-        async def send(self, message: Any) -> None:
-            # The stand-ins are swapped in only around a send that cannot suspend (uvicorn awaits just
-            # for flow control, i.e. when writing is paused), so no other code ever sees them.
-            held = self._held
-            transport = self.transport
-            if held is not None:
-                if self.flow.write_paused or self.disconnected:
-                    self._held = None
-                    if not self.disconnected:
-                        held.flush()
-                    return await super().send(message)
-                self.transport = held
-                try:
-                    await super().send(message)
-                finally:
-                    self.transport = transport
-                if held.head is None or self.response_complete:
-                    self._held = None
-                    held.flush()  # HEAD: the body wrote nothing
-                return
-            if (message["type"] != "http.response.start" or self.response_started or self.flow.write_paused
-                    or not any(name.lower() == b"content-length" for name, _ in message.get("headers", ()))):
-                return await super().send(message)
-            self.transport = collect = _Collect()
-            try:
-                await super().send(message)
-            finally:
-                self.transport = transport
-            if collect.parts:
-                self._held = _HeadThenBody(transport, b"".join(collect.parts))
-
-    return OneWriteCycle
 
 
 #: Seconds a stopping server (Ctrl+C) waits for open responses before cancelling them: a dashboard stream

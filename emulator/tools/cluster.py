@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 import httpx
 
@@ -40,10 +40,11 @@ TEMPLATE = "haproxy.cfg.tmpl"
 ADDRESS = re.compile(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})")
 PLAIN = re.compile(r"[^\s#,()'\"\\]+")   # what a map path or a project may hold to sit unquoted in the config
 # Serve options a shard of the cluster gets from the cluster itself (or never).
-OWN_OPTIONS = ("--shard", "--balancer", "--state-file", "--host", "--port", "--scenario", "--record")
+OWN_OPTIONS = ("--shard", "--balancer", "--state-file", "--host", "--port", "--scenario", "--record",
+               "--record-canonical")
 # ... and the environment variables that would give them to every shard alike.
 OWN_ENV = ("EMULATOR_SHARD", "EMULATOR_BALANCER", "EMULATOR_STATE_FILE", "EMULATOR_HOST", "EMULATOR_PORT",
-           "EMULATOR_SCENARIO", "EMULATOR_RECORD")
+           "EMULATOR_SCENARIO", "EMULATOR_RECORD", "EMULATOR_RECORD_CANONICAL")
 START_TIMEOUT = 60.0
 
 
@@ -294,20 +295,36 @@ class Cluster:
                 proc.wait(timeout=5)
 
 
+def _bounded(kind: type, low: float, high: float, what: str) -> Callable[[str], Any]:
+    """An argparse type that says in one plain sentence what it wanted (not Python's ``int()`` wording)."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return value
+    return parse
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workers", type=int, help="number of shards (default: the number of --shard-address, "
-                                                    "else the number of cores)")
+    parser.add_argument("--workers", type=_bounded(int, 1, MAX_SHARDS, f"a number of shards (1 to {MAX_SHARDS})"),
+                        help="number of shards (default: the number of --shard-address, else the number of cores)")
     parser.add_argument("--host", default="127.0.0.1", help="HAProxy's bind address (default 127.0.0.1; other "
                                                             "addresses need --admin-token)")
-    parser.add_argument("--port", type=int, default=8765, help="HAProxy's port (default 8765; 0 picks a free one)")
+    parser.add_argument("--port", type=_bounded(int, 0, 65535, "a port number (0 to 65535)"), default=8765,
+                        help="HAProxy's port (default 8765; 0 picks a free one)")
     parser.add_argument("--state-dir", help="keep each shard's state in DIR/shard-I-of-N.json (a journal each; "
                                             "default: state in memory only)")
     parser.add_argument("--tokens-file", help="as serve's; HAProxy gets a map of its keys to their projects")
     parser.add_argument("--admin-token", help="as serve's (given to every shard)")
     parser.add_argument("--haproxy", default="haproxy", help="the haproxy executable (default: haproxy from PATH)")
-    parser.add_argument("--check-interval", type=int, default=1000, metavar="MS",
+    parser.add_argument("--check-interval", default=1000, metavar="MS",
+                        type=_bounded(int, 10, 3_600_000, "a number of milliseconds (10 to 3600000)"),
                         help="HAProxy's health checks of each shard, every MS milliseconds (default 1000)")
-    parser.add_argument("--restart-delay", type=float, default=0.5, metavar="S",
+    parser.add_argument("--restart-delay", default=0.5, metavar="S",
+                        type=_bounded(float, 0, 3600, "a number of seconds (0 to 3600)"),
                         help="seconds before a shard that exited is started again (default 0.5)")
     parser.add_argument("--run-dir", help="where the HAProxy configuration (and map) is written (default: a "
                                           "temporary directory)")

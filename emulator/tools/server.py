@@ -31,7 +31,8 @@ def build_server_app(runtime: Runtime) -> ASGIApp:
         except scenarios.ScenarioError as exc:
             raise ConfigError(f"--scenario {config.scenario}: {exc}") from exc
     try:  # recording from the start with --record FILE; else switched on at run time (/_emulator/recording)
-        control = RecordingControl(runtime.clock.now, config.record_file, recording=bool(config.record_file))
+        control = RecordingControl(runtime.clock.now, config.record_file, recording=bool(config.record_file),
+                                   canonical=config.record_canonical)
     except OSError as exc:
         raise ConfigError(f"--record {config.record_file}: {exc}") from exc
     runtime.recording = control
