@@ -212,12 +212,6 @@ def _speed(text: str) -> float:
     return value
 
 
-def _port(text: str) -> int:
-    if not text.strip().isdigit() or not 0 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
-    return int(text)
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse, with every usage error one sentence after the usage of the (sub)command concerned."""
 
@@ -228,7 +222,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from emulator.config import add_server_arguments
+    from emulator.config import add_server_arguments, port_argument
 
     parser = _Parser(prog=PROG, description="Together AI RL / post-training API emulator: serve it, replay or "
                      "record a session, or copy the example clients.")
@@ -245,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("file", metavar="NAME|FILE",
                         help="a shipped recording by name (fixtures/recordings/NAME.jsonl) or a JSONL file")
     replay.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    replay.add_argument("--port", type=_port, default=8765,
+    replay.add_argument("--port", type=port_argument, default=8765,
                         help="TCP port (default 8765); 0 picks a free port and prints the URL")
     replay.add_argument("--loop", action="store_true",
                         help="start over by itself when a request was only recorded already answered "
@@ -261,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the implementation to forward to, e.g. https://api.together.ai")
     record.add_argument("--out", required=True, metavar="FILE", help="the JSONL recording to write")
     record.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    record.add_argument("--port", type=_port, default=8765,
+    record.add_argument("--port", type=port_argument, default=8765,
                         help="TCP port (default 8765); 0 picks a free port and prints the URL")
     from emulator.tools.cluster import add_arguments as add_cluster_arguments
 

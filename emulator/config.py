@@ -142,6 +142,14 @@ def load_data_file(path: str, what: str) -> Any:
 
 # --- command line and environment -------------------------------------------------------------------
 
+def port_argument(text: str) -> int:
+    """argparse's type for the ports of the tools' subcommands (replay, record, cluster): one plain sentence
+    when it is not one (serve's own --port goes through the options table below)."""
+    if not text.strip().isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
+    return int(text)
+
+
 def _int(text: str) -> int:
     try:
         return int(text)

@@ -32,7 +32,7 @@ from typing import Any, Callable, TextIO
 import httpx
 
 from emulator import fixture_files
-from emulator.config import ConfigError
+from emulator.config import ConfigError, port_argument
 from emulator.sharding import MAX_SHARDS
 from emulator.tenancy import load_tokens
 
@@ -313,7 +313,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="number of shards (default: the number of --shard-address, else the number of cores)")
     parser.add_argument("--host", default="127.0.0.1", help="HAProxy's bind address (default 127.0.0.1; other "
                                                             "addresses need --admin-token)")
-    parser.add_argument("--port", type=_bounded(int, 0, 65535, "a port number (0 to 65535)"), default=8765,
+    parser.add_argument("--port", type=port_argument, default=8765,
                         help="HAProxy's port (default 8765; 0 picks a free one)")
     parser.add_argument("--state-dir", help="keep each shard's state in DIR/shard-I-of-N.json (a journal each; "
                                             "default: state in memory only)")
