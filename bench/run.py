@@ -477,7 +477,8 @@ class Bench:
 
     def internals(self, gen: LoadGen) -> None:
         """What the private dependency internals buy (issue 25), A/B in this run: served GETs on the shipped
-        protocol and on uvicorn's own protocol (no guards) (``bench.internals``: the server's CPU per request); then in process, the app's CPU per request with
+        protocol and on uvicorn's own protocol (no guards) (``bench.internals``: the server's CPU per
+        request); then in process, the app's CPU per request with
         the emulator's routing table and with connexion's own RoutingMiddleware (``bench.inproc``)."""
         if self.args.skip_internals:
             self.notes["internals"] = "skipped (--skip-internals)"
