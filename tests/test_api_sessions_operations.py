@@ -335,6 +335,103 @@ def test_payload_is_kept_until_the_operation_that_read_it_finishes(realistic_cli
     assert retry.status_code == 200 and retry.json()["id"] == op_id
 
 
+# --- an offloaded body runs as the same request inline (issue 37) ------------------------------------
+# Above 0.5 MiB the SDK uploads part of the body and sends the rest inline with ``payload_id``: for a
+# forward-backward it uploads ``{"loss", "samples"}`` only and keeps ``forward_only`` and
+# ``return_loss_fn_outputs`` inline (``_submit_forward_backward``); custom-forward-backward and sample upload
+# their whole body. The server merges the two, the payload winning for the fields it holds. Each test runs
+# one request inline on one session and offloaded on a twin (same base model, so the same starting model)
+# and compares the answers and what the request did to the weights.
+
+PROBE = {"loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}, "samples": [ce_sample([1, 2, 3, 4], [5, 6, 7])],
+         "forward_only": True}
+STAND_IN_SAMPLES = [ce_sample([1], [2])]  # what stands inline for the uploaded samples (any valid shrunk body)
+
+
+def _twins(client: TestClient) -> tuple[str, str]:
+    rid = ready_resource(client)["id"]
+    return running_session(client, rid)["id"], running_session(client, rid)["id"]
+
+
+def _probe(client: TestClient, sid: str) -> float:
+    return float(run_op(client, sid, "forward-backward", PROBE)["output"]["loss"])
+
+
+def _step(client: TestClient, sid: str) -> None:
+    assert run_op(client, sid, "optim-step", {"adam_params": {"learning_rate": 1e-3}})["status"] == (
+        "TRAINING_OPERATION_STATUS_COMPLETED")
+
+
+@pytest.mark.parametrize("flags", [{"forward_only": True, "return_loss_fn_outputs": True}, {"forward_only": True},
+                                   {"return_loss_fn_outputs": True}, {}])
+def test_an_offloaded_forward_backward_keeps_its_inline_flags(client: TestClient, flags: dict[str, Any]) -> None:
+    inline, offloaded = _twins(client)
+    before = _probe(client, inline)
+    assert _probe(client, offloaded) == before
+    direct = run_op(client, inline, "forward-backward", {**FB, **flags})
+    pid = _uploaded_payload(client, offloaded, FB)  # the SDK's upload: loss and samples, no flags
+    via_payload = run_op(client, offloaded, "forward-backward",
+                         {"loss": FB["loss"], "samples": STAND_IN_SAMPLES, **flags, "payload_id": pid})
+    assert via_payload["status"] == "TRAINING_OPERATION_STATUS_COMPLETED", via_payload
+    assert via_payload["output"] == direct["output"]
+    if flags.get("return_loss_fn_outputs"):
+        [out] = via_payload["output"]["loss_fn_outputs"]
+        assert len(out["tensors"]["logprobs"]["data"]) == 6  # the uploaded sample's, not the stand-in's
+    _step(client, inline)
+    _step(client, offloaded)
+    after = _probe(client, offloaded)
+    assert after == _probe(client, inline)
+    # forward_only scores without accumulating: the optim-step after it leaves the model as it was.
+    assert (after == before) is bool(flags.get("forward_only"))
+
+
+def test_an_offloaded_custom_forward_backward_runs_as_inline(client: TestClient) -> None:
+    inline, offloaded = _twins(client)
+    body = {"samples": FB["samples"], "gradients": [{"data": [-0.5] * 6, "dtype": "D_TYPE_FLOAT32"}]}
+    direct = run_op(client, inline, "custom-forward-backward", body)
+    pid = _uploaded_payload(client, offloaded, body)  # the SDK uploads the whole body
+    stand_in = {"samples": STAND_IN_SAMPLES, "gradients": [{"data": [0.0], "dtype": "D_TYPE_FLOAT32"}],
+                "payload_id": pid}
+    via_payload = run_op(client, offloaded, "custom-forward-backward", stand_in)
+    assert via_payload["status"] == "TRAINING_OPERATION_STATUS_COMPLETED", via_payload
+    assert via_payload["output"] == direct["output"]
+    before = _probe(client, inline)
+    _step(client, inline)
+    _step(client, offloaded)
+    assert _probe(client, offloaded) == _probe(client, inline) != before
+
+
+SAMPLE = {"model_inputs": [{"chunks": [{"encoded_text": {"tokens": [1, 2, 3, 4, 5]}}]}], "num_samples": 3,
+          "sampling_params": {"max_tokens": 6, "seed": 7}, "prompt_logprobs": True, "topk_prompt_logprobs": 2}
+
+
+@pytest.mark.parametrize("uploaded", ["whole body", "prompts only"])
+def test_an_offloaded_sample_runs_as_inline(client: TestClient, uploaded: str) -> None:
+    inline, offloaded = _twins(client)
+    direct = run_op(client, inline, "sample", SAMPLE)
+    # The SDK uploads the whole body; a client that uploads only the large field keeps the rest inline.
+    payload = SAMPLE if uploaded == "whole body" else {"model_inputs": SAMPLE["model_inputs"]}
+    pid = _uploaded_payload(client, offloaded, payload)
+    stand_in = {**SAMPLE, "model_inputs": [{"chunks": [{"encoded_text": {"tokens": [1]}}]}], "payload_id": pid}
+    via_payload = run_op(client, offloaded, "sample", stand_in)
+    assert via_payload["status"] == "TRAINING_OPERATION_STATUS_COMPLETED", via_payload
+    assert via_payload["output"] == direct["output"]
+    assert len(direct["output"]["results"][0]["prompt_logprobs"]) == 5
+
+
+def test_an_offloaded_forward_backward_retried_with_other_flags_is_another_request(client: TestClient) -> None:
+    """The idempotency hash covers the inline body (flags and payload_id): a retry with the same key and body
+    answers the operation it made (its payload may be released by then), other flags are another request."""
+    _, sid = _twins(client)
+    pid = _uploaded_payload(client, sid, FB)
+    body = {"loss": FB["loss"], "samples": STAND_IN_SAMPLES, "forward_only": True, "payload_id": pid}
+    first = submit(client, sid, "forward-backward", body, key="offloaded")
+    assert first.status_code == 200, first.text
+    assert submit(client, sid, "forward-backward", body, key="offloaded").json()["id"] == first.json()["id"]
+    err = assert_error(submit(client, sid, "forward-backward", {**body, "forward_only": False}, key="offloaded"), 400)
+    assert err["code"] == "idempotency_key_reused", err
+
+
 def test_payload_of_an_operation_failed_by_a_stop_is_released(realistic_client: TestClient) -> None:
     client = realistic_client
     s = _realistic_running_session(client)

@@ -144,6 +144,35 @@ def test_sdk_large_payload_goes_through_upload(sdk_env: str, server: tuple[str, 
     resources.stop()
 
 
+def test_sdk_offloaded_forward_scores_without_training(sdk_env: str, server: tuple[str, Runtime]) -> None:
+    """tinker-cookbook's ``sl_loop`` shape at its real size: ``forward()`` of 48 sequences of 1,200 tokens is
+    over 0.5 MiB, so the SDK uploads ``{loss, samples}`` and sends ``forward_only`` inline (issue 37). It returns
+    one output per sample, and the optim-step after it leaves the model unchanged."""
+    from together.post_training import AdamParams, LossConfig, ModelResourcesClient
+
+    resources = ModelResourcesClient.create(base_model="Qwen/Qwen3.8-27B", interval=0.1, ready_timeout=30)
+    session = resources.create_session(interval=0.1, timeout=30)
+    loss = LossConfig(type="LOSS_TYPE_CROSS_ENTROPY")
+    probe = [_sample([1, 2, 3], [4, 5, 6])]
+    before = session.trainer.forward(samples=probe, loss=loss).loss
+    batch = [_sample([1 + i, 2 + i], list(range(1000 + 1200 * i, 1000 + 1200 * i + 1198))) for i in range(48)]
+    scored = session.trainer.forward(samples=batch, loss=loss)
+    outputs = scored.loss_fn_outputs or []
+    assert len(outputs) == 48
+    assert all(len(out.tensors["logprobs"].data) == 1199 for out in outputs)
+    session.trainer.optim_step(adam_params=AdamParams(learning_rate=1e-3))
+    assert session.trainer.forward(samples=probe, loss=loss).loss == before
+    runtime = server[1]
+    principal = runtime.principal_for(os.environ["TOGETHER_API_KEY"])
+    assert principal is not None
+    with runtime.unit_of_work(principal, write=False) as (state, _ctx):
+        [uploaded] = [p for p in state.payloads.values() if p.session_id == session.session_id]
+        [read_it] = [o for o in state.operations.values() if o.payload_id == uploaded.id]
+        assert read_it.output is not None and read_it.output["metrics"]["loss/num_tokens"] == 48 * 1198
+    session.stop()
+    resources.stop()
+
+
 def test_sdk_async_pipelined_training_loop(sdk_env: str) -> None:
     """The SDK's *_async methods, pipelined as a client would: each step's forward-backward, optimizer
     step and a sample run as concurrent tasks, so requests of several operations interleave."""

@@ -5,7 +5,10 @@ run one after another in submission order (``PENDING`` -> ``RUNNING`` -> ``COMPL
 each taking the timing profile's duration, which grows with the tokens in the batch. When one
 finishes, the simulated model (:mod:`emulator.compute`) produces its output. ``Idempotency-Key``
 is scoped to (session, kind): the same key and body return the original operation; the same key
-with another body is refused (400, ``idempotency_key_reused``).
+with another body is refused (400, ``idempotency_key_reused``). An offloaded request (``payload_id``) runs
+on its inline body merged with the uploaded payload, the payload winning for the fields it holds; the
+key compares the inline body as sent (with its ``payload_id``), so a retry needs no payload, and the
+operation keeps the merged body it ran on.
 
 Weights versions (C.4): optim-step sets ``step = trainer_step + 1``; weights-sync SYNCHRONOUS makes
 the trained weights the generator's at once, BACKGROUND_PUBLISH and PIPELINE mark them pending and
@@ -137,7 +140,10 @@ def submit(tenant: Tenant, ctx: Ctx, session_id: str, kind: OperationKind, body:
 
 
 def _resolve_payload(tenant: Tenant, s: Session, body: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
-    """The body to run: the uploaded payload's when the request names one, with the payload's id."""
+    """The body to run, with the id of the uploaded payload it read. A request naming one runs on the inline
+    body and the payload merged, the payload winning for the fields it holds: the SDK uploads only
+    ``{"loss", "samples"}`` of a forward-backward and keeps ``forward_only`` and ``return_loss_fn_outputs``
+    inline (``_submit_forward_backward``), and its shrunk inline stand-ins of the uploaded fields must not run."""
     payload_id = body.get("payload_id")
     if not payload_id:
         return body, None
@@ -157,8 +163,9 @@ def _resolve_payload(tenant: Tenant, s: Session, body: dict[str, Any]) -> tuple[
         raise Invalid(f"payload {payload_id!r} must hold a JSON object", param="payload_id")
     if json_too_deep(payload.data):
         raise Invalid(depth_message(f"payload {payload_id!r}"), param="payload_id", code="too_deep")
+    inline = {k: v for k, v in body.items() if k != "payload_id"}
     uploaded.pop("payload_id", None)
-    return uploaded, payload.id
+    return {**inline, **uploaded}, payload.id
 
 
 def _check_request(ctx: Ctx, s: Session, kind: OperationKind, body: dict[str, Any]) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """Large-payload offload: upload URLs and download URLs (docs/api-surface.md A.4).
 
 The SDK uploads operation bodies over 0.5 MiB to a presigned URL and submits ``payload_id`` with a
-truncated inline body; the operation then runs on the uploaded bytes. The presigned URLs point at
-the emulator itself (``/_files/payloads/<token>``, issued by the handlers) and need no auth, like the
-real ones.
+truncated inline body; the operation runs on the two merged, the uploaded fields replacing the inline
+ones (a forward-backward's ``forward_only`` and ``return_loss_fn_outputs`` are not uploaded). The
+presigned URLs point at the emulator itself (``/_files/payloads/<token>``, issued by the handlers) and
+need no auth, like the real ones.
 
 Where it differs: the emulator releases a payload's bytes when the first operation that read them
 finishes (:func:`emulator.domain.common.release_inputs`); afterwards a download or another operation
