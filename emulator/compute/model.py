@@ -31,7 +31,7 @@ from emulator.compute.errors import NON_FINITE_LOSS, RESOURCE_EXHAUSTED, Compute
 from emulator.compute.inputs import parse_gradients, parse_int, parse_samples, parse_tokens, state_int
 from emulator.compute.losses import compute, parse_loss
 from emulator.compute.optim import OptState, optim_step
-from emulator.compute.sampling import generate, parse_sampling_params, topk_row
+from emulator.compute.sampling import decodable, generate, parse_sampling_params, topk_row
 from emulator.compute.spec import MAX_SAMPLE_TOKENS, MAX_TOPK_PROMPT_LOGPROBS, ModelSpec
 from emulator.compute.tokenizers import numeric_piece, piece_function
 from emulator.compute.weights import GradAccum, Weights, all_finite, backward, flat_keys
@@ -172,7 +172,8 @@ class SessionModel:
             raise ComputeError(RESOURCE_EXHAUSTED,
                                f"this request could generate more than {MAX_SAMPLE_TOKENS} tokens; split it")
         groups = generate(weights, prompts, num_samples, cfg, self.spec.ends,
-                          piece_function(self.spec.tokenizer) if cfg.stop else numeric_piece)
+                          piece_function(self.spec.tokenizer) if cfg.stop else numeric_piece,
+                          self.spec.sampled_vocab)
         # log-probs of every sampled token, by the same function forward-backward uses
         prevs: list[np.ndarray] = []
         targets: list[np.ndarray] = []
@@ -201,6 +202,7 @@ class SessionModel:
                 if prompt_logprobs:
                     result["prompt_logprobs"] = [0.0] + _floats(plp)
                 if topk:
+                    rs = decodable(rs, self.spec.sampled_vocab)  # (what the generator could have sampled)
                     entries: list[dict[str, Any]] = [{}]
                     for i in range(p.size - 1):
                         ids, vals = topk_row(rs, int(ridx[i]), topk)

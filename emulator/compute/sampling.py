@@ -26,12 +26,17 @@ Conventions (where a real engine's behaviour depends on its tokenizer or kernels
   depend on what else is in the batch.
 * ``logprobs`` are the model's own (temperature 1, untruncated) log-probabilities of the sampled
   tokens, computed by the same function as forward-backward's.
+* Padding ids [inferred]: an embedding is wider than its tokenizer (Qwen3.5: 248,320 rows, 248,077 ids).
+  The generator samples only the tokenizer's ids: the others have zero probability, as a masked logit,
+  before temperature, top-k and top-p, and are never listed in ``topk_prompt_logprobs``. The model keeps
+  them (its output layer is as wide as the embedding): as a prompt token, a training target or a prompt
+  target a padding id has the model's own finite log-prob, and training towards one still never samples it.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -118,8 +123,40 @@ class Tables:
     tail_w: np.ndarray
 
 
+def decodable(rs: RowSet, limit: int) -> RowSet:
+    """The rows as the generator sees them: without the ids at or above ``limit`` (the embedding's padding
+    past the tokenizer). Padding ids are the highest, so they leave the explicit columns and the top of each
+    tail block, and the r-th tail token of what remains is the model's r-th (``tail_token_per_row``). The
+    log-partitions stay the model's, so log-probs read from the result are the model's own."""
+    v = rs.vocab_size
+    if limit >= v:
+        return rs
+    pad = rs.cols >= limit
+    if not pad.any():  # (nearly always: a row rarely prefers a padding id) every padding id is a tail token
+        tail_n = rs.tail_n - (v - limit)
+        return replace(rs, tail_n=tail_n, all_tails=bool((tail_n > 0).all()), probs=None, tail_p=None)
+    n = rs.uprevs.size
+    tail_n = rs.tail_n - ((v - limit) - np.bincount(rs.seg[pad], minlength=n))
+    keep = ~pad
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rs.seg[keep], minlength=n), out=offsets[1:])
+    return replace(rs, offsets=offsets, seg=rs.seg[keep], cols=rs.cols[keep], logits=rs.logits[keep],
+                   tail_n=tail_n, all_tails=bool((tail_n > 0).all()), probs=None, tail_p=None)
+
+
+def _explicit_max(rs: RowSet) -> np.ndarray:
+    """Each row's largest explicit logit (-inf for a row without explicit columns, which :func:`decodable`
+    can leave: ``reduceat`` would read the next row's)."""
+    starts = rs.offsets[:-1]
+    if rs.cols.size and bool((rs.offsets[1:] > starts).all()):
+        return np.maximum.reduceat(rs.logits, starts)
+    out = np.full(starts.size, -np.inf)
+    np.maximum.at(out, rs.seg, rs.logits)
+    return out
+
+
 def _row_max(rs: RowSet) -> np.ndarray:
-    seg_max = np.maximum.reduceat(rs.logits, rs.offsets[:-1])
+    seg_max = _explicit_max(rs)
     return np.where(rs.tail_n > 0, np.maximum(seg_max, rs.tail_logit), seg_max)
 
 
@@ -230,10 +267,17 @@ def tail_token_per_row(rs: RowSet, rows: np.ndarray, ranks: np.ndarray) -> np.nd
 
 def greedy(rs: RowSet) -> np.ndarray:
     """Most likely token per row (explicit before tail, then lower id, on ties)."""
-    seg_max = np.maximum.reduceat(rs.logits, rs.offsets[:-1])
+    seg_max = _explicit_max(rs)
     idx = np.arange(rs.cols.size)
-    first = np.minimum.reduceat(np.where(rs.logits == seg_max[rs.seg], idx, rs.cols.size), rs.offsets[:-1])
-    best = rs.cols[first]
+    at_max = np.where(rs.logits == seg_max[rs.seg], idx, rs.cols.size)
+    if rs.cols.size and bool((rs.offsets[1:] > rs.offsets[:-1]).all()):
+        best = rs.cols[np.minimum.reduceat(at_max, rs.offsets[:-1])]
+    else:  # a row without explicit columns (see :func:`decodable`) takes its tail's first token below
+        first = np.full(rs.uprevs.size, rs.cols.size)
+        np.minimum.at(first, rs.seg, at_max)
+        best = np.zeros(rs.uprevs.size, dtype=np.int64)
+        has = first < rs.cols.size
+        best[has] = rs.cols[first[has]]
     tail_wins = (rs.tail_n > 0) & (rs.tail_logit > seg_max)
     if tail_wins.any():
         rows = np.nonzero(tail_wins)[0]
@@ -244,9 +288,12 @@ def greedy(rs: RowSet) -> np.ndarray:
 # --- generation --------------------------------------------------------------------------------------
 
 def generate(weights: Weights, prompts: list[np.ndarray], num_samples: int, cfg: SamplingConfig,
-             ends: frozenset[int], piece: TokenBytes = numeric_piece) -> list[list[tuple[list[int], str]]]:
+             ends: frozenset[int], piece: TokenBytes = numeric_piece, limit: int | None = None,
+             ) -> list[list[tuple[list[int], str]]]:
     """Token lists and stop reasons, ``num_samples`` per prompt. ``ends``: the tokens that end a sequence;
-    ``piece``: each token's text (UTF-8 bytes), for the stop strings."""
+    ``piece``: each token's text (UTF-8 bytes), for the stop strings; ``limit``: the tokenizer's size (the
+    ids from it on are never sampled; default: the whole vocabulary)."""
+    limit = weights.vocab_size if limit is None else int(limit)
     seqs: list[tuple[int, int]] = [(i, j) for i in range(len(prompts)) for j in range(num_samples)]
     n = len(seqs)
     out_tokens: list[list[int]] = [[] for _ in range(n)]
@@ -268,7 +315,7 @@ def generate(weights: Weights, prompts: list[np.ndarray], num_samples: int, cfg:
         if active.size == 0:
             break
         uprev, ridx = unique_inverse(last[active])
-        rs = weights.rowset(uprev)
+        rs = decodable(weights.rowset(uprev), limit)
         if greedy_mode:
             toks = greedy(rs)[ridx]
         else:
@@ -303,7 +350,8 @@ def _group(prompts: list[np.ndarray], num_samples: int, toks: list[list[int]], r
 
 
 def topk_row(rs: RowSet, r: int, k: int) -> tuple[list[int], list[float]]:
-    """The ``k`` most likely next tokens of row ``r`` with log-probs, in sampling order."""
+    """The ``k`` most likely next tokens of row ``r`` with log-probs, in sampling order (of the ids ``rs``
+    holds: pass :func:`decodable` rows to list only the tokenizer's)."""
     c, lg, pos, tn, tl, explicit = ranked_row(rs, r)
     logz = float(rs.logz[r])
     ids: list[int] = [int(x) for x in c[: min(pos, k)]]
@@ -319,4 +367,5 @@ def topk_row(rs: RowSet, r: int, k: int) -> tuple[list[int], list[float]]:
     return ids, lps
 
 
-__all__ = ["LENGTH", "STOP", "SamplingConfig", "decode", "generate", "parse_sampling_params", "topk_row"]
+__all__ = ["LENGTH", "STOP", "SamplingConfig", "decodable", "decode", "generate", "parse_sampling_params",
+           "topk_row"]

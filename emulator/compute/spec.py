@@ -27,6 +27,8 @@ class ModelSpec:
     token that ends generation (default: the end token alone); a real model may have several (Qwen:
     ``<|im_end|>`` and ``<|endoftext|>``). ``tokenizer`` names the real tokenizer that decodes the ids
     (:mod:`emulator.compute.tokenizers`); without one, token ``t`` reads ``" " + str(t)``.
+    ``tokenizer_size``: how many ids the tokenizer has (default: all ``vocab_size``); the ids from it up to
+    ``vocab_size`` are the embedding's padding, which the generator never samples (:mod:`.sampling`).
     """
 
     vocab_size: int
@@ -41,6 +43,7 @@ class ModelSpec:
     eos_token_id: int | None = None
     end_token_ids: tuple[int, ...] = ()
     tokenizer: str | None = None
+    tokenizer_size: int | None = None
 
     def __post_init__(self) -> None:
         # (from JSON a list: a frozen value needs a tuple)
@@ -50,6 +53,11 @@ class ModelSpec:
     def ends(self) -> frozenset[int]:
         """Every token that ends a generated sequence."""
         return frozenset((self.eos, *self.end_token_ids))
+
+    @property
+    def sampled_vocab(self) -> int:
+        """The ids the generator may sample: ``[0, sampled_vocab)``, the tokenizer's."""
+        return int(self.vocab_size) if self.tokenizer_size is None else int(self.tokenizer_size)
 
     @property
     def is_lora(self) -> bool:
@@ -87,9 +95,11 @@ class ModelSpec:
             raise invalid(f"lora_alpha must be > 0, got {self.lora_alpha}")
         if self.optimizer not in ("adam", "muon"):
             raise invalid(f"optimizer must be 'adam' or 'muon', got {self.optimizer!r}")
-        for token in self.ends:
-            if not 0 <= token < int(self.vocab_size):
-                raise invalid(f"end token {token} is outside [0, {self.vocab_size})")
+        if not 1 <= self.sampled_vocab <= int(self.vocab_size):
+            raise invalid(f"tokenizer_size must be in [1, {self.vocab_size}], got {self.tokenizer_size}")
+        for token in self.ends:  # (an end token the generator could never sample would never end a sequence)
+            if not 0 <= token < self.sampled_vocab:
+                raise invalid(f"end token {token} is outside the tokenizer's ids [0, {self.sampled_vocab})")
 
 
 # --- base model shape ------------------------------------------------------------------------------

@@ -8,8 +8,8 @@ decode to, and the dashboard shows that text. The Qwen3.5 family's tokenizer shi
 (MiniMax-M3), token ``t`` reads ``" " + str(t)``.
 
 Where it differs from the real service: a token id past the tokenizer (the embedding's padding ids,
-248,077-248,319 for Qwen3.5) decodes to nothing here; the real detokenizer's handling of them is
-undocumented.
+248,077-248,319 for Qwen3.5; a prompt may hold them, the generator never samples them) decodes to nothing
+here; the real detokenizer's handling of them is undocumented.
 """
 
 from __future__ import annotations

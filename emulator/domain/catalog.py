@@ -19,7 +19,12 @@ tokenizer's ids are fewer, the rest is padding), from the published configs and 
 * ``MiniMaxAI/MiniMax-M3``: end token ``[e~[`` = 200020 (its configs' ``eos_token_id``; ``]~!b[`` = 200019
   begins a text), which also ends a chat turn. Its embedding size is not published in the sources we could
   read: 200,064 is MiniMax-M2's ``vocab_size``, whose tokenizer M3 extends [inferred]. No package on the
-  index ships its tokenizer, so its text stays the emulator's own (``" " + str(id)``).
+  index ships its tokenizer, so its text stays the emulator's own (``" " + str(id)``). Its tokenizer's size
+  is not published either: 200,054 is MiniMax-M2's (200,000 BPE ids, 256 bytes and 199,744 merges as its
+  GGUF conversions list them, then added tokens up to ``</minimax:tool_call>`` = 200,053) [inferred].
+
+The generator never samples an id at or past the tokenizer's size (``tokenizer_size``; the embedding's
+padding, :mod:`emulator.compute.sampling`).
 
 Mixture-of-experts (``moe``, which makes ``return_routed_experts`` do something): MiniMax-M3, as the
 MiniMax M series is MoE. The two Qwen models are dense [inferred]: the documentation does not say, and
@@ -57,6 +62,8 @@ class CatalogModel:
     # The tokenizer that decodes this model's ids, by its name in :mod:`emulator.compute.tokenizers` (None:
     # no package ships it; token ``t`` reads ``" " + str(t)``).
     tokenizer: str | None = None
+    # How many ids that tokenizer has; the rest of the embedding (up to ``vocab_size``) is padding.
+    tokenizer_size: int | None = None
 
     @property
     def end_token_ids(self) -> tuple[int, ...]:
@@ -85,6 +92,7 @@ class CatalogModel:
 
 # The Qwen3.5 family's tokenizer (see the module docstring).
 QWEN35_VOCAB = 248_320
+QWEN35_TOKENIZER_SIZE = 248_077  # 248,044 BPE ids + 33 added tokens
 QWEN35_END_OF_TEXT = 248_044   # <|endoftext|>
 QWEN35_IM_END = 248_046        # <|im_end|>
 
@@ -93,17 +101,19 @@ CATALOG: tuple[CatalogModel, ...] = (
                  lora_max_batch_size=256, lora_max_seq_length=32_768, lora_max_rank=128,
                  full_max_batch_size=64, full_max_seq_length=16_384, max_lora_sessions=5,
                  trainer_gpus=8, price_per_gpu_hour=5.5, end_of_text_token_id=QWEN35_END_OF_TEXT,
-                 chat_end_token_id=QWEN35_IM_END, tokenizer="qwen3.5"),
+                 chat_end_token_id=QWEN35_IM_END, tokenizer="qwen3.5",
+                 tokenizer_size=QWEN35_TOKENIZER_SIZE),
     CatalogModel("Qwen/Qwen3.5-4B", vocab_size=QWEN35_VOCAB, context_length=32_768,
                  lora_max_batch_size=512, lora_max_seq_length=32_768, lora_max_rank=128,
                  full_max_batch_size=128, full_max_seq_length=32_768, max_lora_sessions=5,
                  trainer_gpus=1, price_per_gpu_hour=5.5, end_of_text_token_id=QWEN35_END_OF_TEXT,
-                 chat_end_token_id=QWEN35_IM_END, tokenizer="qwen3.5"),
+                 chat_end_token_id=QWEN35_IM_END, tokenizer="qwen3.5",
+                 tokenizer_size=QWEN35_TOKENIZER_SIZE),
     CatalogModel("MiniMaxAI/MiniMax-M3", vocab_size=200_064, context_length=65_536,
                  lora_max_batch_size=128, lora_max_seq_length=65_536, lora_max_rank=64,
                  full_max_batch_size=None, full_max_seq_length=None, max_lora_sessions=2,
                  trainer_gpus=16, price_per_gpu_hour=5.5, registers_checkpoints=False, moe=True,
-                 end_of_text_token_id=200_020, chat_end_token_id=200_020),
+                 end_of_text_token_id=200_020, chat_end_token_id=200_020, tokenizer_size=200_054),
 )
 
 BY_NAME = MappingProxyType({m.base_model: m for m in CATALOG})

@@ -43,7 +43,7 @@ def _spec(seed: int, base_model: str, lora_rank: int | None, lora_alpha: float |
                      context_length=cat.context_length, lora_rank=lora_rank, lora_alpha=lora_alpha,
                      train_unembed=train_unembed, seed=derive_int(seed, base_model), optimizer=optimizer,
                      eos_token_id=cat.chat_end_token_id, end_token_ids=cat.end_token_ids,
-                     tokenizer=cat.tokenizer)
+                     tokenizer=cat.tokenizer, tokenizer_size=cat.tokenizer_size)
 
 
 def checkpoint_spec(ckpt: Checkpoint) -> ModelSpec:
