@@ -5,7 +5,9 @@
 - every `example` / `default` validates against its schema (OpenAPI 3.0 semantics, $refs resolved);
 - every operation has the ErrorData error responses, bearer auth, a summary and a description;
 - the conventions the emulator and the SDK rely on (Idempotency-Key, body-less POSTs, int64 encoding,
-  comma-separated array filters, links) hold.
+  comma-separated array filters, links) hold;
+- the vendor's own defaults and W&B field lengths (docs/api-surface.md, section G) stand in it, with their
+  source.
 
 The checkers are plain functions returning lists of problems, so the self-tests at the bottom can prove
 that they reject deliberately broken copies of the document.
@@ -193,7 +195,7 @@ def error_response_problems(spec: dict) -> list[str]:
         expected = ["default", "400", "401"]
         if "{" in path:
             expected.append("404")
-        if op_id == "createSession":
+        if op_id in ("createSession", "getSupportedModels"):  # the cap; the vendor's spec declares one on the catalog
             expected.append("429")
         if op_id == "createShapingJob":
             expected.append("402")
@@ -515,6 +517,57 @@ def test_links_point_at_real_operations_and_parameters(spec):
     assert SUBMIT_OPERATIONS <= {lk["operationId"] for lk in create_links.values()}
 
 
+# ----------------------------------------------------------------------------------------- vendor defaults
+# docs/api-surface.md, section G, written out here from that table (not from emulator/defaults.py):
+# (schema, property, default).
+SECTION_G_DEFAULTS = [
+    *((schema, field, value) for schema in ("LoraConfigParam", "LoraConfig")
+      for field, value in (("rank", 32), ("alpha", 64), ("dropout", 0.0), ("train_unembed", True))),
+    ("SamplingParams", "max_tokens", 512), ("SamplingParams", "temperature", 1.0), ("SamplingParams", "top_p", 1.0),
+    ("SamplingParams", "top_k", -1), ("OperationSampleParams", "num_samples", 1),
+    ("AdamParams", "beta1", 0.9), ("AdamParams", "beta2", 0.95), ("AdamParams", "eps", 1e-8),
+    ("AdamParams", "weight_decay", 0.0), ("AdamParams", "grad_clip_norm", 1.0),
+    ("MuonParams", "momentum", 0.95), ("MuonParams", "newton_schulz_steps", 5), ("MuonParams", "weight_decay", 0.0),
+    ("MuonParams", "grad_clip_norm", 1.0),
+    ("GrpoLossParams", "clip_low_threshold", 0.8), ("GrpoLossParams", "clip_high_threshold", 1.2),
+    ("GrpoLossParams", "beta", 0.0), ("GrpoLossParams", "agg_type", "GRPO_LOSS_AGGREGATION_TYPE_FIXED_HORIZON"),
+    ("GrpoLossParams", "ratio_type", "GRPO_LOSS_RATIO_TYPE_TOKEN"),
+    ("PpoLossParams", "clip_low_threshold", 0.8), ("PpoLossParams", "clip_high_threshold", 1.2),
+    ("CispoLossParams", "clip_low_threshold", 0.0), ("CispoLossParams", "clip_high_threshold", 4.0),
+    ("ComputeConfigParam", "num_generator_replicas", 1),
+    ("ModelResourceCreateParams", "lora_enabled", True), ("ModelResourceEstimateCostParams", "lora_enabled", True),
+]
+# Fields the vendor's document gives no default: none may be stated.
+NO_DEFAULT = [("SamplingParams", "stop"), ("SamplingParams", "seed"), ("AdamParams", "learning_rate"),
+              ("MuonParams", "learning_rate")]
+VENDOR_SOURCE = "together-typescript scripts/mock, 2026-08-19"
+WANDB_LENGTHS = {"entity": 256, "group": 256, "project": 256, "run_id": 256, "run_name": 256, "url": 2048}
+
+
+def _property(spec: dict, schema: str, field: str) -> dict:
+    return resolve(spec, spec["components"]["schemas"][schema]["properties"][field])
+
+
+@pytest.mark.parametrize(("schema", "field", "value"), SECTION_G_DEFAULTS)
+def test_each_vendor_default_stands_in_the_spec_with_its_source(spec, schema, field, value):
+    prop = _property(spec, schema, field)
+    assert "default" in prop, f"{schema}.{field} states no default"
+    assert prop["default"] == value and isinstance(prop["default"], bool) == isinstance(value, bool), prop["default"]
+    described = prop.get("description", "") + spec["components"]["schemas"][schema].get("description", "")
+    assert VENDOR_SOURCE in described, f"{schema}.{field}: the description does not name the default's source"
+
+
+@pytest.mark.parametrize(("schema", "field"), NO_DEFAULT)
+def test_fields_without_a_vendor_default_state_none(spec, schema, field):
+    assert "default" not in _property(spec, schema, field)
+
+
+@pytest.mark.parametrize("schema", ["WandbMetadata", "WandbMetadataParam"])
+def test_wandb_field_lengths(spec, schema):
+    props = spec["components"]["schemas"][schema]["properties"]
+    assert {name: p.get("maxLength") for name, p in props.items()} == WANDB_LENGTHS
+
+
 # =============================================================================================== self-tests
 def test_self_test_example_check_rejects_broken_examples(spec):
     broken = copy.deepcopy(spec)
@@ -537,10 +590,11 @@ def test_self_test_other_checkers_reject_broken_documents(spec):
     get_session = broken["paths"]["/v1/rl/training-sessions/{session_id}"]["get"]
     del get_session["responses"]["default"]
     del get_session["responses"]["404"]
+    del broken["paths"]["/v1/rl/supported-models"]["get"]["responses"]["429"]
     broken["paths"]["/v1/rl/checkpoints"]["get"]["security"] = []
     del broken["components"]["schemas"]["Meta"]["example"]
-    assert {"getSession: no default response", "getSession: no 404 response"} <= set(
-        error_response_problems(broken))
+    assert {"getSession: no default response", "getSession: no 404 response",
+            "getSupportedModels: no 429 response"} <= set(error_response_problems(broken))
     assert security_problems(broken) == ["listCheckpoints overrides security with []"]
     assert missing_object_examples(broken) == ["Meta"]
     broken["components"]["schemas"]["Session"]["properties"]["status"] = {"$ref": "#/components/schemas/Nope"}
