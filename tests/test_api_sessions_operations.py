@@ -31,7 +31,7 @@ def test_create_session_takes_defaults_from_resource(client: TestClient) -> None
     s = create_session(client, r["id"], display_name="exp-1", lora_config={"rank": 16, "seed": 59})
     assert s["status"] == "TRAINING_SESSION_STATUS_CREATING"
     assert s["base_model"] == r["base_model"] and s["model_resources_id"] == r["id"]
-    assert s["lora_config"] == {"rank": 16, "alpha": 16, "dropout": 0.0, "train_unembed": True, "seed": "59"}
+    assert s["lora_config"] == {"rank": 16, "alpha": 64, "dropout": 0.0, "train_unembed": True, "seed": "59"}
     assert "seed" not in create_session(client, r["id"])["lora_config"]
     assert s["step"] == "0" and s["policy_state"]["trainer_step"] == "0"
     assert s["metadata"] == {} and s["inference_checkpoints"] == []
@@ -49,7 +49,7 @@ def test_create_session_full_weight_has_no_lora_config(client: TestClient) -> No
 def test_create_session_tolerates_null_lora_fields(client: TestClient) -> None:
     r = ready_resource(client)
     s = create_session(client, r["id"], lora_config={"rank": None})
-    assert s["lora_config"]["rank"] == 8
+    assert s["lora_config"]["rank"] == 32
 
 
 def test_create_session_display_name_limit(client: TestClient) -> None:
@@ -265,7 +265,7 @@ def test_checkpoints_list_get_download_and_files(client: TestClient) -> None:
     only_inf = client.get(f"{RL}/checkpoints", params={"type": "CHECKPOINT_TYPE_INFERENCE"}).json()
     assert [c["id"] for c in only_inf["data"]] == [ick["id"]]
     got = client.get(f"{RL}/checkpoints/{ick['id']}").json()
-    assert got["type"] == "CHECKPOINT_TYPE_INFERENCE" and got["lora_rank"] == 8 and got["step"] == "0"
+    assert got["type"] == "CHECKPOINT_TYPE_INFERENCE" and got["lora_rank"] == 32 and got["step"] == "0"
     assert_error(client.get(f"{RL}/checkpoints/{tck['id']}/download",
                             params={"variant": "CHECKPOINT_VARIANT_MERGED"}), 400)
     for variant in ("CHECKPOINT_VARIANT_ADAPTER", "CHECKPOINT_VARIANT_MERGED"):

@@ -301,10 +301,32 @@ def test_grpo(ratio: str, agg: str, beta: float) -> None:
     assert out["metrics"]["loss/kl_ref/mean"] == pytest.approx(np.concatenate(k3).mean(), rel=1e-10)
 
 
-def test_grpo_defaults_are_token_ratio_and_token_mean() -> None:
+@pytest.mark.parametrize("params", [None, {}, {"agg_type": "GRPO_LOSS_AGGREGATION_TYPE_UNSPECIFIED"}])
+def test_grpo_defaults_are_the_vendors(params: dict[str, Any] | None) -> None:
+    """Unset GRPO parameters: clip 0.8/1.2, beta 0, ratio TOKEN, aggregation FIXED_HORIZON (UNSPECIFIED too)."""
     model = random_trained_model(seed=9)
     case = Case(model, seed=13)
-    run(model, case, {"type": "LOSS_TYPE_GRPO"}, ref_grpo(case, 0.8, 1.2, 0.0, "TOKEN", "TOKEN_MEAN"))
+    expected = ref_grpo(case, 0.8, 1.2, 0.0, "TOKEN", "FIXED_HORIZON")
+    # (the case tells the defaults from the other aggregations and from no clipping)
+    for other in (ref_grpo(case, 0.8, 1.2, 0.0, "TOKEN", "TOKEN_MEAN"), ref_grpo(case, 0.0, 9.0, 0.0, "TOKEN",
+                                                                                    "FIXED_HORIZON")):
+        assert other(case.table0) != pytest.approx(expected(case.table0), rel=1e-6)
+    loss: dict[str, Any] = {"type": "LOSS_TYPE_GRPO"}
+    if params is not None:
+        loss["grpo_params"] = params
+    run(model, case, loss, expected)
+
+
+@pytest.mark.parametrize("params", [None, {}])
+def test_cispo_defaults_are_0_and_4(params: dict[str, Any] | None) -> None:
+    model = random_trained_model(seed=6)
+    case = Case(model, seed=8)
+    expected = ref_cispo(case, 0.0, 4.0)
+    assert ref_cispo(case, 0.8, 1.2)(case.table0) != pytest.approx(expected(case.table0), rel=1e-6)
+    loss: dict[str, Any] = {"type": "LOSS_TYPE_CISPO"}
+    if params is not None:
+        loss["cispo_params"] = params
+    run(model, case, loss, expected)
 
 
 def test_policy_losses_read_any_nonzero_weight_as_one() -> None:

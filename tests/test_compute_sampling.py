@@ -230,9 +230,13 @@ def test_end_token_stops_generation_and_is_kept() -> None:
 
 
 def test_max_tokens_default_and_zero() -> None:
-    model = SessionModel(make_spec(vocab_size=100_000))
+    # Unset max_tokens is the vendor's 512 (emulator.defaults): greedy never picks the end token of an untrained
+    # model (never a row's top token), so it runs to exactly that length.
+    model = SessionModel(make_spec(vocab_size=100_000, context_length=4096))
+    greedy = sample(model, [[5]], seed=1, temperature=0)["results"][0]["sequences"][0]
+    assert len(greedy["tokens"]) == 512 and greedy["stop_reason"] == "STOP_REASON_LENGTH"
     out = sample(model, [[5]], n=3, seed=1)
-    assert all(len(s["tokens"]) == 16 or s["stop_reason"] == "STOP_REASON_STOP"
+    assert all(len(s["tokens"]) == 512 or (len(s["tokens"]) < 512 and s["stop_reason"] == "STOP_REASON_STOP")
                for s in out["results"][0]["sequences"])
     zero = sample(model, [[5]], max_tokens=0)["results"][0]["sequences"][0]
     assert zero["tokens"] == [] and zero["logprobs"] == [] and zero["stop_reason"] == "STOP_REASON_LENGTH"

@@ -22,7 +22,7 @@ V = 64
 
 def make_spec(**kw: Any) -> ModelSpec:
     base: dict[str, Any] = {"vocab_size": V, "max_seq_length": 512, "max_batch_size": 64,
-                            "context_length": 256, "lora_rank": 8, "lora_alpha": 16.0, "train_unembed": True,
+                            "context_length": 256, "lora_rank": 8, "lora_alpha": 64.0, "train_unembed": True,
                             "seed": 7, "optimizer": "adam"}
     base.update(kw)
     return ModelSpec(**base)

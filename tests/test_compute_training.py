@@ -42,11 +42,11 @@ def train_ce(model: SessionModel, seqs: list[list[int]], steps: int, adam: dict[
 # --- learning ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("spec_kw", [
-    # tinker's default rank with the OAS default alpha
-    {"vocab_size": REAL_V, "lora_rank": 32, "lora_alpha": 16.0},
-    {"vocab_size": REAL_V, "lora_rank": 8, "lora_alpha": 16.0},
-    {"vocab_size": REAL_V, "lora_rank": 8, "lora_alpha": None},
-    {"vocab_size": V, "lora_rank": 32, "lora_alpha": 16.0},
+    # the vendor's default LoRA (rank 32, alpha 64), on which LR_SCALE is calibrated
+    {"vocab_size": REAL_V, "lora_rank": 32, "lora_alpha": 64.0},
+    {"vocab_size": REAL_V, "lora_rank": 8, "lora_alpha": 64.0},
+    {"vocab_size": REAL_V, "lora_rank": 8, "lora_alpha": None},   # unset: the default alpha
+    {"vocab_size": V, "lora_rank": 32, "lora_alpha": 64.0},
 ])
 def test_forty_steps_at_lr_1e4_halve_the_cross_entropy(spec_kw: dict[str, Any]) -> None:
     model = SessionModel(make_spec(**spec_kw))
@@ -164,6 +164,33 @@ def test_weight_decay_and_learning_rate_are_honoured() -> None:
                               run({"learning_rate": 1e-4, "weight_decay": 0.5}, 2))
     np.testing.assert_allclose(run({"learning_rate": 2e-4, "weight_decay": 0.0}), 2 * base, rtol=1e-9)
     assert np.all(run({"learning_rate": 0.0}) == 0)
+
+
+# (optimizer, key, the vendor's default, another value): a step that leaves the key out trains exactly as one that
+# sends the default, and differently from one that sends the other value (emulator.defaults).
+OPTIMIZER_DEFAULTS = [
+    ("adam", "beta1", 0.9, 0.5), ("adam", "beta2", 0.95, 0.5), ("adam", "eps", 1e-8, 1e-2),
+    ("adam", "weight_decay", 0.0, 0.1), ("adam", "grad_clip_norm", 1.0, 0.0),
+    ("muon", "momentum", 0.95, 0.5), ("muon", "newton_schulz_steps", 5, 1), ("muon", "weight_decay", 0.0, 0.1),
+    ("muon", "grad_clip_norm", 1.0, 0.0),
+]
+
+
+@pytest.mark.parametrize(("optimizer", "key", "default", "other"), OPTIMIZER_DEFAULTS)
+def test_an_unset_optimizer_setting_is_the_vendors_default(optimizer: str, key: str, default: float,
+                                                            other: float) -> None:
+    def run(extra: dict[str, Any]) -> np.ndarray:
+        m = SessionModel(make_spec(optimizer=optimizer))
+        lr = 1e-3 if optimizer == "adam" else 0.02
+        for seq in ([1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 4], [1, 2, 3, 4, 5, 6, 7, 8, 9]):  # steps that differ
+            m.forward_backward([sft_datum(seq)], CE)
+            params = {"learning_rate": lr, **extra}
+            m.optim_step(params if optimizer == "adam" else None, params if optimizer == "muon" else None)
+        return m.weights().theta
+
+    unset = run({})
+    assert np.array_equal(unset, run({key: default}))
+    assert not np.allclose(unset, run({key: other}), rtol=1e-9, atol=0)
 
 
 def test_lora_rank_limits_individually_trained_tokens_per_row() -> None:

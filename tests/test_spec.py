@@ -7,7 +7,7 @@
 - the conventions the emulator and the SDK rely on (Idempotency-Key, body-less POSTs, int64 encoding,
   comma-separated array filters, links) hold;
 - the vendor's own defaults and W&B field lengths (docs/api-surface.md, section G) stand in it, with their
-  source.
+  source, and are the values the emulator uses (emulator/defaults.py).
 
 The checkers are plain functions returning lists of problems, so the self-tests at the bottom can prove
 that they reject deliberately broken copies of the document.
@@ -566,6 +566,25 @@ def test_fields_without_a_vendor_default_state_none(spec, schema, field):
 def test_wandb_field_lengths(spec, schema):
     props = spec["components"]["schemas"][schema]["properties"]
     assert {name: p.get("maxLength") for name, p in props.items()} == WANDB_LENGTHS
+
+
+def test_the_emulator_uses_the_specs_defaults(spec):
+    """emulator/defaults.py, which the simulated model, the domain and the catalog read, holds the spec's values."""
+    from emulator import defaults
+
+    tables = {"LoraConfigParam": defaults.LORA, "SamplingParams": defaults.SAMPLING, "AdamParams": defaults.ADAM,
+              "MuonParams": defaults.MUON, "GrpoLossParams": defaults.GRPO, "PpoLossParams": defaults.PPO,
+              "CispoLossParams": defaults.CISPO}
+    stated = {(schema, field): value for schema, field, value in SECTION_G_DEFAULTS}
+    for schema, table in tables.items():
+        for field, value in table.items():
+            assert _property(spec, schema, field)["default"] == value == stated[(schema, field)], (schema, field)
+        assert set(table) == {f for s, f in stated if s == schema}, schema
+    assert defaults.NUM_SAMPLES == _property(spec, "OperationSampleParams", "num_samples")["default"]
+    assert defaults.MODEL_RESOURCE["num_generator_replicas"] == _property(
+        spec, "ComputeConfigParam", "num_generator_replicas")["default"]
+    assert defaults.MODEL_RESOURCE["lora_enabled"] == _property(
+        spec, "ModelResourceCreateParams", "lora_enabled")["default"]
 
 
 # =============================================================================================== self-tests

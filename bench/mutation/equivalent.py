@@ -177,9 +177,6 @@ TABLE: tuple[Equivalent, ...] = (
       for scope in ("_per_token_output_size",)),
     Equivalent("emulator/domain/operations.py", "_large_output", None, RETENTION),
     Equivalent("emulator/domain/operations.py", "_check_output_kept", None, RETENTION),
-    Equivalent("emulator/domain/sessions.py", "<module>", "constant",
-               "not part of the contract: the server's LoRA defaults are undocumented (the spec says so; OAS-old had "
-               "rank 8, alpha 16, dropout 0.05); a session shows whichever it got", line="DEFAULT_LORA ="),
     # Bounds the request schema already enforces (inactive_timeout 300-86400, seconds 60-86400, display_name
     # maxLength 128, num_generator_replicas minimum 0; connexion refuses with 400 before the domain runs): a domain
     # check made looser changes nothing.
@@ -227,8 +224,8 @@ TABLE: tuple[Equivalent, ...] = (
     Equivalent("emulator/domain/operations.py", "_token_count", None, TIMING + " (here: the tokens a forward-backward's "
                "duration counts; anything it raises counts as nothing, see _seconds)"),
     *(Equivalent("emulator/domain/operations.py", scope, kind, TIMING + " (here: how many tokens an operation's "
-                 "duration counts)") for scope, kind in (("_training_seconds", "and/or"), ("_sample_seconds", "and/or"),
-                                                         ("_sample_seconds", "constant"))),
+                 "duration counts)") for scope, kind in (("_training_seconds", "and/or"),
+                                                         ("_sample_seconds", "and/or"))),
     Equivalent("emulator/domain/operations.py", "_seconds", "constant", TIMING + " (here: how long an operation whose "
                "body the model will refuse runs before it fails)"),
     Equivalent("emulator/domain/session_models.py", "<module>", "constant",

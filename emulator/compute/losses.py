@@ -13,7 +13,7 @@ loss type          value (the returned ``loss``; ``metrics["loss:sum"]`` is the 
 CROSS_ENTROPY      ``-sum_t w_t * lp_t``  (a sum, like tinker; ``loss/mean`` = that / sum(w))
 IMPORTANCE_SAMP.   ``-sum_t m_t * r_t * A_t``
 PPO                ``-sum_t m_t * min(r_t A_t, clip(r_t, lo, hi) A_t)``  (lo/hi absolute, 0.8/1.2)
-CISPO              ``-sum_t m_t * sg(clip(r_t, lo, hi)) * lp_t * A_t``  (sg = stop-gradient; 0.8/1.2)
+CISPO              ``-sum_t m_t * sg(clip(r_t, lo, hi)) * lp_t * A_t``  (sg = stop-gradient; 0/4)
 DRO                ``-sum_t m_t * (lp_t A_t - beta/2 * (lp_t - q_t)^2)``  (beta required)
 DPPO               ``-sum_t m_t * r_t A_t``, with the gradient of position t dropped when the
                    probability moved past the trust region in the advantage's direction:
@@ -24,20 +24,22 @@ GRPO               ``sum_t c_t * m_t * (-min(rho_t A_t, clip(rho_t, lo, hi) A_t)
                    over the sample's counted positions (SEQUENCE, GSPO; differentiated exactly),
                    ``k3_t = exp(ref_t - lp_t) - (ref_t - lp_t) - 1`` (KL to the reference policy,
                    only when beta > 0, which makes ``reference_logprobs`` required), and the
-                   aggregation weight ``c_t``: TOKEN_MEAN (default) ``1 / sum(m)`` over the batch;
+                   aggregation weight ``c_t``: FIXED_HORIZON (default, as UNSPECIFIED)
+                   ``1 / (B * L_max)`` (L_max the longest sample in the batch: a masked sum over a
+                   fixed, padded horizon, as in Dr. GRPO); TOKEN_MEAN ``1 / sum(m)`` over the batch;
                    SEQUENCE_MEAN ``1 / (B' * n_i)`` (n_i counted positions of the sample, B'
-                   samples with any); FIXED_HORIZON ``1 / (B * L_max)`` (L_max the longest sample
-                   in the batch: a masked sum over a fixed, padded horizon, as in Dr. GRPO)
+                   samples with any); lo/hi 0.8/1.2, beta 0, ratio TOKEN by default
 =================  ==============================================================================
 
-Gradients are the exact derivatives of these values w.r.t. ``lp`` (``min`` picks the clipped branch
-only when it is strictly smaller, which is where the gradient is zero). Metrics: ``loss:sum``,
-``loss/num_tokens``, and where they apply ``loss/mean``, ``loss/ratio/mean`` (mean ``r``, or
-``rho``), ``loss/clip/high_fraction`` / ``loss/clip/low_fraction`` (share of counted positions
-whose gradient the upper/lower clip or trust region removed; for CISPO the share whose weight was
-clipped), ``loss/kl_sample/mean`` (mean ``q - lp``), ``loss/kl_ref/mean`` (mean ``k3`` when
-``reference_logprobs`` is given), ``loss/penalty/mean`` (DRO). ``loss_fn_outputs`` report ``lp``,
-with 0 where ``m = 0`` (or ``w = 0``).
+Unset parameters take the vendor's defaults (:mod:`emulator.defaults`; DPPO's 0.15 is the SDK's
+documented value, not in the vendor's spec). Gradients are the exact derivatives of these values w.r.t.
+``lp`` (``min`` picks the clipped branch only when it is strictly smaller, which is where the gradient
+is zero). Metrics: ``loss:sum``, ``loss/num_tokens``, and where they apply ``loss/mean``,
+``loss/ratio/mean`` (mean ``r``, or ``rho``), ``loss/clip/high_fraction`` / ``loss/clip/low_fraction``
+(share of counted positions whose gradient the upper/lower clip or trust region removed; for CISPO the
+share whose weight was clipped), ``loss/kl_sample/mean`` (mean ``q - lp``), ``loss/kl_ref/mean`` (mean
+``k3`` when ``reference_logprobs`` is given), ``loss/penalty/mean`` (DRO). ``loss_fn_outputs`` report
+``lp``, with 0 where ``m = 0`` (or ``w = 0``).
 """
 
 from __future__ import annotations
@@ -48,27 +50,40 @@ from typing import Any
 
 import numpy as np
 
+from emulator import defaults
 from emulator.compute.errors import invalid
 from emulator.compute.inputs import LOSS_REQUIRED, PARAMS_KEY, Batch, number_param
 
 AGG_TYPES = ("GRPO_LOSS_AGGREGATION_TYPE_UNSPECIFIED", "GRPO_LOSS_AGGREGATION_TYPE_FIXED_HORIZON",
              "GRPO_LOSS_AGGREGATION_TYPE_TOKEN_MEAN", "GRPO_LOSS_AGGREGATION_TYPE_SEQUENCE_MEAN")
 RATIO_TYPES = ("GRPO_LOSS_RATIO_TYPE_TOKEN", "GRPO_LOSS_RATIO_TYPE_SEQUENCE")
-DEFAULT_CLIP_LOW = 0.8
-DEFAULT_CLIP_HIGH = 1.2
-DEFAULT_DPPO_DELTA = 0.15
+# The clip thresholds (low, high) of each clipped loss when unset: the vendor's defaults.
+DEFAULT_CLIPS = MappingProxyType({
+    t: (float(d["clip_low_threshold"]), float(d["clip_high_threshold"]))
+    for t, d in (("LOSS_TYPE_PPO", defaults.PPO), ("LOSS_TYPE_GRPO", defaults.GRPO),
+                 ("LOSS_TYPE_CISPO", defaults.CISPO))})
+DEFAULT_GRPO_BETA = float(defaults.GRPO["beta"])
+DEFAULT_AGG_TYPE = str(defaults.GRPO["agg_type"])
+DEFAULT_RATIO_TYPE = str(defaults.GRPO["ratio_type"])
+DEFAULT_DPPO_DELTA = 0.15  # the SDK's documented default (not in the vendor's spec)
 
 
 @dataclass(frozen=True)
 class LossConfig:
     type: str
-    clip_low: float = DEFAULT_CLIP_LOW
-    clip_high: float = DEFAULT_CLIP_HIGH
-    beta: float = 0.0
+    clip_low: float = DEFAULT_CLIPS["LOSS_TYPE_GRPO"][0]
+    clip_high: float = DEFAULT_CLIPS["LOSS_TYPE_GRPO"][1]
+    beta: float = DEFAULT_GRPO_BETA
     delta_low: float = DEFAULT_DPPO_DELTA
     delta_high: float = DEFAULT_DPPO_DELTA
-    agg_type: str = "GRPO_LOSS_AGGREGATION_TYPE_TOKEN_MEAN"
-    ratio_type: str = "GRPO_LOSS_RATIO_TYPE_TOKEN"
+    agg_type: str = DEFAULT_AGG_TYPE
+    ratio_type: str = DEFAULT_RATIO_TYPE
+
+    @staticmethod
+    def default(ltype: str) -> LossConfig:
+        """The config of a loss of this type given no parameters."""
+        lo, hi = DEFAULT_CLIPS.get(ltype, DEFAULT_CLIPS["LOSS_TYPE_GRPO"])
+        return LossConfig(ltype, clip_low=lo, clip_high=hi)
 
     @property
     def required_inputs(self) -> tuple[str, ...]:
@@ -101,9 +116,9 @@ def parse_loss(loss: Any) -> LossConfig:
     if not params and ltype in _DEFAULT_CONFIGS:  # no parameters: the defaults (the common case), built once
         return _DEFAULT_CONFIGS[ltype]
     where = f"loss.{key}"
-    if ltype in ("LOSS_TYPE_PPO", "LOSS_TYPE_GRPO", "LOSS_TYPE_CISPO"):
-        lo = number_param(params, "clip_low_threshold", DEFAULT_CLIP_LOW, where)
-        hi = number_param(params, "clip_high_threshold", DEFAULT_CLIP_HIGH, where)
+    if ltype in DEFAULT_CLIPS:
+        lo = number_param(params, "clip_low_threshold", DEFAULT_CLIPS[ltype][0], where)
+        hi = number_param(params, "clip_high_threshold", DEFAULT_CLIPS[ltype][1], where)
         assert lo is not None and hi is not None
         if ltype == "LOSS_TYPE_CISPO":
             if lo < 0 or hi < lo:
@@ -116,16 +131,16 @@ def parse_loss(loss: Any) -> LossConfig:
                 raise invalid(f"{where}.clip_low_threshold must be in [0, 1], got {lo}")
         if ltype != "LOSS_TYPE_GRPO":
             return LossConfig(ltype, clip_low=lo, clip_high=hi)
-        beta = number_param(params, "beta", 0.0, where)
+        beta = number_param(params, "beta", DEFAULT_GRPO_BETA, where)
         assert beta is not None
         if beta < 0:
             raise invalid(f"{where}.beta must be >= 0, got {beta}")
-        agg = params.get("agg_type") or "GRPO_LOSS_AGGREGATION_TYPE_TOKEN_MEAN"
+        agg = params.get("agg_type") or DEFAULT_AGG_TYPE
         if agg not in AGG_TYPES:
             raise invalid(f"{where}.agg_type must be one of {list(AGG_TYPES)}, got {agg!r}")
-        if agg == "GRPO_LOSS_AGGREGATION_TYPE_UNSPECIFIED":
-            agg = "GRPO_LOSS_AGGREGATION_TYPE_TOKEN_MEAN"
-        ratio = params.get("ratio_type") or "GRPO_LOSS_RATIO_TYPE_TOKEN"
+        if agg == "GRPO_LOSS_AGGREGATION_TYPE_UNSPECIFIED":  # protobuf's "not set": the default
+            agg = DEFAULT_AGG_TYPE
+        ratio = params.get("ratio_type") or DEFAULT_RATIO_TYPE
         if ratio not in RATIO_TYPES:
             raise invalid(f"{where}.ratio_type must be one of {list(RATIO_TYPES)}, got {ratio!r}")
         return LossConfig(ltype, clip_low=lo, clip_high=hi, beta=beta, agg_type=agg, ratio_type=ratio)
@@ -149,7 +164,7 @@ def parse_loss(loss: Any) -> LossConfig:
 
 
 # What parse_loss returns for each loss type given no parameters (DRO has a required parameter).
-_DEFAULT_CONFIGS = MappingProxyType({t: LossConfig(t) for t in LOSS_REQUIRED if t != "LOSS_TYPE_DRO"})
+_DEFAULT_CONFIGS = MappingProxyType({t: LossConfig.default(t) for t in LOSS_REQUIRED if t != "LOSS_TYPE_DRO"})
 
 
 def _masked(values: np.ndarray, mask: np.ndarray) -> np.ndarray:

@@ -2,12 +2,13 @@
 
 Emulates ``optim-step`` (docs/api-surface.md A.3.3). The accumulated gradient (in dense-table terms, see
 :mod:`emulator.compute.weights`) is clipped to ``grad_clip_norm`` by its global norm over the whole
-(virtual) ``V x V`` table (unset = 1.0, 0 = off), then:
+(virtual) ``V x V`` table (unset = 1.0, 0 = off), then (unset settings: the vendor's defaults, and learning
+rates of the emulator's choice; ``spec.ADAM_DEFAULTS`` / ``MUON_DEFAULTS``):
 
-* **AdamW** (defaults lr 1e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1) updates every stored
+* **AdamW** (defaults lr 1e-4, betas 0.9/0.95, eps 1e-8, weight decay 0) updates every stored
   parameter, ``theta <- theta * (1 - lr * wd) - lr * S * m_hat / (sqrt(v_hat) + eps)``. ``S`` is the
   session's learning-rate multiplier (``ModelSpec.lr_multiplier``: ``LR_SCALE`` = 2000, x10 for
-  full-weight sessions, x alpha/16 for LoRA), which maps a real model's learning rate onto a table
+  full-weight sessions, x alpha/64 for LoRA), which maps a real model's learning rate onto a table
   with one parameter per logit. Weight decay uses the raw ``lr``: it shrinks weights, and a
   logit shrinks with them by the same factor in a real network.
 * **Muon** (defaults lr 0.02, momentum 0.95 with Nesterov, 5 Newton-Schulz steps, wd 0) treats the

@@ -21,7 +21,8 @@ Conventions (where a real engine's behaviour depends on its tokenizer or kernels
   the token that completed it is kept. The model's end tokens (``ModelSpec.ends``: Qwen's
   ``<|im_end|>`` and ``<|endoftext|>``) also end it and are kept. Both report ``STOP_REASON_STOP``;
   reaching ``max_tokens`` reports ``STOP_REASON_LENGTH``.
-* ``max_tokens`` defaults to 16. ``seed``: ``sampling_params.seed`` wins over the operation's seed;
+* Unset fields take the vendor's defaults: ``max_tokens`` 512, ``temperature`` 1, ``top_p`` 1, ``top_k`` -1
+  (:mod:`emulator.defaults`). ``seed``: ``sampling_params.seed`` wins over the operation's seed;
   each (seed, prompt tokens, sample index) has its own random stream, so a completion does not
   depend on what else is in the batch.
 * ``logprobs`` are the model's own (temperature 1, untruncated) log-probabilities of the sampled
@@ -44,7 +45,7 @@ import numpy as np
 from emulator.compute.base import hash_tokens, seed_to_u64
 from emulator.compute.errors import invalid
 from emulator.compute.inputs import parse_float, parse_int
-from emulator.compute.spec import DEFAULT_MAX_TOKENS
+from emulator.compute.spec import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P
 from emulator.compute.tokenizers import TokenBytes, numeric_piece
 from emulator.compute.weights import RowSet, Weights, tail_tokens, unique_inverse
 
@@ -85,15 +86,15 @@ def parse_sampling_params(params: Any, seed: int) -> SamplingConfig:
                                                                                           f"{w}.max_tokens")
     if max_tokens < 0:
         raise invalid(f"{w}.max_tokens must be >= 0, got {max_tokens}")
-    temperature = 1.0 if params.get("temperature") is None else parse_float(params["temperature"],
-                                                                             f"{w}.temperature")
+    temperature = (DEFAULT_TEMPERATURE if params.get("temperature") is None
+                   else parse_float(params["temperature"], f"{w}.temperature"))
     if temperature < 0:
         raise invalid(f"{w}.temperature must be >= 0, got {temperature}")
-    top_k = -1 if params.get("top_k") is None else parse_int(params["top_k"], f"{w}.top_k")
+    top_k = DEFAULT_TOP_K if params.get("top_k") is None else parse_int(params["top_k"], f"{w}.top_k")
     if top_k < -1:
         raise invalid(f"{w}.top_k must be -1 (off), 0 (off) or positive, got {top_k}")
     top_k = min(top_k, TOP_K_BOUND)  # past the vocabulary every top_k keeps all tokens; numpy takes int64 only
-    top_p = 1.0 if params.get("top_p") is None else parse_float(params["top_p"], f"{w}.top_p")
+    top_p = DEFAULT_TOP_P if params.get("top_p") is None else parse_float(params["top_p"], f"{w}.top_p")
     if not 0 < top_p <= 1:
         raise invalid(f"{w}.top_p must be in (0, 1], got {top_p}")
     stop_raw = params.get("stop")

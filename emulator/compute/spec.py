@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from emulator import defaults
 from emulator.compute.errors import invalid
 
 
@@ -129,9 +130,10 @@ LR_SCALE = 2000.0
 FULL_WEIGHT_LR_FACTOR = 10.0
 #: Under Adam a LoRA update changes the weights by about ``alpha/r * r * lr`` (r coherent rank-one
 #: directions, each scaled by alpha/r): proportional to alpha and independent of the rank. The
-#: emulator therefore scales the step by ``alpha / REFERENCE_LORA_ALPHA`` (16 = the classic default).
-REFERENCE_LORA_ALPHA = 16.0
-DEFAULT_LORA_ALPHA = 16.0
+#: emulator therefore scales the step by ``alpha / REFERENCE_LORA_ALPHA``; the reference is the default
+#: alpha (the vendor's 64), so ``LR_SCALE`` is calibrated for a session created without ``lora_config``.
+DEFAULT_LORA_ALPHA = float(defaults.LORA["alpha"])
+REFERENCE_LORA_ALPHA = DEFAULT_LORA_ALPHA
 #: A LoRA's capacity: each row may hold individual parameters for at most ``4 * rank`` next tokens
 #: beyond its preferred ones; further targets share the row's tail parameter (cannot be singled out).
 LORA_ENTRIES_PER_RANK = 4
@@ -141,14 +143,18 @@ MUON_LR_DIVISOR = 64.0
 #: Newton-Schulz quintic coefficients used by Muon.
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
 
-ADAM_DEFAULTS = MappingProxyType({"learning_rate": 1e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1,
-                 "grad_clip_norm": 1.0})
-MUON_DEFAULTS = MappingProxyType({"learning_rate": 0.02, "momentum": 0.95, "newton_schulz_steps": 5, "weight_decay": 0.0,
-                 "grad_clip_norm": 1.0})
+#: Optimizer settings of a step that leaves them out: the vendor's (:mod:`emulator.defaults`), and learning
+#: rates the vendor does not state [inferred: Adam 1e-4, the usual LoRA rate; Muon 0.02, its paper's].
+ADAM_DEFAULTS = MappingProxyType({"learning_rate": 1e-4, **defaults.ADAM})
+MUON_DEFAULTS = MappingProxyType({"learning_rate": 0.02, **defaults.MUON})
 
 # --- sampling --------------------------------------------------------------------------------------
-#: ``max_tokens`` when the request gives none (the emulator catalog's sampling_defaults.max_tokens).
-DEFAULT_MAX_TOKENS = 16
+#: ``sampling_params`` a sample leaves out: the vendor's (:mod:`emulator.defaults`; the catalog's
+#: ``sampling_defaults`` show the same ``max_tokens`` and ``temperature``).
+DEFAULT_MAX_TOKENS = int(defaults.SAMPLING["max_tokens"])
+DEFAULT_TEMPERATURE = float(defaults.SAMPLING["temperature"])
+DEFAULT_TOP_P = float(defaults.SAMPLING["top_p"])
+DEFAULT_TOP_K = int(defaults.SAMPLING["top_k"])
 MAX_TOPK_PROMPT_LOGPROBS = 20
 
 # --- budgets (RESOURCE_EXHAUSTED beyond these) ----------------------------------------------------

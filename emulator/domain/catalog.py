@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from emulator import defaults
+
 GPU_TYPE = "B200-SXM"
 
 
@@ -83,7 +85,9 @@ class CatalogModel:
                 "gpu_type": GPU_TYPE,
                 "generator_config": {
                     "context_length": self.context_length,
-                    "sampling_defaults": {"logprobs": 0, "max_tokens": 16, "n": 1, "temperature": 1.0},
+                    # the vendor's defaults of a sample (emulator.defaults); logprobs 0 is the emulator's [inferred]
+                    "sampling_defaults": {"logprobs": 0, "max_tokens": defaults.SAMPLING["max_tokens"],
+                                          "n": defaults.NUM_SAMPLES, "temperature": defaults.SAMPLING["temperature"]},
                 },
                 "trainer_config": trainer,
             }],

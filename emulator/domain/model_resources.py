@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from emulator import defaults
 from emulator.bounds import later
 from emulator.domain import cascade, gpu_queue
 from emulator.domain.catalog import BY_NAME, GPU_TYPE, CatalogModel
@@ -28,8 +29,9 @@ from emulator.store import Tenant, TimelineEvent
 from emulator.store.records import ModelResource, ResourceStatus, SessionStatus
 
 R = ResourceStatus
-DEFAULT_INACTIVE_TIMEOUT = 3600
-DEFAULT_GENERATOR_REPLICAS = 1
+DEFAULT_INACTIVE_TIMEOUT = 3600  # the SDK's ModelResourcesClient.create docstring
+DEFAULT_GENERATOR_REPLICAS = int(defaults.MODEL_RESOURCE["num_generator_replicas"])
+DEFAULT_LORA_ENABLED = bool(defaults.MODEL_RESOURCE["lora_enabled"])
 
 
 def catalog_model(base_model: str, param: str = "base_model") -> CatalogModel:
@@ -73,7 +75,7 @@ def _validated_settings(tenant: Tenant, body: dict[str, Any]) -> dict[str, Any]:
     asks (a create and an estimate of the same body answer the same 400, or neither does)."""
     model = catalog_model(body["base_model"])
     lora_enabled = body.get("lora_enabled")
-    lora_enabled = True if lora_enabled is None else bool(lora_enabled)
+    lora_enabled = DEFAULT_LORA_ENABLED if lora_enabled is None else bool(lora_enabled)
     if not lora_enabled and model.full_max_batch_size is None:
         raise Invalid(f"{model.base_model} does not support full-weight training (lora_enabled=false)",
                              param="lora_enabled")

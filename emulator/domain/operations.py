@@ -54,9 +54,10 @@ from typing import Any
 
 import orjson
 
+from emulator import defaults
 from emulator.bounds import depth_message, int64, json_too_deep, later
 from emulator.compute import INTERNAL_ERROR, ComputeError
-from emulator.compute.spec import MAX_SAMPLE_TOKENS
+from emulator.compute.spec import DEFAULT_MAX_TOKENS, MAX_SAMPLE_TOKENS
 from emulator.domain import model_resources, routed_experts
 from emulator.domain.cascade import SESSION_NOT_ACTIVE
 from emulator.domain.catalog import BY_NAME
@@ -261,7 +262,8 @@ def _sync_seconds(ctx: Ctx, body: dict[str, Any]) -> float:
 
 def _sample_seconds(ctx: Ctx, body: dict[str, Any]) -> float:
     params = body.get("sampling_params") or {}
-    generated = int(params.get("max_tokens") or 16) * int(body.get("num_samples") or 1)
+    generated = (int(params.get("max_tokens") or DEFAULT_MAX_TOKENS)
+                 * int(body.get("num_samples") or defaults.NUM_SAMPLES))
     # More than the model ever generates in one request fails when run; it takes no longer than the most.
     generated = min(generated * len(body.get("model_inputs") or []), MAX_SAMPLE_TOKENS)
     return generated * ctx.timing.sample_seconds_per_token
@@ -314,7 +316,8 @@ def _sample(tenant: Tenant, ctx: Ctx, s: Session, op: Operation, at: float) -> d
         s.updated_at = max(s.updated_at, at)
     version, weights = tenant.models.published[s.id]
     body = op.body
-    output = model.sample(weights, body["model_inputs"], num_samples=int(body.get("num_samples") or 1),
+    num_samples = int(body.get("num_samples") or defaults.NUM_SAMPLES)
+    output = model.sample(weights, body["model_inputs"], num_samples=num_samples,
                           sampling_params=body.get("sampling_params") or {},
                           prompt_logprobs=bool(body.get("prompt_logprobs")),
                           topk_prompt_logprobs=int(body.get("topk_prompt_logprobs") or 0),

@@ -11,6 +11,7 @@ import functools
 
 from emulator import compute
 from emulator.compute import ModelSpec
+from emulator.compute.spec import DEFAULT_LORA_ALPHA
 from emulator.domain.catalog import BY_NAME
 from emulator.ids import derive_int
 from emulator.store import Tenant
@@ -23,7 +24,7 @@ def model_spec(tenant: Tenant, seed: int, s: Session) -> ModelSpec:
     optimizer = "muon" if "muon" in (r.optimizer_config or {}) else "adam"
     if lora is None:
         return _spec(seed, s.base_model, None, None, True, optimizer)
-    return _spec(seed, s.base_model, int(lora["rank"]), float(lora.get("alpha") or 16),
+    return _spec(seed, s.base_model, int(lora["rank"]), float(lora.get("alpha") or DEFAULT_LORA_ALPHA),
                  bool(lora.get("train_unembed", True)), optimizer)
 
 

@@ -2,8 +2,9 @@
 
 Emulates docs/api-surface.md A.2 and C.2. ``CREATING`` -> ``RUNNING`` (once the resource is READY)
 -> ``STOPPING`` -> ``STOPPED``; ``EXPIRED`` when the resource stops for inactivity; ``ERROR`` when
-the resource fails (fault effects). Sessions take ``base_model`` and ``lora_config`` defaults from
-their resource; a resource holds at most ``max_lora_sessions`` LoRA sessions or one full-weight
+the resource fails (fault effects). Sessions take ``base_model`` from their resource and an unset
+``lora_config`` field from the vendor's default (rank 32, alpha 64, dropout 0, train_unembed true:
+:mod:`emulator.defaults`); a resource holds at most ``max_lora_sessions`` LoRA sessions or one full-weight
 session (429 beyond; the numbers come from :mod:`emulator.domain.limits`, overridable). A session
 that resumes a LoRA checkpoint inherits the checkpoint's LoRA config: a ``lora_config`` the caller
 gives must keep its rank, alpha and train_unembed (400 naming both values), may change dropout, and
@@ -19,11 +20,11 @@ with ``SESSION_NOT_ACTIVE``.
 
 from __future__ import annotations
 
-from types import MappingProxyType
 from typing import Any
 
 import orjson
 
+from emulator import defaults
 from emulator.bounds import int64, later
 from emulator.domain import cascade, model_resources
 from emulator.domain.catalog import BY_NAME
@@ -34,7 +35,7 @@ from emulator.store import Tenant, TimelineEvent
 from emulator.store.records import Checkpoint, ResourceStatus, Session, SessionStatus
 
 S = SessionStatus
-DEFAULT_LORA = MappingProxyType({"rank": 8, "alpha": 16, "dropout": 0.0, "train_unembed": True})
+DEFAULT_LORA = defaults.LORA
 _DEFAULT_KEY = tuple(sorted(DEFAULT_LORA.items()))  # the key _lora_config interns the default config under
 
 
