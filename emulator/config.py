@@ -61,6 +61,7 @@ class Config:
     keep_alive_timeout: float = 5.0     # idle seconds before a keep-alive connection is closed
     header_timeout: float = 10.0        # seconds a client may take to send a request's line and headers
     body_timeout: float = 60.0          # seconds a client may pause while sending a request body
+    request_timeout: float = 120.0      # seconds a whole request (line, headers, body) may take to arrive; then 408
     max_connections: int = 1000         # open connections; beyond it new requests answer 503
     max_header_bytes: int = 64 * 1024   # request line and headers; larger is 431
     send_timeout: float = 30.0          # seconds a response may wait for a client that reads nothing
@@ -84,7 +85,7 @@ class Config:
             raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}")
         if self.max_body_bytes < 1024:
             raise ConfigError("--max-body-bytes must be at least 1024")
-        for name in ("keep_alive_timeout", "header_timeout", "body_timeout", "send_timeout"):
+        for name in ("keep_alive_timeout", "header_timeout", "body_timeout", "request_timeout", "send_timeout"):
             if not 0 < getattr(self, name) <= 3600:
                 raise ConfigError(f"--{name.replace('_', '-')} must be within (0, 3600] seconds")
         if self.max_connections < 1:
@@ -224,6 +225,9 @@ OPTIONS: tuple[tuple[str, str, Callable[[str], Any] | None, str], ...] = (
     ("header_timeout", "--header-timeout", _float, "seconds a client may take to send request line and headers "
                                                    "(default 10); slower connections are closed"),
     ("body_timeout", "--body-timeout", _float, "seconds a client may pause while sending a body (default 60)"),
+    ("request_timeout", "--request-timeout", _float, "seconds a whole request, body included, may take to arrive "
+                                                     "(default 120); later is answered 408 and the connection "
+                                                     "closed"),
     ("max_connections", "--max-connections", _int, "open connections served at once (default 1000); beyond it "
                                                    "new requests answer 503"),
     ("max_header_bytes", "--max-header-bytes", _int, "largest request line plus headers (default 64 KiB); larger "

@@ -4,6 +4,7 @@ timeouts, reads that write nothing, and the admin token kept apart from API keys
 
 from __future__ import annotations
 
+import select
 import socket
 import time
 from pathlib import Path
@@ -324,6 +325,57 @@ def test_idle_keep_alive_connection_is_closed(guarded_server: str) -> None:
         sock.settimeout(5)
         assert b"200 OK" in sock.recv(65536)
         assert _closed_within(sock, 5)
+
+
+def _drip_until_answered(socks: list[socket.socket], give_up: float) -> dict[socket.socket, bytes]:
+    """Send each socket's body one byte at a time, paced by waiting for its answer (the server's event), until
+    every socket has been answered and closed; what each received. Fails after ``give_up`` seconds."""
+    answers = {sock: b"" for sock in socks}
+    pending = list(socks)
+    deadline = time.monotonic() + give_up
+    while pending:
+        assert time.monotonic() < deadline, f"{len(pending)} dripping request(s) still unanswered after {give_up} s"
+        readable, _, _ = select.select(pending, [], [], 0.2)
+        for sock in readable:
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:
+                chunk = b""
+            answers[sock] += chunk
+            if not chunk:
+                pending.remove(sock)
+        for sock in pending:
+            if sock not in readable:
+                try:
+                    sock.sendall(b" ")
+                except OSError:
+                    pass  # closed under us: the next select reads its end
+    return answers
+
+
+def test_a_body_dripped_a_byte_at_a_time_is_answered_408_within_the_request_timeout() -> None:
+    """Issue 39, item 9: connections that each send a body a byte at a time (never pausing long enough for
+    --body-timeout) held every --max-connections slot for ever, and real clients got 503. A request must
+    arrive whole within --request-timeout: then 408 in ErrorData, the connection closed, the slot free."""
+    config = Config(clock="manual", request_timeout=1.0, body_timeout=30, header_timeout=30, max_connections=3)
+    with serve_in_thread(config) as (url, runtime):
+        drippers = [_connect(url) for _ in range(2)]
+        for sock in drippers:
+            sock.sendall(b"POST /_emulator/clock/advance HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                         b"application/json\r\nContent-Length: 100000\r\n\r\n{")
+        with httpx.Client(base_url=url) as c:  # the drippers and this client fill the slots (uvicorn counts it)
+            assert c.get("/_emulator/health").status_code == 503
+        answers = _drip_until_answered(drippers, give_up=30)
+        for sock in drippers:
+            sock.close()
+        for answer in answers.values():
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 408 "), answer[:300]
+            error = orjson.loads(body)["error"]
+            assert error["code"] == "request_timeout" and "--request-timeout" in error["message"], error
+        with httpx.Client(base_url=url) as c:  # the slots are free again; nothing of the requests was applied
+            assert c.get("/_emulator/health").status_code == 200
+            assert c.get("/_emulator/clock").json()["now"] == "2026-01-01T00:00:00.000Z"
 
 
 def test_a_prompt_client_is_served_normally(guarded_server: str) -> None:

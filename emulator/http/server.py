@@ -6,8 +6,11 @@ or sends its request a byte at a time (slowloris), takes headers of any size, an
 client that never reads its answer. :func:`guarded_protocol` adds what is missing to uvicorn's
 httptools protocol:
 
-- the request line and headers must arrive within ``--header-timeout`` seconds, and a body may not
-  pause for longer than ``--body-timeout``; otherwise the connection is closed;
+- the request line and headers must arrive within ``--header-timeout`` seconds, a body may not pause for
+  longer than ``--body-timeout``, and the whole request (line, headers, body) must arrive within
+  ``--request-timeout``: a request begun and not whole in time is answered 408 (``ErrorData``) and its
+  connection closed, so a client that drips a body a byte at a time cannot hold a connection slot (one of
+  ``--max-connections``) for longer than that;
 - the request line and headers together may not exceed ``--max-header-bytes``: a larger request is
   answered 431 (``ErrorData``) and the connection closed, before the headers are kept anywhere;
 - a response whose client reads nothing for ``--send-timeout`` seconds (the socket's buffers full, so
@@ -38,6 +41,7 @@ from emulator.http.envelope import render_error
 
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
 DEFAULT_SEND_TIMEOUT = 30.0
+DEFAULT_REQUEST_TIMEOUT = 120.0
 
 
 class _HeadersTooLarge(Exception):
@@ -46,7 +50,8 @@ class _HeadersTooLarge(Exception):
 
 
 def guarded_protocol(header_timeout: float, body_timeout: float, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
-                     send_timeout: float = DEFAULT_SEND_TIMEOUT) -> type[asyncio.Protocol] | str:
+                     send_timeout: float = DEFAULT_SEND_TIMEOUT, request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+                     ) -> type[asyncio.Protocol] | str:
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:  # httptools missing: uvicorn's h11 protocol, without the guards
@@ -54,11 +59,18 @@ def guarded_protocol(header_timeout: float, body_timeout: float, max_header_byte
 
     too_large = render_error(431, f"the request line and headers are larger than {max_header_bytes} bytes",
                              code="headers_too_large")
+    late = render_error(408, f"the request did not arrive whole in time: within {request_timeout:g} s (--request-"
+                             f"timeout), its headers within {header_timeout:g} s and no pause in its body over "
+                             f"{body_timeout:g} s", code="request_timeout")
+    late_response = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                     b"connection: close\r\n\r\n%s" % (len(late), late))
 
     class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # One timer per connection, re-armed only when it fires early: moving a deadline is an assignment,
         # not a new timer per request phase (three per request would cost more than the check itself).
         _deadline: float | None = None
+        _request_deadline: float | None = None  # while a request is arriving: when it must be whole
+        _in_body = False                        # its headers are in, its body is arriving
         _timer: asyncio.TimerHandle | None = None
         _header_bytes = 0
         _headers_too_large = False
@@ -71,6 +83,8 @@ def guarded_protocol(header_timeout: float, body_timeout: float, max_header_byte
         def on_message_begin(self) -> None:
             super().on_message_begin()
             self._header_bytes = 0
+            self._request_deadline = self.loop.time() + request_timeout
+            self._in_body = False
             self._arm(header_timeout)
 
         def on_url(self, url: bytes) -> None:
@@ -119,6 +133,7 @@ def guarded_protocol(header_timeout: float, body_timeout: float, max_header_byte
 
         def on_headers_complete(self) -> None:
             super().on_headers_complete()
+            self._in_body = True
             self._arm(body_timeout)
 
         def on_body(self, body: bytes) -> None:
@@ -127,10 +142,11 @@ def guarded_protocol(header_timeout: float, body_timeout: float, max_header_byte
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
-            self._deadline = None  # from here uvicorn's keep-alive timer takes over
+            self._deadline = self._request_deadline = None  # from here uvicorn's keep-alive timer takes over
+            self._in_body = False
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._deadline = None
+            self._deadline = self._request_deadline = None
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
@@ -140,9 +156,15 @@ def guarded_protocol(header_timeout: float, body_timeout: float, max_header_byte
             super().connection_lost(exc)
 
         def _arm(self, seconds: float) -> None:
-            self._deadline = self.loop.time() + seconds
-            if self._timer is None:
-                self._timer = self.loop.call_at(self._deadline, self._expire)
+            deadline = self.loop.time() + seconds
+            if self._request_deadline is not None and self._request_deadline < deadline:
+                deadline = self._request_deadline
+            self._deadline = deadline
+            timer = self._timer
+            if timer is None or timer.when() > deadline:  # (a request's deadline may come before a phase's)
+                if timer is not None:
+                    timer.cancel()
+                self._timer = self.loop.call_at(deadline, self._expire)
 
         def _expire(self) -> None:
             self._timer = None
@@ -152,7 +174,27 @@ def guarded_protocol(header_timeout: float, body_timeout: float, max_header_byte
             if self.loop.time() < deadline:  # moved later since the timer was set
                 self._timer = self.loop.call_at(deadline, self._expire)
                 return
+            if self._request_deadline is not None:
+                self._answer_late()
             self.transport.close()
+
+        def _answer_late(self) -> None:
+            # A request has begun and is not whole: 408, unless this connection already carries an answer
+            # (the app answered this request early, or an earlier pipelined answer is still being written),
+            # which a 408 would follow or corrupt: then the connection is only closed.
+            cycle = self.cycle
+            if self.pipeline:
+                return
+            if self._in_body:  # (cycle is this request's)
+                if cycle.response_started:
+                    return
+                # The app may be waiting for the rest of the body: it now reads a disconnect (nothing of the
+                # request is kept), and whatever it would answer is dropped.
+                cycle.disconnected = True
+                cycle.message_event.set()
+            elif cycle is not None and not cycle.response_complete:
+                return
+            self.transport.write(late_response)
 
     return GuardedHttpToolsProtocol
 
@@ -168,7 +210,7 @@ def uvicorn_config(app: Any, config: Config, loop: str = "auto") -> uvicorn.Conf
                           timeout_keep_alive=config.keep_alive_timeout,  # type: ignore[arg-type]
                           limit_concurrency=config.max_connections,
                           http=guarded_protocol(config.header_timeout, config.body_timeout, config.max_header_bytes,
-                                                config.send_timeout))
+                                                config.send_timeout, config.request_timeout))
 
 
 def bind(host: str, port: int) -> socket.socket:
