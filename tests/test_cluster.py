@@ -10,6 +10,7 @@ write while the other shard keeps serving.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -534,6 +535,108 @@ def test_a_tokens_file_routes_a_project_by_its_users(tmp_path: Path) -> None:
                 assert_error(api.get(f"{RL}/model-resources/{rid}"), 404)
     finally:
         running.stop()
+
+
+@contextlib.contextmanager
+def _another_machine() -> Iterator[tuple[str, str]]:
+    """A network namespace joined to this one by a veth pair, as another machine on the LAN would be:
+    (the namespace, this host's address as seen from it). Removed afterwards; skips, saying why, where it
+    cannot be made (not root, no iproute2, no namespaces in this container)."""
+    ip = shutil.which("ip")
+    if ip is None:
+        pytest.skip("needs iproute2's ip to make a network namespace (apt-get install iproute2)")
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a network namespace (ip netns add) for a client on another 'machine'")
+    tag = f"{os.getpid() % 100_000}"
+    ns, here, there = f"emu-t{tag}", f"veh{tag}", f"vep{tag}"
+    subnet = f"10.239.{os.getpid() % 250}"
+    steps = [[ip, "netns", "add", ns], [ip, "link", "add", here, "type", "veth", "peer", "name", there],
+             [ip, "link", "set", there, "netns", ns], [ip, "addr", "add", f"{subnet}.1/30", "dev", here],
+             [ip, "link", "set", here, "up"], [ip, "-n", ns, "addr", "add", f"{subnet}.2/30", "dev", there],
+             [ip, "-n", ns, "link", "set", there, "up"], [ip, "-n", ns, "link", "set", "lo", "up"]]
+    try:
+        for step in steps:
+            done = subprocess.run(step, capture_output=True, text=True, timeout=30, check=False)
+            if done.returncode != 0:
+                pytest.skip(f"cannot make a network namespace here ({' '.join(step[1:])}: {done.stderr.strip()})")
+        yield ns, f"{subnet}.1"
+    finally:  # (deleting the namespace deletes its end of the pair, and with it this end)
+        subprocess.run([ip, "netns", "del", ns], capture_output=True, timeout=30, check=False)
+        subprocess.run([ip, "link", "del", here], capture_output=True, timeout=30, check=False)
+
+
+REMOTE_CLIENT = """
+import json, sys, httpx
+url, key = sys.argv[1], sys.argv[2]
+out = {}
+with httpx.Client(base_url=url, timeout=30) as c:
+    made = c.post("/v1/rl/model-resources", json={"base_model": sys.argv[3]}, headers={"Authorization": "Bearer " + key})
+    out["create"] = [made.status_code, made.json()]
+    out["get"] = c.get("/v1/rl/model-resources/" + str(made.json().get("id")),
+                       headers={"Authorization": "Bearer " + key}).status_code
+    out["control_without_token"] = c.get("/_emulator/clock").status_code
+    out["control_with_token"] = c.get("/_emulator/clock", headers={"X-Emulator-Admin-Token": "secret"}).status_code
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_a_cluster_on_a_wildcard_address_serves_another_machine(tmp_path: Path) -> None:
+    """Issue 39, item 12: `cluster --host 0.0.0.0` refused every remote client 403 host_not_allowed (its
+    shards, bound to loopback, checked Host against loopback names), where `serve --host 0.0.0.0` serves
+    them. A client in another network namespace, as another machine, goes through the balancer: served,
+    and the control plane asks it for the admin token, as serve does."""
+    with _another_machine() as (ns, address):
+        running = Running(tmp_path, "--host", "0.0.0.0", "--admin-token", "secret")
+        try:
+            port = running.url.rsplit(":", 1)[1]
+            done = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", REMOTE_CLIENT,
+                                   f"http://{address}:{port}", "remote-key", BASE],
+                                  capture_output=True, text=True, timeout=120, check=False)
+            assert done.returncode == 0, done.stderr[-2000:]
+            seen = orjson.loads(done.stdout)
+        finally:
+            running.stop()
+    status, body = seen["create"]
+    assert status == 200, body
+    assert seen["get"] == 200
+    assert (seen["control_without_token"], seen["control_with_token"]) == (401, 200), seen
+
+
+def test_a_shard_serves_the_hosts_its_balancers_bind_address_admits() -> None:
+    """What the cluster tells its shards (bound to loopback) about the balancer's --host, and that a shard
+    answers to its balancer's name (shards on other machines: README "One emulator for a team")."""
+    import argparse
+
+    def shard_args(*argv: str, env: dict[str, str] | None = None) -> list[str]:
+        parser = argparse.ArgumentParser()
+        cluster.add_arguments(parser)
+        args = parser.parse_args(["--workers", "2", *argv])
+        saved = {k: os.environ.pop(k, None) for k in ("EMULATOR_ALLOWED_HOSTS",)}
+        os.environ.update(env or {})
+        try:
+            return cluster.shard_command(args, 0, 2, "http://127.0.0.1:1", [])
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None)
+                if v is not None:
+                    os.environ[k] = v
+
+    def allowed(argv: list[str]) -> str | None:
+        return argv[argv.index("--allowed-hosts") + 1] if "--allowed-hosts" in argv else None
+
+    assert allowed(shard_args("--host", "0.0.0.0")) == "*"
+    assert allowed(shard_args("--host", "::")) == "*"
+    assert allowed(shard_args("--host", "0.0.0.0", "--allowed-hosts", "emu.lan")) == "emu.lan"
+    assert allowed(shard_args("--host", "0.0.0.0", env={"EMULATOR_ALLOWED_HOSTS": "emu.lan"})) is None  # inherited
+    assert allowed(shard_args()) is None
+    assert allowed(shard_args("--host", "10.0.0.10")) is None  # the shard admits its --balancer's name itself
+
+    config = Config(shard=S0, balancer="http://10.0.0.10:8765", host="10.0.0.11", admin_token="t")
+    with make_client(Runtime(config), token=keys_of(0, 1)[0]) as client:
+        for host, status in (("10.0.0.10:8765", 200), ("10.0.0.11:8765", 200), ("evil.example", 403)):
+            resp = client.get(f"{RL}/model-resources", headers={"Host": host})
+            assert resp.status_code == status, (host, resp.text)
 
 
 def test_the_readmes_cluster_commands_work_as_written(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ request before anything else runs:
   ``::1``, ``*.localhost``) or a name given with ``--allowed-hosts``. A rebound page's requests carry its
   own host name and are refused (403, ``host_not_allowed``). Bound to a wildcard address (``0.0.0.0``),
   where the control plane needs the admin token anyway, any Host is served unless ``--allowed-hosts``
-  lists them; ``--allowed-hosts '*'`` turns the check off.
+  lists them; ``--allowed-hosts '*'`` turns the check off. A shard of a cluster (``--balancer URL``) also
+  answers to the balancer's host name: its clients name the balancer, which passes their Host on.
 - **Origin**, when a browser sends one (every cross-site POST, PUT, DELETE and CORS request), must be
   the server's own (``http://`` plus the request's Host); ``null`` and other sites are refused (403,
   ``cross_origin_refused``). The dashboard is same-origin and unaffected. Clients that are not browsers
@@ -91,7 +92,10 @@ class SiteGuard:
 
     @classmethod
     def from_config(cls, config: Config) -> SiteGuard:
-        return cls(config.host, config.allowed_hosts)
+        extra = config.allowed_hosts
+        if config.balancer and allowed_host_names(config.host, extra) is not None:
+            extra = (*extra, split_host(urlsplit(config.balancer).netloc)[0])
+        return cls(config.host, extra)
 
     def refusal(self, scope: Scope) -> tuple[int, str, str] | None:
         """(status, message, code) when the request must be refused, else None."""

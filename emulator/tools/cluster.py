@@ -33,6 +33,7 @@ import httpx
 
 from emulator import fixture_files
 from emulator.config import ConfigError, port_argument
+from emulator.http.site import WILDCARD_BINDS
 from emulator.sharding import MAX_SHARDS
 from emulator.tenancy import load_tokens
 
@@ -132,6 +133,26 @@ def url_of(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+def shard_command(args: argparse.Namespace, i: int, count: int, balancer: str, serve_args: list[str]) -> list[str]:
+    """The command that starts shard ``i`` of ``count`` on this machine (bound to loopback; HAProxy in front)."""
+    command = [sys.executable, "-m", "emulator", "serve", "--shard", f"{i}/{count}", "--host", "127.0.0.1",
+               "--balancer", balancer]
+    if args.state_dir:
+        command += ["--state-file", str(Path(args.state_dir) / f"shard-{i}-of-{count}.json")]
+    if args.tokens_file:
+        command += ["--tokens-file", args.tokens_file]
+    if args.admin_token:
+        command += ["--admin-token", args.admin_token]
+    # A shard is bound to loopback but serves the clients of the balancer's bind address: the Host they send
+    # is checked as serve --host HOST would check it (emulator/http/site.py). The balancer's own name the
+    # shard admits by itself (--balancer); a wildcard bind admits any name, unless some are listed.
+    if args.allowed_hosts:
+        command += ["--allowed-hosts", args.allowed_hosts]
+    elif args.host.strip("[]") in WILDCARD_BINDS and not os.environ.get("EMULATOR_ALLOWED_HOSTS"):
+        command += ["--allowed-hosts", "*"]
+    return command + serve_args
+
+
 @dataclass
 class ShardProcess:
     index: int
@@ -163,15 +184,7 @@ class Cluster:
         self.stopping = False
 
     def _shard_args(self, i: int) -> list[str]:
-        args = [sys.executable, "-m", "emulator", "serve", "--shard", f"{i}/{self.count}", "--host", "127.0.0.1",
-                "--balancer", self.balancer]
-        if self.args.state_dir:
-            args += ["--state-file", str(Path(self.args.state_dir) / f"shard-{i}-of-{self.count}.json")]
-        if self.args.tokens_file:
-            args += ["--tokens-file", self.args.tokens_file]
-        if self.args.admin_token:
-            args += ["--admin-token", self.args.admin_token]
-        return args + self.serve_args
+        return shard_command(self.args, i, self.count, self.balancer, self.serve_args)
 
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -319,6 +332,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                             "default: state in memory only)")
     parser.add_argument("--tokens-file", help="as serve's; HAProxy gets a map of its keys to their projects")
     parser.add_argument("--admin-token", help="as serve's (given to every shard)")
+    parser.add_argument("--allowed-hosts", metavar="H,...",
+                        help="as serve's, for the balancer's --host: Host names served besides the bind address and "
+                             "loopback names (with --host 0.0.0.0 any name is served unless listed here)")
     parser.add_argument("--haproxy", default="haproxy", help="the haproxy executable (default: haproxy from PATH)")
     parser.add_argument("--check-interval", default=1000, metavar="MS",
                         type=_bounded(int, 10, 3_600_000, "a number of milliseconds (10 to 3600000)"),
