@@ -378,6 +378,21 @@ def test_a_body_dripped_a_byte_at_a_time_is_answered_408_within_the_request_time
             assert c.get("/_emulator/clock").json()["now"] == "2026-01-01T00:00:00.000Z"
 
 
+def test_a_request_cut_by_its_deadline_is_not_applied() -> None:
+    """What arrived of a body before the deadline may already be valid JSON (the rest padding); the app, waiting
+    for the rest, reads a disconnect: it must act on none of it (before: the part was the request)."""
+    with serve_in_thread(Config(clock="manual", request_timeout=0.5, body_timeout=30)) as (url, _runtime):
+        with _connect(url) as sock:
+            sock.sendall(b"POST /_emulator/clock/advance HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                         b"application/json\r\nContent-Length: 100\r\n\r\n" + b'{"seconds": 3600}')
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 408 "), answer[:300]
+        with httpx.Client(base_url=url) as c:
+            assert c.get("/_emulator/clock").json()["now"] == "2026-01-01T00:00:00.000Z"
+
+
 def test_a_prompt_client_is_served_normally(guarded_server: str) -> None:
     with httpx.Client(base_url=guarded_server) as c:
         for _ in range(3):

@@ -9,7 +9,7 @@ from urllib.parse import parse_qsl
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from emulator.errors import Invalid
-from emulator.http.envelope import PayloadTooLarge, render_error
+from emulator.http.envelope import BodyCut, PayloadTooLarge, render_error
 
 __all__ = ["ASGIApp", "Message", "Receive", "Scope", "Send", "base_url", "declares_body", "encoded_slash", "header",
            "header_count", "lifespan", "limited_receive", "query_pairs", "read_body", "send_error", "send_json",
@@ -58,12 +58,14 @@ async def call_app(app: ASGIApp, scope: Scope, body: bytes) -> tuple[int, bytes]
 
 
 async def read_body(receive: Receive) -> bytes:
-    """The whole body, chunked or not; its size limit is enforced by :func:`limited_receive`."""
+    """The whole body, chunked or not; its size limit is enforced by :func:`limited_receive`. A body cut short
+    (a disconnect before its end) raises :class:`BodyCut`: a part of a body is never acted on."""
     chunks = []
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            break
+            raise BodyCut("the request body was cut short (the client went away, or the request deadline "
+                          "passed); nothing was done")
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             break

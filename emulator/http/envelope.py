@@ -53,6 +53,14 @@ class PayloadTooLarge(HttpError):
     code = "payload_too_large"
 
 
+class BodyCut(HttpError):
+    """The client went away, or the request deadline passed, before the whole body arrived: nothing of the
+    request is done (its answer reaches nobody; the deadline's own 408 was already sent)."""
+
+    status = 408
+    code = "request_timeout"
+
+
 _TYPE_BY_STATUS = MappingProxyType({
     400: "invalid_request_error",
     401: "authentication_error",
