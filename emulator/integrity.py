@@ -279,9 +279,9 @@ class _Check:
             self.valid(self.v.file["FileType"], f.file_type, f"{what}.file_type")
             if f.validation_report is not None:
                 self.valid(self.v.file["validation_report"], f.validation_report, f"{what}.validation_report")
-            if f.size != (len(f.data) if f.data is not None else 0):
-                raise self.fail(f"{what}: size {f.size} is not the size of its data")
-            if f.data is None and (f.processing_status != "PENDING" or f.validation_report is not None):
+            if f.blob is None and f.size != 0:  # (an uploaded file's size is its blob's: checked as it loads)
+                raise self.fail(f"{what}: size {f.size} but no bytes were uploaded")
+            if f.blob is None and (f.processing_status != "PENDING" or f.validation_report is not None):
                 raise self.fail(f"{what}: it was never uploaded, so it cannot be {f.processing_status}")
 
     def registry(self) -> None:

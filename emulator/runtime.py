@@ -19,6 +19,7 @@ thread by tests or the pytest plugin, while the test thread reads the runtime).
 
 from __future__ import annotations
 
+import logging
 import threading
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -35,6 +36,7 @@ from emulator.faults import FaultError, FaultSet
 from emulator.integrity import Integrity
 from emulator.sharding import shard_of
 from emulator.store import Store, Tenant, snapshot
+from emulator.store.blobs import BlobStore
 from emulator.store.persistence import Persistence, StateFileError
 from emulator.tenancy import Tenancy
 from emulator.tenant_clocks import TenantClocks
@@ -43,6 +45,7 @@ from emulator.tenant_clocks import TenantClocks
 FAULT_CODES = MappingProxyType({"operation_fails": "OperationErrorCode", "resource_error": "ModelResourcesErrorCode",
                "session_error": "SessionErrorCode"})
 RENDER_CACHE_SIZE = 4096
+log = logging.getLogger("emulator")
 
 
 class ScenarioLibrary(Protocol):
@@ -149,7 +152,9 @@ class Runtime:
         self.config = config
         self.shard = config.shard   # a shard of a cluster holds only its own tenants (emulator.sharding)
         self.lock = threading.RLock()
-        self.store = Store(seed=config.seed, journaled=bool(config.state_file))
+        # Uploaded bytes live on disk, named by records: beside the state file, or in a temporary directory.
+        blobs = BlobStore(f"{config.state_file}.blobs" if config.state_file else None, durable=bool(config.state_file))
+        self.store = Store(seed=config.seed, journaled=bool(config.state_file), blobs=blobs)
         self.clock = Clock(config.clock, config.speed, config.start_time)
         self.rendered = RenderCache()
         self.state_checker = snapshot.Checker()
@@ -190,6 +195,7 @@ class Runtime:
                     self._restore_clock(doc)
                 except snapshot.StateError as exc:
                     raise ConfigError(f"--state-file {config.state_file}: {exc}") from exc
+            self.collect_blobs(force=True, file_matches=True)  # (just read: what a crash left behind goes)
             foreign = self.foreign_projects([*self.store.projects(), *self.clocks.tenants])
             if foreign:
                 named = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
@@ -254,6 +260,25 @@ class Runtime:
             return UnitOfWork(self, who, write, creates=True)
         return UnitOfWork(self, Principal(user="", project=who), write, creates=False)
 
+    # --- uploaded bytes -------------------------------------------------------------------------------
+
+    def collect_blobs(self, *, force: bool = False, file_matches: bool = False) -> int:
+        """Delete the blobs no record names once the blob directory has grown enough since the last sweep (or
+        now, ``force``); returns the bytes freed. With a journal the file is compacted first, unless it was
+        just written or read whole (``file_matches``): a change that settling made and no line has written yet
+        (a released payload) must not leave the file naming a blob that is gone."""
+        with self.lock:
+            blobs = self.store.blobs
+            if not (force or blobs.wants_sweep):
+                return 0
+            if self.persistence is not None and not file_matches and not self.persistence.compact():
+                return 0
+            try:
+                return blobs.sweep(self.store.blob_names())
+            except OSError as exc:  # (tried again at the next sweep; nothing is lost)
+                log.warning("the blob directory could not be swept: %s", exc)
+                return 0
+
     # --- control-plane changes (each journaled) ------------------------------------------------------
 
     def reset(self, project: str | None = None, seed: int | None = None, *, keep_settings: bool = False) -> None:
@@ -289,7 +314,7 @@ class Runtime:
     def export_state(self) -> dict[str, Any]:
         with self.lock:
             self.settle()
-            return snapshot.export_state(self.store, self.describe_clocks())
+            return snapshot.export_state(self.store, self.describe_clocks(), inline_bytes=True)
 
     def describe_clocks(self) -> dict[str, Any]:
         """The global clock, with every tenant's own clock and profile (the ``clock`` of a state document)."""
@@ -315,6 +340,7 @@ class Runtime:
             self._restore_clock(doc, tenant_clocks)
             if self.persistence is not None:
                 self.persistence.rewrite()
+            self.collect_blobs(force=True, file_matches=True)  # the bytes of what the import replaced
 
     def export_tenant(self, project: str) -> dict[str, Any]:
         """One tenant's state document: the format of the whole state with that tenant only, its seed, and the
@@ -325,7 +351,7 @@ class Runtime:
                 self.settle(project)
                 tenant = self.store.get(project)
                 assert tenant is not None
-                tenants[project] = snapshot.export_tenant(tenant)
+                tenants[project] = snapshot.export_tenant(tenant, inline_bytes=True)
             clock = self.clocks.describe(project)
             del clock["scope"]
             own = self.clocks.tenants.get(project)
@@ -340,7 +366,7 @@ class Runtime:
         completely first (:class:`snapshot.StateError`); nothing changes on a refusal."""
         with self.lock:
             self._check_writable()
-            doc = snapshot.upgrade(doc)
+            doc = snapshot.store_inline_bytes(snapshot.upgrade(doc), self.store.blobs)
             self.state_checker.check(doc)
             if len(doc["tenants"]) > 1:
                 raise snapshot.StateError(f"a tenant's document holds one tenant, not {len(doc['tenants'])} "
@@ -362,6 +388,7 @@ class Runtime:
             self.rendered.clear()
             if self.persistence is not None:
                 self.persistence.rewrite()
+            self.collect_blobs(force=True, file_matches=True)
 
     @staticmethod
     def _tenant_clocks(doc: Any) -> Any:

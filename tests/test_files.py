@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import time
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from starlette.testclient import TestClient
 
-from emulator.config import Config
+from emulator.config import Config, ConfigError
 from emulator.domain.files import CALIBRATION_MAX_BYTES, validate_jsonl
 from emulator.runtime import Runtime
+from emulator.tools.testing import serve_in_thread
 from tests.conftest import make_client
 from tests.helpers import assert_error
 
@@ -244,3 +249,170 @@ def test_an_import_with_an_impossible_file_is_refused(client: TestClient) -> Non
     tenant["files"][0]["size"] -= 1
     tenant["files"][0]["purpose"] = "nope"
     assert "purpose" in assert_error(client.put("/_emulator/state", json=doc), 400)["message"]
+
+
+# --- uploaded bytes live on disk, under a quota (issue 39, item 8) ---------------------------------------
+
+def _start(c: TestClient, name: str = "data.jsonl") -> tuple[str, str]:
+    started = c.post("/v1/files", files={"purpose": (None, "fine-tune"), "file_name": (None, name)},
+                     follow_redirects=False)
+    assert started.status_code == 302, started.text
+    return started.headers["x-together-file-id"], started.headers["location"]
+
+
+def _jsonl(size: int, seed: int = 0) -> bytes:
+    row = json.dumps({"messages": [{"role": "user", "content": f"{seed} " + "x" * 80}]}).encode() + b"\n"
+    return row * (size // len(row))  # (about ``size`` bytes, of whole rows)
+
+
+def test_the_store_names_an_uploads_bytes_and_holds_none_of_them(tmp_path: Path) -> None:
+    """Each 64 MiB upload added 64 MiB of resident memory, and a journal line of that size: the record held
+    the bytes. Now the record names a blob on disk; the journal line is the record; a restart reads it back."""
+    state_file = tmp_path / "state.jsonl"
+    content = _jsonl(3 << 20)
+    runtime = Runtime(Config(clock="manual", state_file=str(state_file)))
+    with make_client(runtime) as c:
+        file_id, url = _start(c)
+        before = state_file.stat().st_size
+        assert c.put(url, content=content, headers={"Authorization": ""}).status_code == 200
+        line = state_file.stat().st_size - before
+        assert c.post(f"/v1/files/{file_id}/preprocess").json()["validation_report"]["nlines"] == content.count(b"\n")
+    (tenant,) = (runtime.store.get(p) for p in runtime.store.projects())
+    record = tenant.files.peek(file_id)
+    assert not any(isinstance(getattr(record, f), (bytes, bytearray)) for f in record.__slots__)
+    assert len(record.blob) == 64 and record.size == len(content)
+    blob_dir = Path(f"{state_file}.blobs")
+    assert (blob_dir / record.blob).read_bytes() == content
+    assert line < 2048, line  # the record, not its 3 MiB
+    assert content[:1000] not in state_file.read_bytes()
+    with make_client(Runtime(Config(clock="manual", state_file=str(state_file)))) as c:
+        assert c.get(f"/v1/files/{file_id}/content").content == content
+    # A blob that is gone is named at start-up (the file is never read without its bytes).
+    (blob_dir / record.blob).unlink()
+    with pytest.raises(ConfigError, match=f"{record.blob}.*not in {blob_dir}"):
+        Runtime(Config(clock="manual", state_file=str(state_file)))
+
+
+def test_an_upload_streams_to_disk_while_other_clients_are_served(tmp_path: Path) -> None:
+    """Half of a 16 MiB upload is sent: its bytes are already on disk (not gathered in memory) and another
+    client's requests are answered meanwhile; the rest is sent and the file is whole."""
+    content = _jsonl(16 << 20, seed=1)
+    with serve_in_thread(Config(clock="manual")) as (url, runtime):
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {SDK_KEY}"}, timeout=60) as c:
+            file_id, location = _start(c)  # type: ignore[arg-type]
+            upload_path = location.split("//", 1)[1].split("/", 1)[1]
+            incoming = None
+            with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=60) as sock:
+                sock.sendall(f"PUT /{upload_path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(content)}\r\n"
+                             "Connection: close\r\n\r\n".encode() + content[: len(content) // 2])
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:  # (nothing to await: the server writes as it receives)
+                    incoming = [p for p in (runtime.store.blobs.root / ".incoming").iterdir()]
+                    if incoming and incoming[0].stat().st_size >= (len(content) // 2) - (2 << 20):
+                        break
+                    time.sleep(0.01)
+                assert incoming and incoming[0].stat().st_size >= (len(content) // 2) - (2 << 20), incoming
+                assert c.get("/v1/files").status_code == 200  # answered while the upload is under way
+                assert c.get(f"/v1/files/{file_id}").json()["bytes"] == 0
+                sock.sendall(content[len(content) // 2:])
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+            assert c.get(f"/v1/files/{file_id}").json()["bytes"] == len(content)
+            got = c.get(f"/v1/files/{file_id}/content")
+            assert got.content == content and got.headers["content-length"] == str(len(content))
+            assert list((runtime.store.blobs.root / ".incoming").iterdir()) == []
+
+
+def test_an_upload_cut_short_keeps_nothing(tmp_path: Path) -> None:
+    """A body that stops arriving is answered 408 by the request deadline; what came of it is not kept as the
+    file (before, the closed connection's part was stored as the whole file)."""
+    with serve_in_thread(Config(clock="manual", request_timeout=0.5)) as (url, runtime):
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {SDK_KEY}"}, timeout=60) as c:
+            file_id, location = _start(c)  # type: ignore[arg-type]
+            upload_path = location.split("//", 1)[1].split("/", 1)[1]
+            with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=30) as sock:
+                sock.sendall(f"PUT /{upload_path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n"
+                             .encode() + CONVERSATION.encode())
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+            assert answer.startswith(b"HTTP/1.1 408 "), answer[:300]
+            assert c.get(f"/v1/files/{file_id}").json()["bytes"] == 0
+            assert_error(c.post(f"/v1/files/{file_id}/preprocess"), 400)
+            assert [p.name for p in runtime.store.blobs.root.iterdir()] == [".incoming"]
+            assert list((runtime.store.blobs.root / ".incoming").iterdir()) == []
+            # The URL was not used up: the whole body goes through it.
+            assert httpx.put(location, content=CONVERSATION.encode(), timeout=30).status_code == 200
+            assert c.post(f"/v1/files/{file_id}/preprocess").json()["processing_status"] == "COMPLETED"
+
+
+def test_a_projects_uploads_have_a_quota(tmp_path: Path) -> None:
+    """``uploads_mib_per_tenant``: files and unread payloads together; past it 429 upload_quota_exceeded, from
+    the declared length before any byte is read, or as a chunked body passes it. Deleting makes room."""
+    from tests.helpers import RL, running_session
+
+    limits = tmp_path / "limits.yaml"
+    limits.write_text("uploads_mib_per_tenant: 1\n")
+    runtime = Runtime(Config(clock="manual", limits_file=str(limits)))
+    big = _jsonl(600 << 10)
+    with make_client(runtime) as c:
+        first = _start(c, "a.jsonl")
+        assert c.put(first[1], content=big, headers={"Authorization": ""}).status_code == 200
+        second = _start(c, "b.jsonl")
+        refused = c.put(second[1], content=big, headers={"Authorization": ""})
+        err = assert_error(refused, 429)
+        assert err["code"] == "upload_quota_exceeded" and "uploads_mib_per_tenant" in err["message"], err
+        assert refused.headers["x-should-retry"] == "false"
+
+        def chunked() -> Iterator[bytes]:
+            yield big[:300_000]
+            yield big[300_000:]
+        assert assert_error(c.put(second[1], content=chunked(), headers={"Authorization": ""}), 429)["code"] \
+            == "upload_quota_exceeded"
+        # A payload counts too.
+        sid = running_session(c)["id"]
+        payload = c.post(f"{RL}/training-sessions/{sid}/payloads/upload-url").json()
+        assert_error(c.put(payload["upload_url"].replace("http://127.0.0.1:8765", ""), content=big,
+                           headers={"Authorization": ""}), 429)
+        assert c.get(f"/v1/files/{second[0]}").json()["bytes"] == 0
+        assert c.delete(f"/v1/files/{first[0]}").status_code == 200
+        assert c.put(second[1], content=big, headers={"Authorization": ""}).status_code == 200
+        with make_client(runtime, "another-project") as other:  # the quota is the project's own
+            third = _start(other, "c.jsonl")
+            assert other.put(third[1], content=big, headers={"Authorization": ""}).status_code == 200
+
+
+def test_bytes_no_record_names_are_swept_without_losing_a_restart(tmp_path: Path) -> None:
+    """A deleted file's bytes and a payload's once its operation has read them are deleted from disk by the
+    sweep. With a journal, a payload released by a read (settled, no line written yet) is compacted into the
+    file first, so the restart does not look for bytes that are gone."""
+    import orjson
+
+    from tests.helpers import RL, ce_sample, running_session, submit
+
+    state_file = tmp_path / "state.jsonl"
+    runtime = Runtime(Config(clock="manual", state_file=str(state_file)))
+    body = {"loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}, "samples": [ce_sample([1, 2], [3, 4, 5])]}
+    blob_dir = Path(f"{state_file}.blobs")
+    with make_client(runtime) as c:
+        file_id, url = _start(c)
+        assert c.put(url, content=CONVERSATION.encode(), headers={"Authorization": ""}).status_code == 200
+        sid = running_session(c)["id"]
+        payload = c.post(f"{RL}/training-sessions/{sid}/payloads/upload-url").json()
+        assert c.put(payload["upload_url"].replace("http://127.0.0.1:8765", ""), content=orjson.dumps(body),
+                     headers={"Authorization": ""}).status_code == 200
+        assert len([p for p in blob_dir.iterdir() if p.is_file()]) == 2
+        assert c.delete(f"/v1/files/{file_id}").status_code == 200
+        op = submit(c, sid, "forward-backward", {**body, "payload_id": payload["payload_id"]}).json()
+        # (instant profile: the operation ends at the next settling, here a read's, which writes no line)
+        done = c.get(f"{RL}/training-sessions/{sid}/operations/forward-backward/{op['id']}").json()
+        assert done["status"] == "TRAINING_OPERATION_STATUS_COMPLETED", done
+    assert runtime.collect_blobs() == 0  # (the directory has not grown enough to be worth a sweep)
+    assert runtime.collect_blobs(force=True) > 0
+    assert [p for p in blob_dir.iterdir() if p.is_file()] == []
+    restored = Runtime(Config(clock="manual", state_file=str(state_file)))
+    (tenant,) = restored.export_state()["tenants"].values()
+    assert [(p["data"], p["released_by"]) for p in tenant["payloads"]] == [(None, op["id"])]
+    assert tenant["files"] == []

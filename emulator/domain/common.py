@@ -40,8 +40,8 @@ def release_inputs(tenant: Tenant, op: Any) -> None:
         op.body = {}
     if op.payload_id is not None:
         payload = tenant.payloads.get(op.payload_id)
-        if payload is not None and payload.data is not None:
-            payload.data = None
+        if payload is not None and payload.blob is not None:
+            payload.blob = None  # (the blob directory's next sweep deletes the bytes)
             payload.released_by = op.id
 
 

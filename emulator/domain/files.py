@@ -20,19 +20,24 @@ Differences [inferred; undocumented]: validation finishes within the preprocess 
 may pass through ``QUEUED``/``RUNNING``); a second upload of the same bytes (same checksum), name and
 purpose answers 409 ``{"file_id"}``, which the SDK turns into the existing file ("uploads are
 idempotent"); the 302's body is the new file's id; multipart uploads (files over 5 GB) and the direct
-``/v1/files/upload`` form are not emulated, and a file's size is bounded by ``--max-body-bytes``.
+``/v1/files/upload`` form are not emulated, and a file's size is bounded by ``--max-body-bytes``. The bytes
+live on disk (:mod:`emulator.store.blobs`), and a project keeps at most ``uploads_mib_per_tenant`` of
+uploads, files and unread payloads together (:mod:`emulator.domain.limits`); more is 429 [inferred].
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, BinaryIO
 
 import orjson
 
 from emulator.domain.common import lookup
 from emulator.domain.context import Ctx
-from emulator.errors import Exists, Invalid
+from emulator.domain.limits import Limits
+from emulator.errors import Capacity, Exists, Invalid
 from emulator.store import Tenant
+from emulator.store.blobs import Blob
 from emulator.store.records import File
 
 PURPOSES = ("fine-tune", "calibration", "eval", "batch-api")
@@ -54,7 +59,7 @@ def create(tenant: Tenant, ctx: Ctx, form: dict[str, Any]) -> File:
     checksum = form.get("checksum") or None
     if checksum is not None:
         for f in tenant.files.values():
-            if (f.checksum, f.filename, f.purpose) == (checksum, name, purpose) and f.data is not None:
+            if (f.checksum, f.filename, f.purpose) == (checksum, name, purpose) and f.blob is not None:
                 raise Exists(f"file {f.id} has the same name, purpose and content", code="file_exists",
                                extra={"file_id": f.id})
     f = File(id="file-" + tenant.ids.uuid("file"), filename=name, purpose=purpose, file_type=file_type,
@@ -69,33 +74,61 @@ def _field(form: dict[str, Any], name: str) -> str:
     return value
 
 
-def upload(tenant: Tenant, file_id: str, data: bytes) -> None:
-    """The bytes PUT to the file's presigned URL."""
+def upload(tenant: Tenant, file_id: str, blob: Blob, size: int) -> None:
+    """The bytes PUT to the file's presigned URL (stored: the record names them)."""
     f = tenant.files.get(file_id)
     if f is not None:
-        f.data, f.size = data, len(data)
+        f.blob, f.size = blob, size
+
+
+def stored_bytes(tenant: Tenant) -> int:
+    """What the project's uploads hold: its files' bytes and its payloads' not yet released."""
+    return (sum(f.size for f in tenant.files.values() if f.blob is not None)
+            + sum(p.size for p in tenant.payloads.values() if p.blob is not None))
+
+
+def check_room(limits: Limits, size: int, held: int) -> None:
+    """429 when ``size`` more bytes of uploads would pass a project's quota, which holds ``held`` already
+    (:func:`stored_bytes`, and what is being received)."""
+    quota = limits.uploads_mib_per_tenant << 20
+    if held + size > quota:
+        raise Capacity(f"this upload would pass the project's {limits.uploads_mib_per_tenant} MiB of uploads "
+                       f"({held} bytes held in files, payloads not yet read and uploads under way, and {size} more "
+                       "declared): delete files first (uploads_mib_per_tenant in --limits-file)", retryable=False,
+                       code="upload_quota_exceeded")
 
 
 def preprocess(tenant: Tenant, file_id: str) -> File:
     f = get(tenant, file_id)
-    if f.data is None:
+    if f.blob is None:
         raise Invalid(f"file {f.id} has not been uploaded: PUT its bytes to the upload URL first", param="id")
     if f.file_type != "jsonl":
         f.processing_status, f.validation_report = "COMPLETED", None
         return f
-    report = validate_jsonl(f.data)
+    with f.blob.open() as data:  # type: ignore[attr-defined]
+        report = validate_jsonl(data)
     report["file_id"] = f.id
     f.validation_report = report
     f.processing_status = "COMPLETED" if report["valid"] else "INVALID_FORMAT"
     return f
 
 
-def validate_jsonl(data: bytes) -> dict[str, Any]:
-    """The validation report of a JSONL dataset (see the module docstring)."""
+def _lines(data: bytes | BinaryIO | Iterable[bytes]) -> Iterable[bytes]:
+    # bytes.splitlines() of the whole file, a line at a time ("\r" alone also ends a line)
+    if isinstance(data, bytes):
+        yield from data.splitlines()
+        return
+    for chunk in data:
+        yield from chunk.splitlines()
+
+
+def validate_jsonl(data: bytes | BinaryIO | Iterable[bytes]) -> dict[str, Any]:
+    """The validation report of a JSONL dataset (see the module docstring): its bytes, or a file of them read a
+    line at a time."""
     formats: set[str] = set()
     has_tools = False
     lines = 0
-    for number, line in enumerate(data.splitlines(), 1):
+    for number, line in enumerate(_lines(data), 1):
         if not line.strip():
             continue
         lines += 1
@@ -147,11 +180,12 @@ def list_(tenant: Tenant) -> list[File]:
     return list(reversed(tenant.files.ordered()))
 
 
-def content(tenant: Tenant, file_id: str) -> bytes:
+def content(tenant: Tenant, file_id: str) -> BinaryIO:
+    """The file's bytes, open for reading (the caller closes it); they stay readable whatever happens next."""
     f = get(tenant, file_id)
-    if f.data is None:
+    if f.blob is None:
         raise Invalid(f"file {f.id} has not been uploaded", param="id")
-    return f.data
+    return f.blob.open()  # type: ignore[attr-defined, no-any-return]
 
 
 def delete(tenant: Tenant, file_id: str) -> File:
@@ -168,7 +202,7 @@ def check_calibration(tenant: Tenant, file_id: str, param: str) -> None:
     if f.purpose not in CALIBRATION_PURPOSES:
         raise Invalid(f"calibration file {f.id} has purpose {f.purpose!r}; upload it with purpose "
                              "'calibration' (or 'fine-tune')", param=param)
-    if f.data is None:
+    if f.blob is None:
         raise Invalid(f"calibration file {f.id} has not finished uploading", param=param)
     report = f.validation_report or {}
     if f.processing_status != "COMPLETED" or report.get("dataset_format") != "CONVERSATION":

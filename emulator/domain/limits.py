@@ -7,8 +7,10 @@ holds **1**; more answers 429. Not documented, so [inferred]: which models hold 
 keys a session keeps before the oldest expire (1024; see :mod:`emulator.domain.routed_experts`), and how
 much large operation output a tenant keeps before the oldest is released (256 MiB of JSON; see
 :mod:`emulator.domain.operations`), how many finished operations a session keeps before the oldest are
-forgotten (1,000; same module), and how large a session's free-form metadata may be (16 KiB of JSON;
-see :mod:`emulator.domain.sessions`).
+forgotten (1,000; same module), how large a session's free-form metadata may be (16 KiB of JSON;
+see :mod:`emulator.domain.sessions`), and how many bytes of uploads a project keeps: Files API files and
+offloaded payloads not yet read, together (2 GiB, which holds 20 files of the 64 MiB --max-body-bytes
+with room to spare; more is 429; see :mod:`emulator.domain.files`).
 
 Every number can be overridden with ``--limits-file`` (YAML or JSON; unknown keys are refused)::
 
@@ -18,6 +20,7 @@ Every number can be overridden with ``--limits-file`` (YAML or JSON; unknown key
     operation_outputs_mib_per_tenant: 256  # large outputs (samples, per-token logprobs) kept, newest first
     finished_operations_per_session: 1000  # finished operations a session keeps, newest first
     session_metadata_kib: 16             # largest session metadata (JSON); larger is 400
+    uploads_mib_per_tenant: 2048         # bytes of files and unread payloads a project keeps; more is 429
     models:                              # per catalog base model
       MiniMaxAI/MiniMax-M3: {max_lora_sessions: 3}
 """
@@ -32,7 +35,8 @@ from typing import Any
 from emulator.domain.catalog import BY_NAME
 
 _TOP_KEYS = ("max_full_weight_sessions", "max_lora_sessions", "routed_experts_keys_per_session",
-             "operation_outputs_mib_per_tenant", "finished_operations_per_session", "session_metadata_kib", "models")
+             "operation_outputs_mib_per_tenant", "finished_operations_per_session", "session_metadata_kib",
+             "uploads_mib_per_tenant", "models")
 _MODEL_KEYS = ("max_lora_sessions",)
 
 
@@ -44,6 +48,7 @@ class Limits:
     operation_outputs_mib_per_tenant: int = 256
     finished_operations_per_session: int = 1000
     session_metadata_kib: int = 16
+    uploads_mib_per_tenant: int = 2048
     lora_sessions_by_model: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def session_cap(self, base_model: str, lora_enabled: bool) -> int:

@@ -9,7 +9,9 @@ need no auth, like the real ones.
 Where it differs: the emulator releases a payload's bytes when the first operation that read them
 finishes (:func:`emulator.domain.common.release_inputs`); afterwards a download or another operation
 naming it is refused with a message saying so. How long the real service keeps an uploaded payload
-is undocumented; the SDK uploads a new one for every call and never downloads its own uploads.
+is undocumented; the SDK uploads a new one for every call and never downloads its own uploads. The bytes
+live on disk until then (:mod:`emulator.store.blobs`), counted in the project's upload quota
+(:func:`emulator.domain.files.check_room`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from emulator.domain.common import lookup
 from emulator.domain.context import Ctx
 from emulator.errors import FailedPrecondition, NotFound
 from emulator.store import Tenant
+from emulator.store.blobs import Blob
 from emulator.store.records import Payload
 
 
@@ -35,7 +38,7 @@ def download(tenant: Tenant, session_id: str, payload_id: str) -> Payload:
         raise NotFound(f"payload {payload_id!r} not found on session {session_id}", param="payload_id")
     if payload.released_by is not None:
         raise FailedPrecondition(released_message(payload), param="payload_id")
-    if payload.data is None:
+    if payload.blob is None:
         raise FailedPrecondition(f"payload {payload_id!r} has not been uploaded yet", param="payload_id")
     return payload
 
@@ -45,6 +48,7 @@ def released_message(payload: Payload) -> str:
             "which releases an uploaded payload's data")
 
 
-def put(tenant: Tenant, payload_id: str, data: bytes) -> None:
+def put(tenant: Tenant, payload_id: str, blob: Blob, size: int) -> None:
+    """The bytes PUT to the payload's upload URL (stored: the record names them)."""
     payload = tenant.payloads[payload_id]
-    payload.data = data
+    payload.blob, payload.size = blob, size

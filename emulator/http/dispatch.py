@@ -11,6 +11,7 @@ plane's (no API key) run without one.
 from __future__ import annotations
 
 import inspect
+import io
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -32,6 +33,7 @@ from emulator.http.asgi import (
     operation_id,
     query_pairs,
     read_body,
+    send_file,
     send_json,
 )
 from emulator.http.auth import principal
@@ -139,7 +141,9 @@ class Dispatcher:
         if request.ctx is not None and request.ctx.warnings:
             extra = {**(extra or {}), WARNING_HEADER: list(request.ctx.warnings)}
             warned(scope, self.runtime, request, op)
-        if isinstance(payload, (bytes, bytearray)):
+        if isinstance(payload, io.IOBase):  # a stored file's bytes, open: streamed from disk
+            await send_file(send, payload, extra, method)  # type: ignore[arg-type]
+        elif isinstance(payload, (bytes, bytearray)):
             await send_json(send, status, bytes(payload), extra)
         else:
             await send_json(send, status, orjson.dumps(payload), extra)

@@ -6,16 +6,25 @@ checkpoint downloads, ``PUT /_files/uploads/<token>`` for the bytes of a Files A
 signed, expire, and an upload URL works once (:mod:`emulator.store.presigned`). Each request runs in a
 unit of work of the tenant the URL names (an upload is a write, journaled before it is answered).
 Errors are ``ErrorData``: an unknown, forged or revoked token is 404, an expired or used one 403.
+
+An upload streams to the blob directory as it arrives (:mod:`emulator.store.blobs`): it holds a MiB of memory
+at most, other clients are served meanwhile, and only the record naming the bytes is journaled. It is
+refused 429 past the project's upload quota, from its ``Content-Length`` before any byte is read, else as
+soon as it passes; cut short (a disconnect, the request deadline), it leaves nothing. Downloads stream from
+disk too.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from emulator.domain import checkpoints, files, payloads
-from emulator.errors import NotFound
-from emulator.http.asgi import Receive, Scope, Send, read_body, send_json
-from emulator.http.envelope import Forbidden, MethodNotAllowed
+from emulator.errors import NotFound, Unavailable
+from emulator.http.asgi import Receive, Scope, Send, header, send_file, send_json
+from emulator.http.envelope import BodyCut, Forbidden, MethodNotAllowed
 from emulator.runtime import Runtime
 from emulator.store import Tenant
+from emulator.store.blobs import BlobWriter
 from emulator.store.presigned import Grant, GrantRefused, claimed_project
 
 PAYLOADS = "/_files/payloads/"
@@ -26,12 +35,13 @@ UPLOADS = "/_files/uploads/"
 class FileServer:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+        self.receiving: dict[str, int] = {}  # project -> bytes of its uploads being received right now
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path, method = scope["path"], scope["method"]
         if path.startswith(PAYLOADS) and "/" not in path[len(PAYLOADS):]:
             if method == "PUT":
-                await self._upload(path[len(PAYLOADS):], receive, send)
+                await self._upload(path[len(PAYLOADS):], scope, receive, send)
             elif method in ("GET", "HEAD"):
                 await self._download_payload(path[len(PAYLOADS):], method, send)
             else:
@@ -40,7 +50,7 @@ class FileServer:
         if path.startswith(UPLOADS) and "/" not in path[len(UPLOADS):]:
             if method != "PUT":
                 raise MethodNotAllowed(method, path, ["PUT"])
-            await self._upload_file(path[len(UPLOADS):], receive, send)
+            await self._upload_file(path[len(UPLOADS):], scope, receive, send)
             return
         token, _, name = path[len(CHECKPOINTS):].partition("/") if path.startswith(CHECKPOINTS) else ("", "", "")
         if token and name and "/" not in name:
@@ -66,52 +76,112 @@ class FileServer:
         if tenant.epoch != grant.epoch:  # the tenant was reset since the URL was made: its URLs are void
             raise NotFound("no such object (unknown or revoked URL)", code="no_such_object")
 
-    async def _upload(self, token: str, receive: Receive, send: Send) -> None:
+    async def _upload(self, token: str, scope: Scope, receive: Receive, send: Send) -> None:
         grant = self._grant(token, ("payload-upload",))
-        data = await read_body(receive)
-        try:
-            with self.runtime.unit_of_work(grant.project, write=True) as (tenant, _ctx):
-                self._check_tenant(tenant, grant)
-                payload = tenant.payloads.get(grant.object_id)
-                if payload is None:
-                    raise NotFound("no such object", code="no_such_object")
-                if payload.data is not None or payload.released_by is not None:
-                    raise Forbidden("this upload URL was already used; request a new one", code="url_refused")
-                payloads.put(tenant, grant.object_id, data)
-        except NotFound as exc:
-            if exc.code != "unknown_tenant":
-                raise
-            raise NotFound("no such object (unknown or revoked URL)", code="no_such_object") from exc
+
+        def target(tenant: Tenant) -> None:
+            payload = tenant.payloads.get(grant.object_id)
+            if payload is None:
+                raise NotFound("no such object", code="no_such_object")
+            if payload.blob is not None or payload.released_by is not None:
+                raise Forbidden("this upload URL was already used; request a new one", code="url_refused")
+
+        await self._store(grant, scope, receive, target,
+                          lambda tenant, writer, blob: payloads.put(tenant, grant.object_id, blob, writer.size))
         await send_json(send, 200, b"{}")
 
-    async def _upload_file(self, token: str, receive: Receive, send: Send) -> None:
+    async def _upload_file(self, token: str, scope: Scope, receive: Receive, send: Send) -> None:
         grant = self._grant(token, ("file-upload",))
-        data = await read_body(receive)
-        try:
-            with self.runtime.unit_of_work(grant.project, write=True) as (tenant, _ctx):
-                self._check_tenant(tenant, grant)
-                f = tenant.files.get(grant.object_id)
-                if f is None:  # deleted since
-                    raise NotFound("no such object", code="no_such_object")
-                if f.data is not None:
-                    raise Forbidden("this upload URL was already used; request a new one", code="url_refused")
-                files.upload(tenant, grant.object_id, data)
-        except NotFound as exc:
-            if exc.code != "unknown_tenant":
-                raise
-            raise NotFound("no such object (unknown or revoked URL)", code="no_such_object") from exc
+
+        def target(tenant: Tenant) -> None:
+            f = tenant.files.get(grant.object_id)
+            if f is None:  # deleted since
+                raise NotFound("no such object", code="no_such_object")
+            if f.blob is not None:
+                raise Forbidden("this upload URL was already used; request a new one", code="url_refused")
+
+        await self._store(grant, scope, receive, target,
+                          lambda tenant, writer, blob: files.upload(tenant, grant.object_id, blob, writer.size))
         await send_json(send, 200, b"{}")
+
+    async def _store(self, grant: Grant, scope: Scope, receive: Receive, target: Any, keep: Any) -> None:
+        """Receive an upload's body into a blob and ``keep`` it in the tenant's record, once ``target`` (which
+        raises when the record is gone or already has its bytes) and the quota allow it; refused or cut short,
+        nothing is kept."""
+        project, runtime = grant.project, self.runtime
+        limits = runtime.limits
+        try:
+            with runtime.unit_of_work(project, write=False) as (tenant, _ctx):  # refuse before receiving
+                self._check_tenant(tenant, grant)
+                target(tenant)
+                held = files.stored_bytes(tenant)
+            length = header(scope, b"content-length")
+            files.check_room(limits, int(length) if length and length.isdigit() else 0,
+                             held + self.receiving.get(project, 0))
+            try:
+                writer = runtime.store.blobs.writer()
+            except OSError as exc:
+                raise _disk_refused(exc) from exc
+            try:
+                await self._receive(project, receive, writer, held)
+                with runtime.unit_of_work(project, write=True) as (tenant, _ctx):
+                    self._check_tenant(tenant, grant)
+                    target(tenant)
+                    files.check_room(limits, writer.size, files.stored_bytes(tenant))
+                    try:
+                        blob = runtime.store.blobs.commit(writer)
+                    except OSError as exc:
+                        raise _disk_refused(exc) from exc
+                    keep(tenant, writer, blob)
+            finally:
+                writer.abort()  # (nothing is left to remove once committed)
+        except NotFound as exc:
+            raise _unknown_tenant(exc) from exc
+        runtime.collect_blobs()
+
+    async def _receive(self, project: str, receive: Receive, writer: BlobWriter, held: int) -> None:
+        """The body into ``writer``, refused (429) as soon as the project's uploads would pass its quota."""
+        receiving = self.receiving
+        limits = self.runtime.limits
+        size = 0
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise BodyCut("the upload was cut short before its last byte; nothing was kept")
+                chunk = message.get("body", b"")
+                if chunk:
+                    size += len(chunk)
+                    receiving[project] = receiving.get(project, 0) + len(chunk)
+                    files.check_room(limits, 0, held + receiving[project])  # (a chunked body declares no size)
+                    try:
+                        await writer.write(chunk)
+                    except OSError as exc:
+                        raise _disk_refused(exc) from exc
+                if not message.get("more_body", False):
+                    break
+            try:
+                await writer.finish()
+            except OSError as exc:
+                raise _disk_refused(exc) from exc
+        finally:
+            left = receiving.get(project, 0) - size
+            if left > 0:
+                receiving[project] = left
+            else:
+                receiving.pop(project, None)
 
     async def _download_payload(self, token: str, method: str, send: Send) -> None:
         grant = self._grant(token, ("payload-download",))
         with self.runtime.unit_of_work(grant.project, write=False) as (tenant, _ctx):
             self._check_tenant(tenant, grant)
             payload = tenant.payloads.get(grant.object_id)
-            data = payload.data if payload is not None else None
+            blob = payload.blob if payload is not None else None
             released = payloads.released_message(payload) if payload is not None and payload.released_by else None
-        if data is None:
+            opened = blob.open() if blob is not None else None  # type: ignore[attr-defined]
+        if opened is None:
             raise NotFound(released or "no such object", code="no_such_object")
-        await _send_bytes(send, data, b"application/json", method)
+        await send_file(send, opened, {"content-type": "application/json"}, method)
 
     async def _checkpoint_file(self, token: str, name: str, method: str, send: Send) -> None:
         grant = self._grant(token, ("checkpoint",))
@@ -129,3 +199,14 @@ async def _send_bytes(send: Send, data: bytes, content_type: bytes, method: str)
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", content_type), (b"content-length", str(len(data)).encode())]})
     await send({"type": "http.response.body", "body": b"" if method == "HEAD" else data})
+
+
+def _disk_refused(exc: OSError) -> Unavailable:
+    return Unavailable(f"the upload could not be stored ({exc.strerror or exc}); nothing was kept. Retry once the "
+                       "disk has room")
+
+
+def _unknown_tenant(exc: NotFound) -> NotFound:
+    if exc.code != "unknown_tenant":
+        return exc
+    return NotFound("no such object (unknown or revoked URL)", code="no_such_object")

@@ -12,6 +12,7 @@ from typing import Any
 
 from emulator.clock import rfc3339
 from emulator.compute.bases import BaseModels
+from emulator.store.blobs import BlobStore
 from emulator.store.presigned import Presigner
 from emulator.store.tenant import Tenant
 
@@ -70,11 +71,13 @@ class EventLog:
 
 
 class Store:
-    """Every project's tenant. ``journaled``: tenants note their changes for a journal (``--state-file``)."""
+    """Every project's tenant. ``journaled``: tenants note their changes for a journal (``--state-file``).
+    ``blobs``: where uploaded bytes go (by default a temporary directory of this store's)."""
 
-    def __init__(self, seed: int = 0, *, journaled: bool = False) -> None:
+    def __init__(self, seed: int = 0, *, journaled: bool = False, blobs: BlobStore | None = None) -> None:
         self.seed = seed
         self.journaled = journaled
+        self.blobs = blobs if blobs is not None else BlobStore()
         self.bases = BaseModels()   # the base models every tenant's sessions share (this store's own)
         self.events = EventLog()
         self.presigner = Presigner()
@@ -102,6 +105,14 @@ class Store:
 
     def projects(self) -> list[str]:
         return list(self._tenants)
+
+    def blob_names(self) -> set[str]:
+        """Every blob a record names: what a sweep of the blob directory keeps."""
+        names: set[str] = set()
+        for tenant in self._tenants.values():
+            for table in (tenant.files, tenant.payloads):
+                names.update(record.blob for record in table.values() if record.blob is not None)
+        return names
 
     def put(self, tenant: Tenant) -> None:
         """Install a tenant built elsewhere (a state import, a journal's rollback)."""

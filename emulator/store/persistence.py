@@ -320,6 +320,19 @@ class Persistence:
             self._failed(exc, None)
         self._reset_changes()
 
+    def compact(self) -> bool:
+        """Write the whole store as the file's one document now, so that the file names exactly what memory
+        does (before the blob directory is swept); False, and nothing changed, when the file refuses."""
+        if self.broken is not None:
+            return False
+        try:
+            self.file.write_all(snapshot.export_state(self.store, self.clock()))
+        except OSError as exc:
+            log.warning("--state-file %s: compaction failed (%s)", self.file.path, exc.strerror or exc)
+            return False
+        self._reset_changes()
+        return True
+
     def _append(self, change: dict[str, Any], projects: list[str] | None) -> None:
         try:
             self.file.append(change)
@@ -361,6 +374,7 @@ class Persistence:
             doc = self.file.load()
             self.file.cut_torn_end()
             assert doc is not None
+            doc = snapshot.store_inline_bytes(doc, self.store.blobs)
             if projects is None:
                 snapshot.import_state(self.store, doc, self.checker)
                 self._reset_changes()

@@ -228,9 +228,22 @@ class Checkpoint:
 class Payload:
     id: str
     session_id: str
-    data: bytes | None = None
+    blob: str | None = None         # the uploaded bytes (emulator.store.blobs), None until uploaded and once released
     created_at: float = 0.0
-    released_by: str | None = None  # the operation whose end released ``data``
+    released_by: str | None = None  # the operation whose end released ``blob``
+    size: int = 0                   # of the uploaded bytes
+
+    @property
+    def data(self) -> bytes | None:
+        """The uploaded bytes, read from disk (each time: read them once per use)."""
+        blob = self.blob
+        return None if blob is None else blob.read()  # type: ignore[attr-defined]
+
+    @data.setter
+    def data(self, value: None) -> None:
+        if value is not None:
+            raise TypeError("a payload's bytes are stored as a blob (emulator.store.blobs): set payload.blob")
+        self.blob = None
 
 
 @dataclass(slots=True)
@@ -262,7 +275,7 @@ class File:
     created_by: str = ""
     checksum: str | None = None
     size: int = 0                           # answered as ``bytes``
-    data: bytes | None = None               # None until uploaded
+    blob: str | None = None                 # the uploaded bytes (emulator.store.blobs); None until uploaded
     processing_status: str = "PENDING"
     validation_report: dict[str, Any] | None = None
 

@@ -4,7 +4,9 @@ the change of one tenant that a journal line carries.
 The document holds every tenant's records, list order, idempotency keys, pending timeline events, id
 counters, the model registry, each session's simulated model (its spec, weights and optimizer) and the
 weights its generator samples from, the secret that signs presigned URLs, the seed and the clock, so a
-restored emulator continues exactly where it stopped.
+restored emulator continues exactly where it stopped. Uploaded bytes (files, payloads): a journal's document
+names them by SHA-256 (``blob``) in the blob directory (:mod:`emulator.store.blobs`), and an import checks
+each is there; an export carries them inline (``data``), self-contained, and an import stores them.
 
 An imported document is checked completely before anything in the store changes: a JSON Schema built
 from the record classes (types, required fields, status enums, time bounds), then the references
@@ -27,6 +29,7 @@ from jsonschema import Draft7Validator
 from emulator import compute
 from emulator.clock import MAX_TIME
 from emulator.store import records
+from emulator.store.blobs import BlobStore
 from emulator.store.memory import Store
 from emulator.store.tenant import Entry, Tenant, TimelineEvent
 
@@ -36,6 +39,7 @@ RECORD_TYPES = MappingProxyType({"resources": records.ModelResource, "sessions":
                                  "operations": records.Operation, "checkpoints": records.Checkpoint,
                                  "payloads": records.Payload, "shaping_jobs": records.ShapingJob,
                                  "files": records.File})
+BLOB_TABLES = ("files", "payloads")   # the records that name uploaded bytes (emulator.store.blobs)
 
 
 class StateError(ValueError):
@@ -52,10 +56,13 @@ def _weights(pair: tuple[int, Any]) -> dict[str, Any]:
     return {"version": pair[0], "weights": pair[1].to_state()}
 
 
-def export_tenant(tenant: Tenant) -> dict[str, Any]:
+def export_tenant(tenant: Tenant, *, inline_bytes: bool = False) -> dict[str, Any]:
+    """``inline_bytes``: uploaded bytes in the document (a self-contained export), not named (a journal)."""
     out: dict[str, Any] = {"epoch": tenant.epoch, "seed": tenant.ids.seed, "ids_counter": tenant.ids.counter}
     for table in tenant.tables():
         out[table.name] = [records.to_dict(r) for r in table.ordered()]
+        if inline_bytes and table.name in BLOB_TABLES:
+            out[table.name] = [_inline(row) for row in out[table.name]]
     out["idempotency"] = [[*k, v] for k, v in tenant.idempotency.items()]
     out["timeline"] = [list(e) for e in tenant.timeline.entries()]
     out["timeline_seq"] = tenant.timeline.seq
@@ -68,9 +75,17 @@ def export_tenant(tenant: Tenant) -> dict[str, Any]:
     return out
 
 
-def export_state(store: Store, clock: dict[str, Any]) -> dict[str, Any]:
-    """The whole store; the caller settles every tenant first, so what is due has happened."""
-    tenants = {project: export_tenant(tenant) for project in store.projects()
+def _inline(row: dict[str, Any]) -> dict[str, Any]:
+    blob = row.pop("blob", None)
+    # (the form documents had before bytes went to the blob directory: every version since reads it)
+    row["data"] = None if blob is None else {"__bytes__": blob.read().decode("latin-1")}
+    return row
+
+
+def export_state(store: Store, clock: dict[str, Any], *, inline_bytes: bool = False) -> dict[str, Any]:
+    """The whole store; the caller settles every tenant first, so what is due has happened. ``inline_bytes``:
+    see :func:`export_tenant`."""
+    tenants = {project: export_tenant(tenant, inline_bytes=inline_bytes) for project in store.projects()
                if (tenant := store.get(project)) is not None}
     return {"format": STATE_FORMAT, "version": STATE_VERSION, "seed": store.seed, "clock": clock,
             "secret": store.presigner.secret, "tenants": tenants}
@@ -285,6 +300,8 @@ def _record_schema(cls: type) -> dict[str, Any]:
     required = []
     for f in fields(cls):
         props[f.name] = _field_schema(str(f.type))
+        if f.name == "blob":  # a file name in the blob directory: nothing else may stand there
+            props[f.name] = {"anyOf": [{"type": "string", "pattern": "^[0-9a-f]{64}$"}, {"type": "null"}]}
         if f.name in _ENUMS.get(cls, {}):
             props[f.name] = {"enum": list(_ENUMS[cls][f.name])}
         if f.default is MISSING and f.default_factory is MISSING:
@@ -398,10 +415,47 @@ def upgrade(doc: Any) -> Any:
 
 # --- import -----------------------------------------------------------------------------------------
 
+def store_inline_bytes(doc: Any, blobs: BlobStore) -> Any:
+    """``doc`` with the bytes that files and payloads still carry inline (``"data": {"__bytes__": ...}``, as
+    documents did before uploads went to the blob directory) stored as blobs and named; a copy where it
+    changes anything. What is not that shape is left for the schema to refuse."""
+    tenants = doc.get("tenants") if isinstance(doc, dict) else None
+    if not isinstance(tenants, dict):
+        return doc
+    out = None
+    for project, data in tenants.items():
+        if not isinstance(data, dict):
+            continue
+        for name in BLOB_TABLES:
+            rows = data.get(name)
+            if not isinstance(rows, list) or not any(isinstance(r, dict) and "data" in r for r in rows):
+                continue
+            converted = []
+            for row in rows:
+                if isinstance(row, dict) and "data" in row and "blob" not in row:
+                    inline = row["data"]
+                    if inline is None:
+                        row = {k: v for k, v in row.items() if k != "data"}
+                    elif isinstance(inline, dict) and set(inline) == {"__bytes__"} and isinstance(inline["__bytes__"], str):
+                        try:
+                            raw = inline["__bytes__"].encode("latin-1")
+                        except UnicodeEncodeError as exc:
+                            raise StateError(f"tenants.{project}.{name}: {row.get('id')!r} carries data that is not "
+                                             "bytes (latin-1 text)") from exc
+                        row = {k: v for k, v in row.items() if k != "data"}
+                        row["blob"] = str(blobs.put(raw))
+                        row.setdefault("size", len(raw))  # (a size that is not the data's is refused as it loads)
+                converted.append(row)
+            if out is None:
+                out = {**doc, "tenants": dict(tenants)}
+            out["tenants"][project] = data = {**data, name: converted}
+    return doc if out is None else out
+
+
 def import_state(store: Store, doc: Any, checker: Checker, verify: Callable[[Tenant], None] | None = None) -> None:
     """Replace the store's content with ``doc``; on any problem nothing changes (:class:`StateError`).
     ``verify`` holds each built tenant to the rules of the layers above (it raises :class:`StateError`)."""
-    doc = upgrade(doc)
+    doc = store_inline_bytes(upgrade(doc), store.blobs)
     checker.check(doc)
     seed = int(doc.get("seed", store.seed))
     built = [build_tenant(store, project, data, seed) for project, data in doc["tenants"].items()]
@@ -431,6 +485,13 @@ def build_tenant(store: Store, project: str, data: dict[str, Any], seed: int | N
             if cls is records.ModelResource and record.status == records.ResourceStatus.PENDING.value:
                 tenant.gpu_queue.setdefault(record.gpu_type, []).append(record.id)
         table.drain()  # as loaded: nothing changed
+    for name in BLOB_TABLES:
+        for record in tenant.table(name).values():
+            if record.blob is not None:
+                try:
+                    record.blob = store.blobs.ref(record.blob, record.size)
+                except LookupError as exc:
+                    raise StateError(f"tenants.{project}.{name}: {record.id}: {exc}") from exc
     _check_references(tenant, project, data)
     tenant.idempotency.load({(a, b, c): v for a, b, c, v in data.get("idempotency", [])})
     entries: list[Entry] = [(float(at), int(seq), str(event), str(obj_id))
@@ -477,7 +538,7 @@ def _check_references(tenant: Tenant, project: str, data: dict[str, Any]) -> Non
         need(tenant.sessions, p.session_id, f"payload {p.id}'s session_id")
         if p.released_by is not None:
             need(tenant.operations, p.released_by, f"payload {p.id}'s released_by")
-            if p.data is not None:
+            if p.blob is not None:
                 raise StateError(f"{where}: payload {p.id} has data and released_by; a released payload has none")
     for part in ("models", "published", "staged"):
         for sid in data.get(part) or {}:
@@ -490,4 +551,4 @@ def _check_references(tenant: Tenant, project: str, data: dict[str, Any]) -> Non
 
 __all__ = ["RECORD_TYPES", "STATE_FORMAT", "STATE_VERSION", "Checker", "StateError", "TenantMemo", "TenantReplay",
            "build_tenant", "export_state", "export_tenant", "import_state", "memo_of", "state_schema",
-           "tenant_change", "upgrade"]
+           "store_inline_bytes", "tenant_change", "upgrade"]
