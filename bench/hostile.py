@@ -1,12 +1,14 @@
 """Figures for RELIABILITY.md: what hostile clients cost a running emulator (issue 26).
 
-``python -m bench.hostile [--send-timeout S]`` starts ``python -m emulator serve`` processes and measures:
+``python -m bench.hostile [--send-timeout S] [--request-timeout S] [--only slow-bodies]`` starts ``python -m emulator serve`` processes and measures:
 
 - **headers**: resident memory after 400 requests with distinct 60 KiB bearer tokens (under the header
   limit: the principal cache is bounded in bytes), then after 400 with distinct 1 MiB tokens (refused:
   431, or a reset connection when the kernel drops the answer because the request's rest was unread);
 - **slow readers**: six clients ask for a ~12 MB state export and never read it, on a server with
   ``--max-connections 7``: how long other clients get 503, and the memory held meanwhile;
+- **slow bodies**: twenty clients send a body one byte every 2.5 s, on a server with ``--max-connections 21``
+  and ``--request-timeout`` (10 s here): how long other clients get 503, and what the twenty are answered;
 - **event streams**: 200 dashboard streams opened at once (how many are served, how many refused), and
   the server's CPU share and a probe's latency while the served ones run;
 - **replay**: a replay server asked 3,000 unrecorded requests with 60 KB paths: the size of its report.
@@ -104,6 +106,59 @@ def slow_readers(work: Path, send_timeout: float) -> dict[str, Any]:
             "slow_rss_peak_mb": peak / 2**20, "slow_rss_after_mb": after / 2**20}
 
 
+def slow_bodies(work: Path, request_timeout: float, drippers: int = 20, every: float = 2.5) -> dict[str, Any]:
+    """``drippers`` connections send a request whose body comes one byte every ``every`` seconds (never pausing
+    as long as ``--body-timeout``), on a server with one connection slot more than that (the probe's): how
+    long other clients get 503, and what the drippers are answered."""
+    cmd = SERVE + ["--max-connections", str(drippers + 1), "--request-timeout", str(request_timeout)]
+    with procs.Server("hostile-slow-bodies", cmd, work) as srv:
+        socks = []
+        for _ in range(drippers):
+            sock = socket.create_connection(_addr(srv.url))
+            sock.sendall(b"POST /_emulator/clock/advance HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                         b"application/json\r\nContent-Length: 1000\r\n\r\n{")
+            sock.setblocking(False)
+            socks.append(sock)
+        answers = {sock: b"" for sock in socks}
+        open_ = set(socks)
+        started = last_drip = time.monotonic()
+        refused, served_after = 0, None
+        while time.monotonic() - started < request_timeout + 60 and (open_ or served_after is None):
+            if time.monotonic() - last_drip >= every:
+                last_drip = time.monotonic()
+                for sock in list(open_):
+                    try:
+                        sock.send(b" ")
+                    except OSError:
+                        pass
+            for sock in list(open_):
+                try:
+                    chunk = sock.recv(65536)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    chunk = b""
+                answers[sock] += chunk
+                if not chunk:
+                    open_.discard(sock)
+            if served_after is None:
+                status = httpx.get(f"{srv.url}/_emulator/health", timeout=10).status_code
+                if status == 200:
+                    served_after = time.monotonic() - started
+                else:
+                    refused += 1
+            time.sleep(0.25)
+        for sock in socks:
+            sock.close()
+    statuses: dict[str, int] = {}
+    for answer in answers.values():
+        code = answer.split(b" ", 2)[1].decode() if answer.startswith(b"HTTP/") else "none"
+        statuses[code] = statuses.get(code, 0) + 1
+    return {"slow_bodies": drippers, "slow_bodies_request_timeout_s": request_timeout,
+            "slow_bodies_probes_503": refused, "slow_bodies_served_again_after_s": served_after,
+            "slow_bodies_answers": statuses}
+
+
 async def _streams(url: str, n: int, hold: float) -> dict[str, Any]:
     host, port = _addr(url)
     opened: list[asyncio.StreamWriter] = []
@@ -165,12 +220,20 @@ def replay() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.hostile")
     parser.add_argument("--send-timeout", type=float, default=30.0)
+    parser.add_argument("--request-timeout", type=float, default=10.0,
+                        help="the slow bodies' server's --request-timeout (default 10; the server's default is 120)")
+    parser.add_argument("--only", choices=("slow-bodies",), help="measure this one attack only")
     args = parser.parse_args(argv)
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        if args.only == "slow-bodies":
+            out.update(slow_bodies(work, args.request_timeout))
+            print("BENCH_JSON " + json.dumps(out), flush=True)
+            return 0
         out.update(headers(work))
         out.update(slow_readers(work, args.send_timeout))
+        out.update(slow_bodies(work, args.request_timeout))
         out.update(streams(work))
     out.update(replay())
     print("BENCH_JSON " + json.dumps(out), flush=True)

@@ -458,6 +458,26 @@ def generated_block(
                 f"{fmt(r.get(f'longrun_{label}_kept_output_mib'), 1, 'MiB')} | "
                 f"{r.get(f'longrun_{label}_released')} of {r.get(f'longrun_{label}_operations')} |"
             )
+    if r.get("uploads_memory_rss_after_last_mb") is not None:
+        out += [
+            "",
+            f"### Memory over {r.get('uploads')} Files API uploads of {r.get('upload_mib')} MiB to one project (`python -m bench.uploads`)",
+            "",
+            "| mode | RSS before | after the first | after the last | slowest probe meanwhile | journal bytes "
+            "per upload | restart |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for mode in ("memory", "journal"):
+            journal = mode == "journal"
+            out.append(
+                f"| {'--state-file' if journal else 'in memory'} | "
+                f"{fmt(r.get(f'uploads_{mode}_rss_before_mb'), 1, 'MiB')} | "
+                f"{fmt(r.get(f'uploads_{mode}_rss_after_first_mb'), 1, 'MiB')} | "
+                f"{fmt(r.get(f'uploads_{mode}_rss_after_last_mb'), 1, 'MiB')} | "
+                f"{fmt(r.get(f'uploads_{mode}_probe_worst_ms'), 0, 'ms')} | "
+                f"{fmt(r.get('uploads_journal_bytes_per_upload_max'), 0) if journal else '-'} | "
+                f"{fmt(r.get('uploads_journal_restart_s'), 2, 's') if journal else '-'} |"
+            )
     out += internals_block(r, notes)
     if r.get("soak_seconds"):
         ratio_ = r.get("soak_growth_ratio")

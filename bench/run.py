@@ -6,7 +6,7 @@ start the emulator; capture its real response bodies; start the ceiling serving 
 for each scenario at 1 and 32 connections measure the emulator and the ceiling back to back;
 a GET sweep over more concurrencies for the plot; the training loop in one process against N shards
 behind HAProxy (one tenant per connection) and HAProxy's own cost; memory and list scaling on
-in-process-filled emulators; start-up time; the pytest plugin's start-up and per-test cost; the contract
+in-process-filled emulators; resident memory over 20 uploads of 64 MiB; start-up time; the pytest plugin's start-up and per-test cost; the contract
 suite's wall time; stock Schemathesis with another seed than ``make test``'s, and how many cases it
 generated. Writes ``bench/results.json``, ``bench/latency_vs_concurrency.png`` and the generated part of
 ``BENCHMARKS.md``.
@@ -81,6 +81,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--plugin-starts", type=int, default=5, help="start-ups of the pytest plugin's emulator per mode")
     p.add_argument("--plugin-tenants", type=int, default=300, help="fresh tenants measured per mode")
     p.add_argument("--soak-seconds", type=int, default=600, help="the mixed-traffic memory soak (0 skips it)")
+    p.add_argument("--uploads", type=int, default=20, help="64 MiB Files API uploads for the memory measurement "
+                                                          "(0 skips it)")
     p.add_argument("--contract-timeout", type=int, default=150, help="seconds; the suite is stopped after")
     p.add_argument("--skip-contract", action="store_true")
     p.add_argument("--stock-examples", type=int, default=stock.EXAMPLES,
@@ -475,6 +477,28 @@ class Bench:
                 f"({growth:.0f} KiB per step); {m['released']} of {m['operations']} outputs released")
         self.put("longrun_steps", steps)
 
+    def uploads(self) -> None:
+        """Files API uploads (``bench.uploads``): resident memory over ``--uploads`` uploads of the largest body,
+        in memory and with a journal; the slowest probe meanwhile; journal bytes per upload; the restart."""
+        n = self.args.uploads
+        if not n:
+            return
+        log(f"uploads: {n} files of 64 MiB to one project, in memory then with --state-file")
+        done = subprocess.run([sys.executable, "-m", "bench.uploads", "--uploads", str(n)],
+                              capture_output=True, text=True, timeout=1800, cwd=str(ROOT))
+        if done.returncode != 0:
+            self.notes["uploads"] = f"bench.uploads failed: {done.stderr.strip()[-300:]}"
+            log(f"  {self.notes['uploads']}")
+            return
+        for key, value in parse_marked_json(done.stdout).items():
+            self.put(f"uploads_{key}" if not key.startswith("upload") else key, value)
+        r = self.results
+        log(f"  RSS {r['uploads_memory_rss_after_first_mb']:.1f} MiB after the first, "
+            f"{r['uploads_memory_rss_after_last_mb']:.1f} after the last (journal: "
+            f"{r['uploads_journal_rss_after_last_mb']:.1f}); slowest probe {r['uploads_memory_probe_worst_ms']:.0f} ms; "
+            f"{r['uploads_journal_bytes_per_upload_max']} journal bytes per upload; restart "
+            f"{r['uploads_journal_restart_s']:.2f} s")
+
     def internals(self, gen: LoadGen) -> None:
         """What the private dependency internals buy (issue 25), A/B in this run: served GETs on the shipped
         protocol and on uvicorn's own protocol (no guards) (``bench.internals``: the server's CPU per
@@ -658,6 +682,7 @@ def main(argv: list[str] | None = None) -> int:
         bench.cluster(gen)
         bench.filled(gen)
         bench.longrun()
+        bench.uploads()
         bench.soak()
         bench.internals(gen)
         bench.startup()

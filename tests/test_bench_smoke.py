@@ -135,6 +135,12 @@ def test_markdown_block_is_replaced_and_hand_text_kept(tmp_path: Path) -> None:
         "longrun_small_kept_output_mib": 7.9,
         "longrun_small_released": 228,
         "longrun_small_operations": 400,
+        "uploads": 20, "upload_mib": 64,
+        "uploads_memory_rss_before_mb": 70.0, "uploads_memory_rss_after_first_mb": 74.0,
+        "uploads_memory_rss_after_last_mb": 74.5, "uploads_memory_probe_worst_ms": 92.0,
+        "uploads_journal_rss_before_mb": 70.0, "uploads_journal_rss_after_first_mb": 76.0,
+        "uploads_journal_rss_after_last_mb": 74.0, "uploads_journal_probe_worst_ms": 134.0,
+        "uploads_journal_bytes_per_upload_max": 1010, "uploads_journal_restart_s": 1.67,
     }
     info = {
         "nproc": 2,
@@ -156,6 +162,8 @@ def test_markdown_block_is_replaced_and_hand_text_kept(tmp_path: Path) -> None:
     assert "1.50x (1.00 ms -> 1.50 ms) | **PASS**" in text
     assert "| 8 MiB (small) | 120.0 MiB | 121.0 MiB | 10 KiB | 7.9 MiB | 228 of 400 |" in text
     assert "(default)" not in text  # a row not measured is left out
+    assert "| in memory | 70.0 MiB | 74.0 MiB | 74.5 MiB | 92 ms | - | - |" in text
+    assert "| --state-file | 70.0 MiB | 76.0 MiB | 74.0 MiB | 134 ms | 1,010 | 1.67 s |" in text
 
 
 def test_longrun_releases_the_oldest_outputs_beyond_a_small_budget() -> None:
