@@ -291,3 +291,12 @@ def test_inproc_can_route_with_connexions_own_middleware() -> None:
         from emulator.http.routing import TableRoutingMiddleware
 
         emulator.app.TableRoutingMiddleware = TableRoutingMiddleware  # type: ignore[misc]
+
+
+def test_uploads_bench_measures_both_modes(tmp_path: Path) -> None:
+    from bench import uploads
+
+    out = uploads.run(tmp_path, 2, 1, tmp_path / "state" / "state.json")
+    assert out["journal_restart_files"] == 2 and out["journal_blob_dir_mib"] == 2.0
+    assert 0 < out["journal_bytes_per_upload_max"] < 4096  # the record, not the MiB it names
+    assert out["journal_rss_after_last_mb"] > 0 and out["journal_probe_worst_ms"] > 0
