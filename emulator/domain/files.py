@@ -93,8 +93,8 @@ def check_room(limits: Limits, size: int, held: int) -> None:
     quota = limits.uploads_mib_per_tenant << 20
     if held + size > quota:
         raise Capacity(f"this upload would pass the project's {limits.uploads_mib_per_tenant} MiB of uploads "
-                       f"({held} bytes held in files, payloads not yet read and uploads under way, and {size} more "
-                       "declared): delete files first (uploads_mib_per_tenant in --limits-file)", retryable=False,
+                       f"({held + size} bytes with it, counting files, payloads not yet read and uploads under "
+                       "way): delete files first (uploads_mib_per_tenant in --limits-file)", retryable=False,
                        code="upload_quota_exceeded")
 
 

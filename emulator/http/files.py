@@ -136,7 +136,9 @@ class FileServer:
             finally:
                 writer.abort()  # (nothing is left to remove once committed)
         except NotFound as exc:
-            raise _unknown_tenant(exc) from exc
+            if exc.code != "unknown_tenant":
+                raise
+            raise NotFound("no such object (unknown or revoked URL)", code="no_such_object") from exc
         runtime.collect_blobs()
 
     async def _receive(self, project: str, receive: Receive, writer: BlobWriter, held: int) -> None:
@@ -204,9 +206,3 @@ async def _send_bytes(send: Send, data: bytes, content_type: bytes, method: str)
 def _disk_refused(exc: OSError) -> Unavailable:
     return Unavailable(f"the upload could not be stored ({exc.strerror or exc}); nothing was kept. Retry once the "
                        "disk has room")
-
-
-def _unknown_tenant(exc: NotFound) -> NotFound:
-    if exc.code != "unknown_tenant":
-        return exc
-    return NotFound("no such object (unknown or revoked URL)", code="no_such_object")
