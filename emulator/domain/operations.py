@@ -154,15 +154,16 @@ def _resolve_payload(tenant: Tenant, s: Session, body: dict[str, Any]) -> tuple[
     if payload.released_by is not None:
         raise Invalid(released_message(payload) + "; upload the body again (a new upload URL)",
                              param="payload_id")
-    if payload.data is None:
+    data = payload.data  # read from its blob on disk: once
+    if data is None:
         raise Invalid(f"payload {payload_id!r} has not been uploaded", param="payload_id")
     try:
-        uploaded = orjson.loads(payload.data)
+        uploaded = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise Invalid(f"payload {payload_id!r} is not valid JSON: {exc}", param="payload_id") from exc
     if not isinstance(uploaded, dict):
         raise Invalid(f"payload {payload_id!r} must hold a JSON object", param="payload_id")
-    if json_too_deep(payload.data):
+    if json_too_deep(data):
         raise Invalid(depth_message(f"payload {payload_id!r}"), param="payload_id", code="too_deep")
     inline = {k: v for k, v in body.items() if k != "payload_id"}
     uploaded.pop("payload_id", None)
