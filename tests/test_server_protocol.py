@@ -17,7 +17,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from emulator.config import Config
-from emulator.http.server import guarded_protocol
+from emulator.http.server import bind, guarded_protocol
 from emulator.tools.testing import serve_in_thread
 
 AUTH = b"Authorization: Bearer test-token\r\n"
@@ -174,3 +174,32 @@ def test_served_event_stream_shows_its_headers_before_any_event(server: str) -> 
             assert chunk, "connection closed before the headers"
             data += chunk
     assert data.startswith(b"HTTP/1.1 200 OK") and b"text/event-stream" in data
+
+
+def test_accepted_connections_have_nagle_off() -> None:
+    """uvicorn writes a response's head and body in two ``send()`` calls; with Nagle's algorithm on, the body
+    waits for the client's delayed ACK of the head (40 ms on Linux), so every request to a server in a thread
+    took ~44 ms (the pytest plugin's default mode ran the README's SDK test 10x slower than a subprocess,
+    whose uvloop sets TCP_NODELAY itself). asyncio sets TCP_NODELAY on accepted sockets only when the
+    listening socket says it is TCP (``proto``), which ``bind`` now does."""
+    sock = bind("127.0.0.1", 0)
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        seen: asyncio.Future[int] = loop.create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                seen.set_result(transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP,
+                                                                              socket.TCP_NODELAY))
+
+        server = await loop.create_server(Probe, sock=sock)
+        _reader, writer = await asyncio.open_connection(*sock.getsockname())
+        try:
+            return await asyncio.wait_for(seen, 10)
+        finally:
+            writer.close()
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(main()) != 0
