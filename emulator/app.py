@@ -92,7 +92,8 @@ class EmulatorApp:
             ErrorEnvelope,
             TableRoutingMiddleware,
             functools.partial(AuthMiddleware, tenancy=runtime.tenancy),
-            functools.partial(FaultMiddleware, faults=runtime.faults, events=runtime.store.events),
+            functools.partial(FaultMiddleware, faults=runtime.faults, events=runtime.store.events,
+                              scheduled=runtime.scheduled_rules, fire_due=runtime.fire_due_rules),
             FastRequestValidationMiddleware,
         ]
         if runtime.shard is not None:  # a shard of a cluster: its own tenants only, cluster-wide control calls

@@ -1,12 +1,14 @@
 """The virtual clock: the only place in the emulator that reads real time.
 
 Emulates: the passage of time on the real service, so resources provision, sessions start,
-operations run and resources expire. Two modes:
+operations run and resources expire. Three modes:
 
 - ``system``: virtual time follows the monotonic wall clock multiplied by ``speed``, starting at
   the real current time (or ``start`` when given).
 - ``manual``: time stands still until the control plane advances or sets it; starts at ``start``
   (default 2026-01-01T00:00:00Z) so that runs are byte-for-byte reproducible.
+- ``auto``: a manual clock that the runtime also moves when a client polls an object that is waiting for
+  a transition (``Runtime.polled``): it jumps to that transition, so a client's wait takes no wall time.
 
 Differences from the real API: none visible; timestamps are rendered with millisecond precision.
 """
@@ -22,7 +24,8 @@ from datetime import UTC, datetime
 DEFAULT_MANUAL_START = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
 # Virtual time stays within what RFC 3339 timestamps can show (year 9999); beyond it rendering fails.
 MAX_TIME = datetime(9999, 1, 1, tzinfo=UTC).timestamp()
-MODES = ("system", "manual")
+MODES = ("system", "manual", "auto")
+STILL = frozenset({"manual", "auto"})   # modes in which time moves only when something moves it
 # Eleven virtual days per real second is plenty for any demo.
 MAX_SPEED = 1e6
 
@@ -56,7 +59,7 @@ class Clock:
 
     def now(self) -> float:
         """Virtual time as POSIX seconds."""
-        if self._mode == "manual":
+        if self._mode != "system":
             return self._anchor_virtual
         # Clamped: a system clock left running fast for days must not run past what can be rendered.
         return min(self._anchor_virtual + (time.monotonic() - self._anchor_real) * self._speed, MAX_TIME)
@@ -98,6 +101,12 @@ class Clock:
 
     def describe(self) -> dict[str, object]:
         return {"now": rfc3339(self.now()), "mode": self._mode, "speed": self._speed}
+
+
+def wall() -> float:
+    """Seconds of real time from an arbitrary origin (monotonic), for what waits in real time: how long a
+    client has polled without the clock moving (``Runtime.waiting``)."""
+    return time.monotonic()
 
 
 def _check_time(at: float) -> None:

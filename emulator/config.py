@@ -200,10 +200,11 @@ OPTIONS: tuple[tuple[str, str, Callable[[str], Any] | None, str], ...] = (
     ("host", "--host", None, "bind address (default 127.0.0.1; other addresses need --admin-token)"),
     ("port", "--port", _int, "TCP port (default 8765); 0 picks a free port and prints the URL"),
     ("seed", "--seed", _int, "seed for ids and simulated numbers (default 0)"),
-    ("clock", "--clock", None, "system (real time x --speed) or manual (moves only through /_emulator/clock)"),
+    ("clock", "--clock", None, "system (real time x --speed), manual (moves only through /_emulator/clock) or "
+                               "auto (manual, and it jumps to what a client polls for: see the README)"),
     ("speed", "--speed", _float, f"virtual seconds per real second with --clock system (default 1, at most "
                                  f"{MAX_SPEED:g})"),
-    ("start_time", "--start-time", _start_time, "RFC 3339 start of virtual time (manual clock default "
+    ("start_time", "--start-time", _start_time, "RFC 3339 start of virtual time (manual and auto clock default "
                                                 "2026-01-01T00:00:00Z)"),
     ("profile", "--profile", None, "timing of every transition: instant (default) or realistic"),
     ("profile_file", "--profile-file", None, "YAML/JSON file overriding timing-profile durations"),

@@ -21,23 +21,27 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
 
 from emulator import fixture_files, spec
-from emulator.clock import Clock, parse_rfc3339
+from emulator.bounds import later
+from emulator.clock import STILL, Clock, parse_rfc3339, rfc3339, wall
 from emulator.config import Config, ConfigError, load_data_file
-from emulator.domain import engine
+from emulator.domain import actions, engine, upcoming
 from emulator.domain.context import Ctx, Principal
 from emulator.domain.limits import DEFAULT_LIMITS, Limits
 from emulator.domain.timing import Timing, load_timing
-from emulator.errors import Misdirected, NotFound, Unavailable
-from emulator.faults import FaultError, FaultSet
+from emulator.domain.upcoming import Upcoming
+from emulator.errors import Invalid, Misdirected, NotFound, Unavailable
+from emulator.faults import FaultError, FaultSet, validate_rule
 from emulator.integrity import Integrity
 from emulator.sharding import shard_of
 from emulator.store import Store, Tenant, snapshot
 from emulator.store.blobs import BlobStore
 from emulator.store.persistence import Persistence, StateFileError
+from emulator.store.records import ActionKind, ScheduledAction
 from emulator.tenancy import Tenancy
 from emulator.tenant_clocks import TenantClocks
 
@@ -46,6 +50,24 @@ FAULT_CODES = MappingProxyType({"operation_fails": "OperationErrorCode", "resour
                "session_error": "SessionErrorCode"})
 RENDER_CACHE_SIZE = 4096
 log = logging.getLogger("emulator")
+# How far one call may move a clock through transitions (run, a poll on the auto clock): each step is one
+# instant, and a call that needs more says so rather than holding the server.
+MAX_STEPS = 10_000
+DEFAULT_RUN_SECONDS = 86_400.0
+MAX_WAITS = 4096   # tenants whose client's last request was a poll of a waiting object (see Runtime.polled)
+
+
+@dataclass(slots=True)
+class Wait:
+    """A client's polls of one object that waits for a transition, while its tenant's clock stood still."""
+
+    table: str
+    id: str
+    status: str
+    now: float       # the tenant's virtual time at the first poll
+    first: float     # real time (clock.wall) of the first poll, and of the last
+    last: float
+    polls: int = 1
 
 
 class ScenarioLibrary(Protocol):
@@ -110,6 +132,8 @@ class UnitOfWork:
                 tenant = store.open(project) if self.write else store.new_tenant(project)
             ctx = runtime.ctx(self.principal)
             engine.settle(tenant, ctx)
+            if tenant.outbox:  # a scheduled fault rule fell due: the runtime's rules change now
+                runtime.carry_out(tenant)
             # Only a journal drains what the tables note: without one, noting would keep every id handed out.
             tenant.changes.noting = self.write and tenant.changes.enabled
         except BaseException:
@@ -175,6 +199,11 @@ class Runtime:
             except ValueError as exc:
                 raise ConfigError(f"--limits-file {config.limits_file}: {exc}") from exc
         self.tenancy = Tenancy.from_config(config.tokens_file, config.admin_token)
+        # Project -> when its first scheduled fault-rule action falls due (derived from the tenants' actions):
+        # the fault middleware settles such a tenant before it picks a rule, so a rule due by now applies to
+        # the first request after its time whatever the clock (emulator.http.faults). Mutated, never rebound.
+        self.scheduled_rules: dict[str, float] = {}
+        self.waits: dict[str, Wait] = {}   # the stall a test watchdog asks about (Runtime.waiting)
         self.faults = FaultSet(seed=config.seed, operations=spec.operation_ids(),
                                codes={k: spec.enum_values(v) for k, v in FAULT_CODES.items()})
         if config.faults_file:
@@ -293,16 +322,26 @@ class Runtime:
                 self.clocks.forget(project)
             tenant = self.store.reset(project, seed)
             self.rendered.clear()
+            if project is None:
+                self.scheduled_rules.clear()
+                self.waits.clear()
+            else:
+                self.scheduled_rules.pop(project, None)
+                self.waits.pop(project, None)
             if self.persistence is not None:
                 self.persistence.record_reset(project)
                 if tenant is not None:  # a tenant with a seed of its own: written at once, with its seed
                     self.persistence.commit(tenant)
 
-    def clock_changed(self) -> None:
-        """Journal the clock after a control-plane change (a restart never goes back in virtual time)."""
+    def clock_changed(self, project: str | None = None) -> None:
+        """Journal the clock after a control-plane change (a restart never goes back in virtual time), and
+        carry out the fault rules scheduled by then for the tenants whose time moved (``project``, or every
+        tenant following the global clock): the next request meets them."""
         with self.lock:
             if self.persistence is not None:
                 self.persistence.record_clock()
+            for p in [project] if project is not None else self._global_tenants(list(self.scheduled_rules)):
+                self.fire_due_rules(p)
 
     def settle(self, project: str | None = None) -> None:
         """Bring one tenant (or every tenant) to now, for views of the whole store: a read unit of work each."""
@@ -310,6 +349,318 @@ class Runtime:
             for p in self.store.projects() if project is None else [project]:
                 with self.unit_of_work(p, write=False):
                     pass
+
+    # --- virtual time: what is pending, the next transition, runs, the auto clock, scheduled actions -------
+
+    def _global_tenants(self, projects: list[str]) -> list[str]:
+        """Those of ``projects`` that follow the global clock (no clock of their own)."""
+        return [p for p in projects if self.clocks.clock_for(p) is self.clock]
+
+    def _time_scope(self, project: str | None) -> tuple[Clock, list[str]]:
+        """The clock a move acts on and the tenants whose time it moves: a tenant's own clock (made on first
+        use, from where its time is, as an advance makes it), or the global clock and its tenants."""
+        if project is not None:
+            return self.clocks.set_clock(project), [project]
+        return self.clock, self._global_tenants(self.store.projects())
+
+    def _pending(self, projects: list[str]) -> list[tuple[str, Upcoming]]:
+        """Each tenant settled to now (a read unit of work), then what is still to come, in time order."""
+        out: list[tuple[str, Upcoming]] = []
+        for p in projects:
+            with self.unit_of_work(p, write=False) as (tenant, ctx):
+                out.extend((p, u) for u in upcoming.pending(tenant, ctx.now))
+        out.sort(key=lambda pu: (pu[1].at, pu[1].seq))
+        return out
+
+    def pending(self, project: str | None = None) -> tuple[float, list[tuple[str, Upcoming]]]:
+        """(now, every scheduled transition in virtual-time order, with its tenant): one tenant's, or those
+        of every tenant that follows the global clock."""
+        with self.lock:
+            clock = self.clocks.clock_for(project) if project is not None else self.clock
+            projects = [project] if project is not None else self._global_tenants(self.store.projects())
+            return clock.now(), self._pending(projects)
+
+    def _move(self, clock: Clock, to: float, projects: list[str]) -> None:
+        clock.set_time(max(to, clock.now()))
+        for p in projects:  # what fell due happens now, at its own virtual time (and a fault rule applies)
+            with self.unit_of_work(p, write=False):
+                pass
+
+    def _crossed(self, mark: int, projects: list[str], derived: list[tuple[str, Upcoming]],
+                 until: float) -> list[dict[str, Any]]:
+        """The transitions the event log saw since ``mark`` for ``projects`` (what happened, cascades included),
+        with the derived ones passed on the way (an upload URL that expired), in time order."""
+        keep = set(projects)
+        seen: list[dict[str, Any]] = []
+        for e in self.store.events.since(mark, None, limit=1 << 30):
+            if e.get("type") != "transition" or e.get("project") not in keep:
+                continue
+            e = {k: v for k, v in e.items() if k != "type"}
+            last = seen[-1] if seen else None
+            if e["from"] is None and last is not None and (last["id"], last["to"], last["at"]) == (e["id"], e["to"], e["at"]):
+                last.update((k, v) for k, v in e.items() if k not in last)  # (an expiry notes its reason apart)
+                continue
+            seen.append(e)
+        seen.extend({"at": rfc3339(u.at), "project": p, "kind": u.kind, "id": u.id, "from": u.old, "to": u.new,
+                     "detail": u.detail, "seq": 0} for p, u in derived if u.at <= until)
+        seen.sort(key=lambda e: (e["at"], e["seq"] or 1 << 62))
+        return seen
+
+    def advance_to_next(self, project: str | None = None) -> tuple[Upcoming | None, list[dict[str, Any]]]:
+        """Move the clock (the tenant's own, or the global one) to the next pending transition and let
+        everything due then happen: (that transition, or None when nothing is pending; what was crossed)."""
+        with self.lock:
+            clock, projects = self._time_scope(project)
+            pending = self._pending(projects)
+            if not pending:
+                return None, []
+            mark = self.store.events.last_seq
+            first = pending[0][1]
+            self._move(clock, first.at, projects)
+            crossed = self._crossed(mark, projects, [pu for pu in pending if pu[1].seq == upcoming.DERIVED_SEQ],
+                                    clock.now())
+        self.clock_changed(project)
+        return first, crossed
+
+    def run(self, project: str | None, until: tuple[str, str | None] | None,
+            max_seconds: float = DEFAULT_RUN_SECONDS) -> list[dict[str, Any]]:
+        """Move through the pending transitions in order until ``until`` holds (an object id and the status it
+        must reach, None: any final status) or, without one, until nothing is pending within ``max_seconds``.
+        Returns what was crossed. :class:`Invalid` when the condition cannot hold within ``max_seconds``,
+        naming the next pending transition; the clock then stays at the last transition it crossed."""
+        with self.lock:
+            clock, projects = self._time_scope(project)
+            start = clock.now()
+            limit = later(start, max_seconds)
+            if until is not None:
+                projects = [self._holder(projects, until[0])]
+                until = (until[0], self._status_named(projects[0], *until))
+            mark = self.store.events.last_seq
+            derived: list[tuple[str, Upcoming]] = []
+            blocked: Upcoming | None = None
+            met = until is None
+            for _ in range(MAX_STEPS):
+                if until is not None:
+                    met = self._check_until(projects[0], until, clock)
+                    if met:
+                        break
+                pending = self._pending(projects)
+                derived.extend(pu for pu in pending if pu[1].seq == upcoming.DERIVED_SEQ and pu not in derived)
+                if not pending:
+                    break
+                if pending[0][1].at > limit:
+                    blocked = pending[0][1]
+                    break
+                self._move(clock, pending[0][1].at, projects)
+            crossed = self._crossed(mark, projects, derived, clock.now())
+        self.clock_changed(project)
+        if not met:
+            self._not_met(projects[0], until, blocked, clock, start, max_seconds, len(crossed))
+        return crossed
+
+    def _holder(self, projects: list[str], obj_id: str) -> str:
+        for p in projects:
+            with self.unit_of_work(p, write=False) as (tenant, _ctx):
+                if upcoming.find(tenant, obj_id) is not None:
+                    return p
+        raise NotFound(f"until.id: no object {obj_id[:80]!r} with a status in "
+                       + ("this tenant" if len(projects) == 1 else "the tenants that follow the global clock"),
+                       param="until.id")
+
+    def _status_named(self, project: str, obj_id: str, status: str | None) -> str | None:
+        if status is None:
+            return None
+        with self.unit_of_work(project, write=False) as (tenant, _ctx):
+            found = upcoming.find(tenant, obj_id)
+            assert found is not None
+            try:
+                return upcoming.status_named(found[0], status)
+            except ValueError as exc:
+                raise Invalid(f"until.status: {exc}", param="until.status") from exc
+
+    def _check_until(self, project: str, until: tuple[str, str | None], clock: Clock) -> bool:
+        obj_id, status = until
+        with self.unit_of_work(project, write=False) as (tenant, _ctx):
+            found = upcoming.find(tenant, obj_id)
+            if found is None:  # (an operation forgotten by the retention limit: it had finished)
+                return status is None
+            table, record = found
+            if upcoming.holds(table, record, status):
+                return True
+            if upcoming.final(table, record):
+                raise Invalid(f"until: {upcoming.KINDS[table]} {obj_id} reached {record.status}, a final status: it "
+                              f"will never be {status} (the clock is at {rfc3339(clock.now())})",
+                              param="until", code="condition_not_met")
+            return False
+
+    def _not_met(self, project: str, until: Any, blocked: Upcoming | None, clock: Clock, start: float,
+                 max_seconds: float, crossed: int) -> None:
+        obj_id, status = until
+        with self.unit_of_work(project, write=False) as (tenant, _ctx):
+            found = upcoming.find(tenant, obj_id)
+            now_status = found[1].status if found else "gone"
+        want = status or "a final status"
+        where = (f"the clock stopped at {rfc3339(clock.now())} after crossing {crossed} transition(s) in "
+                 f"{clock.now() - start:g} s")
+        if blocked is None:
+            raise Invalid(f"until: {obj_id} is {now_status}, not {want}, and nothing is pending that could move it "
+                          f"({where})", param="until", code="condition_not_met")
+        raise Invalid(f"until: {obj_id} is {now_status}, not {want}, within max_seconds={max_seconds:g} ({where}); "
+                      f"the next pending transition is {blocked.describe()} at {rfc3339(blocked.at)}, "
+                      f"{blocked.at - clock.now():g} s later", param="until", code="condition_not_met")
+
+    def polled(self, tenant: Tenant, ctx: Ctx, table: str, obj_id: str) -> None:
+        """A client read one object it may be waiting on (a GET of a resource, session, operation or shaping
+        job; the dispatcher calls this in the caller's unit of work, before the handler). On an auto clock
+        the clock jumps to the object's next transition (what is due before it happens first, in order),
+        and on until the object rests, so the answer shows it done; on a manual clock the poll is noted for
+        :meth:`waiting`, so a test that waits on a clock nothing moves can be told so."""
+        project = tenant.project
+        clock = self.clocks.clock_for(project)
+        if clock.mode not in STILL:
+            return
+        record = tenant.table(table).read(obj_id)
+        ids = upcoming.waits_on(tenant, table, record) if record is not None else None
+        if ids is None or record is None:
+            self.waits.pop(project, None)
+            return
+        if clock.mode == "manual":
+            w = self.waits.get(project)
+            if w is not None and (w.id, w.status, w.now) == (obj_id, record.status, ctx.now):
+                w.polls += 1
+                w.last = wall()
+            else:
+                if len(self.waits) >= MAX_WAITS:
+                    del self.waits[next(iter(self.waits))]
+                self.waits[project] = Wait(table, obj_id, record.status, ctx.now, wall(), wall())
+            return
+        moved = False
+        for _ in range(MAX_STEPS):
+            nxt = upcoming.next_for(tenant, ctx.now, ids)
+            if nxt is None:
+                break
+            clock.set_time(max(nxt.at, clock.now()))
+            ctx.now = clock.now()
+            engine.settle(tenant, ctx)
+            if tenant.outbox:
+                self.carry_out(tenant)
+            moved = True
+            record = tenant.table(table).read(obj_id)
+            ids = upcoming.waits_on(tenant, table, record) if record is not None else None
+            if ids is None:
+                break
+        if moved and self.persistence is not None:
+            self.persistence.record_clock()
+
+    def not_polling(self, project: str) -> None:
+        """The client did something else than poll: it is not stuck waiting (see :meth:`polled`)."""
+        self.waits.pop(project, None)
+
+    def waiting(self, project: str) -> dict[str, Any] | None:
+        """What the tenant's client seems stuck on: it polled an object that waits for a transition, and since
+        then its manual clock has not moved nor the object changed. ``seconds``: real time since the first such
+        poll; ``next``: the transition it waits for (None: nothing pending would move it). None otherwise."""
+        with self.lock:
+            w = self.waits.get(project)
+            if w is None:
+                return None
+            with self.unit_of_work(project, write=False) as (tenant, ctx):
+                record = tenant.table(w.table).read(w.id)
+                if record is None or record.status != w.status or ctx.now != w.now:
+                    self.waits.pop(project, None)
+                    return None
+                ids = upcoming.waits_on(tenant, w.table, record)
+                nxt = upcoming.next_for(tenant, ctx.now, ids) if ids is not None else None
+            return {"kind": upcoming.KINDS[w.table], "id": w.id, "status": w.status, "polls": w.polls,
+                    "seconds": round(wall() - w.first, 3), "idle_seconds": round(wall() - w.last, 3), "next": nxt}
+
+    # scheduled actions
+
+    def schedule_action(self, project: str, api_key: str, kind: Any, params: dict[str, Any], at: float | None,
+                        delay: float | None) -> tuple[ScheduledAction, float]:
+        """Schedule an action for the tenant (at ``at``, or ``delay`` seconds from its now): checked first
+        (a fault rule as the fault set checks it, scoped to ``api_key``); journaled as a write. Returns the
+        action and the tenant's now."""
+        with self.lock, self.unit_of_work(Principal(user="", project=project, token=api_key), write=True) as (
+                tenant, ctx):
+            action = actions.check(tenant, kind, params)
+            params = dict(params)
+            if action is ActionKind.ADD_FAULT:
+                params["rule"] = self._scheduled_rule(params["rule"], api_key)
+            elif action is ActionKind.REMOVE_FAULT:
+                params["tenant"] = api_key
+            when = ctx.now if at is None and delay is None else at if at is not None else later(ctx.now, delay or 0.0)
+            record = actions.schedule(tenant, ctx, action, when, params)
+            now = ctx.now
+            if action in (ActionKind.ADD_FAULT, ActionKind.REMOVE_FAULT):
+                self.scheduled_rules[project] = min(self.scheduled_rules.get(project, when), when)
+        if when <= now:  # an action for now happens at once
+            self.settle(project)
+        return record, now
+
+    def _scheduled_rule(self, rule: Any, api_key: str) -> dict[str, Any]:
+        try:
+            checked = validate_rule(rule, 0, self.faults.operations, self.faults.codes)
+        except FaultError as exc:
+            raise Invalid(f"rule: {exc}", param="rule", code="invalid_fault_rule") from exc
+        if not isinstance(rule, dict) or not rule.get("name"):
+            raise Invalid("rule.name: a scheduled rule needs a name (to be told apart, and removed)", param="rule.name")
+        given = checked["match"].get("tenant")
+        if given is not None and given != api_key:
+            raise Invalid("rule.match.tenant names another tenant than the one the action is for", param="rule")
+        return {**checked, "match": {**checked["match"], "tenant": api_key}}
+
+    def list_actions(self, project: str) -> list[ScheduledAction]:
+        with self.lock, self.unit_of_work(project, write=False) as (tenant, _ctx):
+            return tenant.actions.ordered()
+
+    def cancel_action(self, project: str, action_id: str) -> ScheduledAction:
+        with self.lock, self.unit_of_work(Principal(user="", project=project), write=True) as (tenant, ctx):
+            record = actions.cancel(tenant, ctx, action_id)
+            self._recount_rules([project])
+            return record
+
+    def carry_out(self, tenant: Tenant) -> None:
+        """The fault-rule actions that settling found due (``tenant.outbox``): add or remove the rule, then
+        finish the action (noted for the journal as settling notes its changes)."""
+        log = tenant.changes
+        noting, log.noting = log.noting, log.enabled
+        try:
+            while tenant.outbox:
+                record, at = tenant.outbox.pop(0)
+                p = record.params
+                try:
+                    if record.action == ActionKind.ADD_FAULT:
+                        self.faults.load(p["rule"], tenant=p["rule"]["match"]["tenant"])
+                        ok, result = True, f"fault rule {p['rule']['name']!r} added"
+                    else:
+                        ok = self.faults.remove(p["name"], p["tenant"])
+                        result = (f"fault rule {p['name']!r} removed" if ok
+                                  else f"no fault rule {p['name']!r} to remove")
+                except FaultError as exc:
+                    ok, result = False, str(exc)
+                actions.finish(tenant, record, ok, result, at)
+        finally:
+            log.noting = noting
+        self._recount_rules([tenant.project])
+
+    def _recount_rules(self, projects: list[str]) -> None:
+        """When each of ``projects`` next has a fault-rule action due (``scheduled_rules``)."""
+        for p in projects:
+            tenant = self.store.get(p)
+            due = [a.at for a in tenant.actions.values() if a.status == "scheduled"
+                   and a.action in (ActionKind.ADD_FAULT, ActionKind.REMOVE_FAULT)] if tenant is not None else []
+            if due:
+                self.scheduled_rules[p] = min(due)
+            else:
+                self.scheduled_rules.pop(p, None)
+
+    def fire_due_rules(self, project: str) -> None:
+        """Settle the tenant if a fault-rule action of it is due by its now (the fault middleware calls this
+        before it picks a rule for the tenant's request)."""
+        at = self.scheduled_rules.get(project)
+        if at is not None and self.clocks.now(project) >= at:
+            self.settle(project)
 
     def export_state(self) -> dict[str, Any]:
         with self.lock:
@@ -360,7 +711,7 @@ class Runtime:
             return {"format": snapshot.STATE_FORMAT, "version": snapshot.STATE_VERSION,
                     "seed": self.store.seed_for(project), "clock": clock, "tenants": tenants}
 
-    def import_tenant(self, project: str, doc: Any) -> None:
+    def import_tenant(self, project: str, doc: Any, api_key: str | None = None) -> None:
         """Replace one tenant with the single tenant of ``doc`` (exported from any project). The tenant's clock
         is set to the document's: its records are the document's, so no time goes back behind them. Checked
         completely first (:class:`snapshot.StateError`); nothing changes on a refusal."""
@@ -376,6 +727,8 @@ class Runtime:
                      for data in doc["tenants"].values()]
             for tenant in built:
                 self.integrity.check(tenant)
+                if api_key is not None:
+                    _own_rules(tenant, api_key)
             clock = doc.get("clock") or {}
             entry = {k: v for k, v in clock.items() if k in ("now", "mode", "speed", "profile")}
             own = self._tenant_clocks({"clock": {"tenants": {project: entry}}}).get(project)
@@ -386,6 +739,7 @@ class Runtime:
             if own is not None and (own.clock is not None or own.timing is not None):
                 self.clocks.restore({project: own}, [project])
             self.rendered.clear()
+            self._recount_rules([project])
             if self.persistence is not None:
                 self.persistence.rewrite()
             self.collect_blobs(force=True, file_matches=True)
@@ -412,6 +766,19 @@ class Runtime:
             if at > self.clock.now():
                 self.clock.set_time(at)
         self.clocks.restore(self._tenant_clocks(doc) if tenant_clocks is None else tenant_clocks)
+        self.waits.clear()
+        self.scheduled_rules.clear()
+        self._recount_rules(self.store.projects())
+
+
+def _own_rules(tenant: Tenant, api_key: str) -> None:
+    """A tenant document imported into the tenant of ``api_key``: the fault rules its scheduled actions will
+    add or remove are that key's (a rule names the API key it matches)."""
+    for a in tenant.actions.values():
+        if a.status == "scheduled" and a.action == ActionKind.ADD_FAULT:
+            a.params["rule"]["match"]["tenant"] = api_key
+        elif a.status == "scheduled" and a.action == ActionKind.REMOVE_FAULT:
+            a.params["tenant"] = api_key
 
 
 __all__ = ["Runtime", "ScenarioLibrary", "Unavailable", "UnitOfWork"]

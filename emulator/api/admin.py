@@ -14,12 +14,14 @@ from typing import Any
 
 from emulator import fixture_files
 from emulator.api.request import Reply, Request
-from emulator.clock import ClockError, parse_rfc3339
+from emulator.clock import ClockError, parse_rfc3339, rfc3339
 from emulator.config import ConfigError, load_data_file
+from emulator.domain.upcoming import Upcoming
 from emulator.errors import Invalid, NotFound
 from emulator.faults import FaultError
-from emulator.runtime import RecordingSwitch, Runtime, ScenarioLibrary
+from emulator.runtime import DEFAULT_RUN_SECONDS, RecordingSwitch, Runtime, ScenarioLibrary
 from emulator.store import snapshot
+from emulator.store.records import ScheduledAction
 
 TENANT_HEADER = "x-emulator-tenant"
 
@@ -92,13 +94,22 @@ def admin_set_clock(req: Request) -> Reply:
     project = tenant[1] if tenant else None
     with req.runtime.lock:
         _set_clock(req.runtime, project, req.json())
-    req.runtime.clock_changed()
+    req.runtime.clock_changed(project)
     return 200, req.runtime.clocks.describe(project)
 
 
 def admin_advance_clock(req: Request) -> Reply:
     tenant = _tenant(req)
-    seconds = float(req.json()["seconds"])
+    body = req.json()
+    if ("to" in body) == ("seconds" in body):
+        raise Invalid('give one of seconds (how far) or to ("next": the next pending transition)', param="to")
+    if "to" in body:
+        if body["to"] != "next":
+            raise Invalid('to: "next" (the next pending transition)', param="to")
+        project = _moving(req, tenant)
+        _first, crossed = req.runtime.advance_to_next(project)
+        return 200, {**req.runtime.clocks.describe(project), "crossed": crossed}
+    seconds = float(body["seconds"])
     try:
         if tenant is not None:
             req.runtime.clocks.advance(tenant[1], seconds)
@@ -106,8 +117,95 @@ def admin_advance_clock(req: Request) -> Reply:
             req.runtime.clock.advance(seconds)
     except ClockError as exc:
         raise Invalid(f"seconds: {exc}", param="seconds") from exc
-    req.runtime.clock_changed()
+    req.runtime.clock_changed(tenant[1] if tenant else None)
     return 200, req.runtime.clocks.describe(tenant[1] if tenant else None)
+
+
+def _moving(req: Request, tenant: tuple[str, str] | None) -> str | None:
+    """The tenant whose time a move to the next transition moves (None: the global clock's tenants)."""
+    if tenant is None and req.runtime.shard is not None:
+        raise Invalid("in a cluster, name the tenant (X-Emulator-Tenant): each shard's global clock would go to "
+                      "its own next transition", param="tenant")
+    return tenant[1] if tenant else None
+
+
+def _upcoming(u: Upcoming, now: float, project: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"at": rfc3339(u.at), "in_seconds": round(u.at - now, 3), "kind": u.kind, "id": u.id,
+                           "event": u.event, "from": u.old, "to": u.new}
+    if u.detail:
+        out["detail"] = u.detail
+    if project is not None:
+        out["project"] = project
+    return out
+
+
+def admin_get_pending(req: Request) -> Reply:
+    """Every scheduled transition in virtual-time order; scoped, with what the tenant's client waits on."""
+    tenant = _tenant(req)
+    project = tenant[1] if tenant else None
+    now, pending = req.runtime.pending(project)
+    out: dict[str, Any] = {**req.runtime.clocks.describe(project),
+                           "data": [_upcoming(u, now, None if tenant else p) for p, u in pending]}
+    if tenant is not None:
+        waiting = req.runtime.waiting(tenant[1])
+        if waiting is not None and waiting["next"] is not None:
+            waiting["next"] = _upcoming(waiting["next"], now)
+        out["waiting"] = waiting
+    return 200, out
+
+
+def admin_run_clock(req: Request) -> Reply:
+    """Through the pending transitions in order until a condition holds (or nothing is pending)."""
+    tenant = _tenant(req)
+    body = req.json()
+    project = _moving(req, tenant)
+    until = body.get("until")
+    condition = None
+    if until is not None:
+        if not isinstance(until, dict) or not isinstance(until.get("id"), str):
+            raise Invalid("until: {id, status} or {id, terminal: true}", param="until")
+        if ("status" in until) == bool(until.get("terminal")):
+            raise Invalid("until: give one of status (the status to reach) or terminal: true", param="until")
+        condition = (until["id"], None if until.get("terminal") else str(until["status"]))
+    max_seconds = float(body.get("max_seconds", DEFAULT_RUN_SECONDS))
+    crossed = req.runtime.run(project, condition, max_seconds)
+    return 200, {**req.runtime.clocks.describe(project), "crossed": crossed}
+
+
+# --- scheduled actions -----------------------------------------------------------------------------------
+
+def _action(a: ScheduledAction) -> dict[str, Any]:
+    return {"id": a.id, "action": a.action, "at": rfc3339(a.at), "status": a.status, "params": a.params,
+            "created_at": rfc3339(a.created_at), "updated_at": rfc3339(a.updated_at), "result": a.result}
+
+
+def _scoped(req: Request, what: str) -> tuple[str, str]:
+    tenant = _tenant(req)
+    if tenant is None:
+        raise Invalid(f"{what} belongs to a tenant: name it (X-Emulator-Tenant or ?tenant=)", param="tenant")
+    return tenant
+
+
+def admin_schedule_action(req: Request) -> Reply:
+    api_key, project = _scoped(req, "a scheduled action")
+    body = dict(req.json())
+    kind = body.pop("action", None)
+    at, delay = _at(body.pop("at", None), "at"), body.pop("delay", None)
+    if at is not None and delay is not None:
+        raise Invalid("give at (a virtual time) or delay (seconds from now), not both", param="delay")
+    action, _now = req.runtime.schedule_action(project, api_key, kind, body, at,
+                                               None if delay is None else float(delay))
+    return 200, _action(action)
+
+
+def admin_list_actions(req: Request) -> Reply:
+    _api_key, project = _scoped(req, "a scheduled action")
+    return 200, {"data": [_action(a) for a in req.runtime.list_actions(project)]}
+
+
+def admin_cancel_action(req: Request) -> Reply:
+    _api_key, project = _scoped(req, "a scheduled action")
+    return 200, _action(req.runtime.cancel_action(project, req.path["id"]))
 
 
 def admin_drop_clock(req: Request) -> Reply:
@@ -221,7 +319,7 @@ def admin_import_state(req: Request) -> Reply:
         if tenant is None:
             req.runtime.import_state(req.body)
         else:
-            req.runtime.import_tenant(tenant[1], req.body)
+            req.runtime.import_tenant(tenant[1], req.body, api_key=tenant[0])
     except snapshot.StateError as exc:
         raise Invalid(f"state document refused: {exc}", code="invalid_state") from exc
     return 200, {"imported": True}

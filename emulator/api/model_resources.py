@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from emulator.api import render
-from emulator.api.request import Reply, Request, stateless
+from emulator.api.request import Reply, Request, polls, stateless
 from emulator.domain import model_resources as domain
 
 
@@ -19,6 +19,7 @@ def list_model_resources(req: Request) -> Reply:
                                  items[-1].id if items else None)
 
 
+@polls("resources", "model_resources_id")
 def get_model_resources(req: Request) -> Reply:
     return 200, render.model_resources(req.tenant, domain.get(req.tenant, req.path["model_resources_id"]))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from emulator.api import render
-from emulator.api.request import Reply, Request
+from emulator.api.request import Reply, Request, polls
 from emulator.domain import operations as domain
 from emulator.store.records import OperationKind as K
 
@@ -20,6 +20,7 @@ def _submit(kind: K) -> Callable[[Request], Reply]:
 
 
 def _get(kind: K) -> Callable[[Request], Reply]:
+    @polls("operations", "operation_id")
     def handler(req: Request) -> Reply:
         op = domain.get(req.tenant, req.path["session_id"], kind, req.path["operation_id"])
         return 200, render.operation(req.tenant, op)

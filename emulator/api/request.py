@@ -29,6 +29,16 @@ def stateless(handler: F) -> F:
     return handler
 
 
+def polls(table: str, param: str) -> Callable[[F], F]:
+    """Mark a handler that reads one object a client may be waiting on (its table, and the path parameter
+    naming it): the dispatcher tells the runtime before the handler runs, so an auto clock can jump to what
+    the object waits for (``Runtime.polled``)."""
+    def mark(handler: F) -> F:
+        handler.polls = (table, param)  # type: ignore[attr-defined]
+        return handler
+    return mark
+
+
 class Request:
     __slots__ = ("runtime", "principal", "method", "path", "query", "headers", "body", "_base_url", "operation_id",
                  "tenant", "ctx")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from emulator.api import render
-from emulator.api.request import Reply, Request
+from emulator.api.request import Reply, Request, polls
 from emulator.domain import sessions as domain
 
 
@@ -21,6 +21,7 @@ def list_sessions(req: Request) -> Reply:
                                       items[-1].id if items else None)
 
 
+@polls("sessions", "session_id")
 def get_session(req: Request) -> Reply:
     return 200, render.session_json(req.tenant, req.runtime.rendered, domain.get(req.tenant, req.path["session_id"]))
 

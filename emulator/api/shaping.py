@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from emulator.api import render
-from emulator.api.request import Reply, Request
+from emulator.api.request import Reply, Request, polls
 from emulator.domain import shaping as domain
 
 
@@ -19,6 +19,7 @@ def list_shaping_jobs(req: Request) -> Reply:
     return 200, {"data": [render.shaping_job(j) for j in domain.list_(req.tenant)], "object": "list"}
 
 
+@polls("shaping_jobs", "id")
 def get_shaping_job(req: Request) -> Reply:
     return 200, render.shaping_job(domain.get(req.tenant, req.path["id"]))
 

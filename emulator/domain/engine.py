@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from emulator.domain import model_resources, operations, sessions, shaping
+from emulator.domain import actions, model_resources, operations, sessions, shaping
 from emulator.domain.context import Ctx
 from emulator.store import Tenant, TimelineEvent
 
@@ -31,6 +31,7 @@ TIMELINE_HANDLERS: Mapping[str, TimelineHandler] = MappingProxyType({
     E.OPERATION_COMPLETE: operations.on_complete,
     E.SHAPING_PHASE: shaping.on_phase,
     E.SHAPING_CANCELLED: shaping.on_cancelled,
+    E.ACTION_RUN: actions.on_run,
 })
 _TABLE_OF = MappingProxyType({event.value: event.table for event in TimelineEvent})
 

@@ -129,6 +129,11 @@ class Dispatcher:
         else:
             with self.runtime.unit_of_work(caller, write=method not in READ_METHODS) as (tenant, ctx):
                 request.tenant, request.ctx = tenant, ctx
+                polled = getattr(handler, "polls", None)
+                if polled is not None:  # a client reads an object it may wait on (the auto clock, a stall)
+                    self.runtime.polled(tenant, ctx, polled[0], request.path.get(polled[1], ""))
+                elif self.runtime.waits:
+                    self.runtime.not_polling(caller.project)
                 result = handler(request)
                 payload = result[1]
                 effect = state_effect(scope)

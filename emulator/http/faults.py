@@ -2,12 +2,15 @@
 
 Sits after auth (a rule may match the caller) and before validation (an injected 503 answers even a
 malformed request, as an overloaded real service would). A ``status`` effect answers ``ErrorData`` at
-once; state effects are handed to the dispatcher, which applies them after the handler ran.
+once; state effects are handed to the dispatcher, which applies them after the handler ran. A tenant with a
+fault rule scheduled to start or stop (``/_emulator/clock/actions``) is settled first once it is due, so the
+first request after its virtual time already meets it.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from emulator.faults import STATE_EFFECTS, FaultSet
@@ -27,15 +30,22 @@ def state_effect(scope: Scope) -> dict[str, Any] | None:
 
 
 class FaultMiddleware:
-    def __init__(self, app: ASGIApp, faults: FaultSet, events: EventLog) -> None:
+    def __init__(self, app: ASGIApp, faults: FaultSet, events: EventLog, scheduled: Mapping[str, float] | None = None,
+                 fire_due: Callable[[str], None] | None = None) -> None:
         self.app = app
         self.faults = faults
         self.events = events
+        self.scheduled = {} if scheduled is None else scheduled   # project -> its next fault-rule action's time
+        self.fire_due = fire_due
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if self.scheduled and self.fire_due is not None:  # (usually empty: one test of a dict)
+            caller = principal(scope)
+            if caller is not None and caller.project in self.scheduled:
+                self.fire_due(caller.project)
         forced = header(scope, b"x-emulator-fault")
         if forced is None and (not self.faults.rules or scope.get(SCENARIO)):  # the hot path: no rules
             await self.app(scope, receive, send)

@@ -56,9 +56,10 @@ FAN_OUT_TIMEOUT = 60.0
 # Unscoped control calls, by what they mean for a cluster (the others are answered by the shard that gets them).
 CLUSTER_WIDE = frozenset({"adminReset", "adminSetSeed", "adminSetClock", "adminAdvanceClock", "adminSetProfile",
                           "adminAddFaults", "adminClearFaults", "adminRemoveFault"})
-PER_SHARD = frozenset({"adminExportState", "adminImportState", "adminListEvents",
+PER_SHARD = frozenset({"adminExportState", "adminImportState", "adminListEvents", "adminGetPending",
                        "adminStartRecording", "adminStopRecording", "adminGetRecording"})
-NEEDS_TENANT = frozenset({"adminLoadScenario"})
+NEEDS_TENANT = frozenset({"adminLoadScenario", "adminScheduleAction", "adminListActions", "adminCancelAction",
+                          "adminRunClock"})
 # Request headers a fanned-out call carries on (the admin token among them); the rest are the hop's own.
 HOP_HEADERS = frozenset({b"host", b"content-length", b"connection", b"transfer-encoding", b"keep-alive",
                          b"x-emulator-shard", b"accept-encoding"})
@@ -182,8 +183,9 @@ class ShardGuard:
                           f"({SHARD_HEADER}: 0 to {self.shard.count - 1}, or ?shard=) or a tenant "
                           "(X-Emulator-Tenant)", param=SHARD_HEADER, code="shard_required")
         if op in NEEDS_TENANT:
-            raise Invalid(f"{here}: a scenario loads into a tenant, which lives on one shard; name it with "
-                          "X-Emulator-Tenant (the shipped scenarios' own key is demo-key)", param="X-Emulator-Tenant",
+            raise Invalid(f"{here}: {op} acts on one tenant (a scenario loads into it; scheduled actions and runs "
+                          "of the clock are its own), which lives on one shard; name it with X-Emulator-Tenant "
+                          "(the shipped scenarios' own key is demo-key)", param="X-Emulator-Tenant",
                           code="tenant_required")
         if op in CLUSTER_WIDE:
             if self.fan_out is None:

@@ -53,7 +53,17 @@ class ShapingStatus(StrEnum):
     USER_ERROR = "user_error"
 
 
-R, S, Op, Q = ResourceStatus, SessionStatus, OperationStatus, ShapingStatus
+class ActionStatus(StrEnum):
+    """A scheduled action of the control plane (``/_emulator/clock/actions``): it waits for its time, then it
+    is done, or failed (its target was gone or could not take it), unless it was cancelled first."""
+
+    SCHEDULED = "scheduled"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+R, S, Op, Q, A = ResourceStatus, SessionStatus, OperationStatus, ShapingStatus, ActionStatus
 
 TRANSITIONS: Mapping[type[StrEnum], Mapping[StrEnum, frozenset[StrEnum]]] = MappingProxyType({
     # (keyed by members: a member hashes and compares as its value, so stored strings look them up)
@@ -88,6 +98,12 @@ TRANSITIONS: Mapping[type[StrEnum], Mapping[StrEnum, frozenset[StrEnum]]] = Mapp
         Q.CANCELLED: frozenset(),
         Q.ERROR: frozenset(),
         Q.USER_ERROR: frozenset(),
+    }),
+    ActionStatus: MappingProxyType({
+        A.SCHEDULED: frozenset({A.DONE, A.FAILED, A.CANCELLED}),
+        A.DONE: frozenset(),
+        A.FAILED: frozenset(),
+        A.CANCELLED: frozenset(),
     }),
 })
 
@@ -257,6 +273,32 @@ class ShapingJob:
     events: list[dict[str, Any]] = field(default_factory=list)
     results: dict[str, Any] | None = None
     phase: int = 0
+
+
+class ActionKind(StrEnum):
+    """What a scheduled action does when its time comes (``emulator.domain.actions``)."""
+
+    ADD_FAULT = "add_fault"
+    REMOVE_FAULT = "remove_fault"
+    STOP_RESOURCE = "stop_resource"
+    EXPIRE_SESSION = "expire_session"
+    CAPACITY_UNAVAILABLE = "capacity_unavailable"
+
+
+@dataclass(slots=True)
+class ScheduledAction:
+    """An action of the control plane that waits in the tenant's timeline for its virtual time (not an object
+    of the real API: how a test schedules what happens to it). ``params`` are the action's own (a fault rule,
+    a target id, an outage's length); ``result`` says what it did, or why it failed."""
+
+    id: str
+    action: str
+    at: float
+    params: dict[str, Any]
+    status: str
+    created_at: float
+    updated_at: float
+    result: str | None = None
 
 
 FILE_STATUSES = ("PENDING", "QUEUED", "RUNNING", "COMPLETED", "FAILED", "INVALID_FORMAT")

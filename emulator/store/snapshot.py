@@ -38,7 +38,7 @@ STATE_VERSION = 3
 RECORD_TYPES = MappingProxyType({"resources": records.ModelResource, "sessions": records.Session,
                                  "operations": records.Operation, "checkpoints": records.Checkpoint,
                                  "payloads": records.Payload, "shaping_jobs": records.ShapingJob,
-                                 "files": records.File})
+                                 "files": records.File, "actions": records.ScheduledAction})
 BLOB_TABLES = ("files", "payloads")   # the records that name uploaded bytes (emulator.store.blobs)
 
 
@@ -283,6 +283,8 @@ _ENUMS: MappingProxyType[type, MappingProxyType[str, tuple[str, ...]]] = Mapping
     records.Checkpoint: MappingProxyType({"type": tuple(t.value for t in records.CheckpointType)}),
     records.ShapingJob: MappingProxyType({"status": tuple(s.value for s in records.ShapingStatus)}),
     records.File: MappingProxyType({"processing_status": tuple(records.FILE_STATUSES)}),
+    records.ScheduledAction: MappingProxyType({"status": tuple(s.value for s in records.ActionStatus),
+                                               "action": tuple(k.value for k in records.ActionKind)}),
 })
 
 

@@ -37,6 +37,7 @@ from emulator.store.records import (
     Operation,
     OperationStatus,
     Payload,
+    ScheduledAction,
     Session,
     ShapingJob,
 )
@@ -154,6 +155,10 @@ class Table(Generic[R]):
         """A record, for reading only (nothing is noted); KeyError when there is none."""
         return self._rows[obj_id]
 
+    def read(self, obj_id: Any) -> R | None:
+        """A record or None, for reading only (nothing is noted)."""
+        return self._rows.get(obj_id)
+
     def __contains__(self, obj_id: object) -> bool:
         return obj_id in self._rows
 
@@ -238,6 +243,7 @@ class TimelineEvent(StrEnum):
     OPERATION_COMPLETE = "operation.complete"
     SHAPING_PHASE = "shaping.phase"
     SHAPING_CANCELLED = "shaping.cancelled"
+    ACTION_RUN = "action.run"
 
     @property
     def table(self) -> str:
@@ -245,7 +251,8 @@ class TimelineEvent(StrEnum):
 
 
 EVENT_TABLES: Mapping[str, str] = MappingProxyType({"resource": "resources", "session": "sessions",
-                                                     "operation": "operations", "shaping": "shaping_jobs"})
+                                                     "operation": "operations", "shaping": "shaping_jobs",
+                                                     "action": "actions"})
 
 Entry = tuple[float, int, str, str]  # (when, sequence number: ties run in scheduling order, event, record id)
 
@@ -422,6 +429,10 @@ def _never_final(record: Any) -> bool:
     return False
 
 
+def _action_final(action: ScheduledAction) -> bool:
+    return action.status != records.ActionStatus.SCHEDULED
+
+
 def _always_final(record: Any) -> bool:
     return True  # checkpoints never change once made
 
@@ -429,7 +440,7 @@ def _always_final(record: Any) -> bool:
 class Tenant:
     """Everything one project owns. Changed only inside a unit of work (``Runtime.unit_of_work``)."""
 
-    TABLES = ("resources", "sessions", "operations", "checkpoints", "payloads", "shaping_jobs", "files")
+    TABLES = ("resources", "sessions", "operations", "checkpoints", "payloads", "shaping_jobs", "files", "actions")
 
     def __init__(self, project: str, seed: int, events: EventSink, *, journaled: bool = False,
                  epoch: str | None = None, bases: BaseModels | None = None) -> None:
@@ -451,6 +462,9 @@ class Tenant:
                                                      final=_never_final)
         # The Files API's files (a shaping job's calibration dataset); their bytes live in the record.
         self.files: Table[File] = Table("files", File, log, listed=True, final=_never_final)
+        # What the control plane scheduled for a virtual time (emulator.domain.actions), in scheduling order.
+        self.actions: Table[ScheduledAction] = Table("actions", ScheduledAction, log, listed=True,
+                                                     final=_action_final)
         self.timeline = Timeline(log)
         # (session id, operation kind, key) -> operation id
         self.idempotency: KeyedLog[str] = KeyedLog(log)
@@ -464,6 +478,9 @@ class Tenant:
         # needs them (then built from the operations). Derived: not journaled.
         self.finished: dict[str, deque[str]] | None = None
         self.lora_configs: dict[tuple[Any, ...], dict[str, Any]] = {}  # interned, shared by sessions (derived)
+        # What settling asked of the services beyond the tenant (a scheduled fault rule to add or remove), for
+        # the runtime to carry out right after: the domain reaches no service itself. Drained at once.
+        self.outbox: list[tuple[ScheduledAction, float]] = []
 
     def log(self, at: float, kind: str, obj_id: str, old: str | None, new: str, **extra: Any) -> None:
         """A status change (or a creation, ``old`` None) for the event log, at its virtual time."""
