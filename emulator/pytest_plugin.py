@@ -5,16 +5,20 @@
         together_emulator.clock.advance(600)         # this test's time only
 
     @pytest.mark.together_emulator(scenario="two-sessions-step-40", seed=7, profile="realistic",
-                                   faults=[...], clock="manual", start="2026-01-01T00:00:00Z")
+                                   faults="nan-storm", clock="auto", start="2026-01-01T00:00:00Z")
     def test_with_a_setup(together_emulator): ...
 
 The fixture is a :class:`emulator.testing.Tenant`. One emulator serves the whole session (started on
 first use, in a thread by default); every test gets a tenant of its own, reset, with its own manual
-clock, so tests never see each other's state, time or fault rules. The marker's keywords (or the
-fixture's indirect parameter, a dict) are those of :meth:`emulator.testing.EmulatorServer.tenant`.
+clock (or ``clock="auto"``: it jumps to what the test's client waits for), so tests never see each
+other's state, time or fault rules. The marker's keywords (or the fixture's indirect parameter, a dict)
+are those of :meth:`emulator.testing.EmulatorServer.tenant`, plus ``stall_after``: on a manual clock, a
+test that waits for a transition nothing advances fails after that many seconds (default 2.5; None:
+never) with one sentence saying what it waits for (:class:`emulator.testing.StallGuard`).
 
 Options (or ini keys ``together_emulator_mode``, ``together_emulator_args``, ``together_emulator_url``):
-``--together-emulator-mode=subprocess`` runs the emulator in a subprocess; ``--together-emulator-arg=ARG``
+``--together-emulator-mode=subprocess`` runs the emulator in a subprocess; ``--together-emulator-clock=auto``
+gives every test the auto clock (a marker's ``clock`` still wins); ``--together-emulator-arg=ARG``
 (repeatable) passes a server option; ``--together-emulator-url=URL`` uses an emulator that is already
 running (tenants then get a per-run salt, so runs sharing it never meet), with
 ``--together-emulator-admin-token`` if it has one.
@@ -35,16 +39,21 @@ if TYPE_CHECKING:
     from emulator.testing import EmulatorServer, Tenant
 
 SETTINGS = frozenset({"seed", "clock", "start", "speed", "profile", "overrides", "faults", "scenario", "api_key",
-                      "name"})
+                      "name", "stall_after"})
+CLOCKS = ("manual", "auto", "system")
+STALL_AFTER = 2.5
 MARKER = ("together_emulator(**settings): settings of the together_emulator fixture's tenant: seed, clock "
-          "('manual' or 'system'), start, speed, profile ('instant' or 'realistic'), overrides, faults, scenario, "
-          "api_key")
+          "('manual', 'auto' or 'system'), start, speed, profile ('instant' or 'realistic'), overrides, faults "
+          "(rules, or a shipped fault file's name such as 'nan-storm'), scenario, api_key, stall_after")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("together_emulator", "Together RL emulator (the together_emulator fixture)")
     group.addoption("--together-emulator-mode", choices=("thread", "subprocess"), default=None,
                     help="run the session's emulator in a thread of pytest (default) or in a subprocess")
+    group.addoption("--together-emulator-clock", choices=CLOCKS, default=None,
+                    help="every test's own clock: manual (default: moves only when the test moves it), auto "
+                         "(jumps to what the test's client waits for) or system")
     group.addoption("--together-emulator-arg", action="append", default=[],
                     help="a server option for that emulator (repeatable), e.g. --together-emulator-arg=--validate-responses")
     group.addoption("--together-emulator-url", default=None,
@@ -52,6 +61,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--together-emulator-admin-token", default=None,
                     help="the admin token of that emulator, if it has one [env TOGETHER_EMULATOR_ADMIN_TOKEN]")
     parser.addini("together_emulator_mode", "thread (default) or subprocess", default="thread")
+    parser.addini("together_emulator_clock", "every test's own clock: manual (default), auto or system",
+                  default="manual")
     parser.addini("together_emulator_args", "server options for the session's emulator", type="args", default=[])
     parser.addini("together_emulator_url", "an emulator already running (instead of starting one)", default="")
 
@@ -93,9 +104,19 @@ def together_emulator(together_emulator_server: EmulatorServer, request: pytest.
     if unknown:
         raise pytest.UsageError(f"together_emulator: unknown settings {sorted(unknown)}; known: {sorted(SETTINGS)}")
     settings.setdefault("name", request.node.nodeid)
+    config = request.config
+    settings.setdefault("clock", config.option.together_emulator_clock or config.getini("together_emulator_clock")
+                        or "manual")
+    stall_after = settings.pop("stall_after", STALL_AFTER)
     tenant = together_emulator_server.tenant(**settings)
+    from emulator.testing import StallGuard
+
     try:
         with tenant.environ():
-            yield tenant
+            if settings["clock"] == "manual" and stall_after is not None:
+                with StallGuard(tenant, after=float(stall_after)):
+                    yield tenant
+            else:
+                yield tenant
     finally:
         tenant.close()

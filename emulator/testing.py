@@ -87,7 +87,8 @@ class EmulatorServer:
         self._proc: subprocess.Popen[str] | None = None
         self._pump: threading.Thread | None = None
         self._output: list[str] = []
-        self._http: httpx.Client | None = None
+        self._http: httpx.Client | None = None   # made on first use: a server in this process rarely needs it
+        self._running = False
         self._runtime: Any = None   # the Runtime of a server in this process (control calls skip HTTP)
         self._count = 0
         # Tenants of a shared server (url mode) get a per-run salt, so that two runs of the same tests never
@@ -97,7 +98,7 @@ class EmulatorServer:
     # --- life -----------------------------------------------------------------------------------------
 
     def start(self) -> EmulatorServer:
-        if self._http is not None:
+        if self._running:
             return self
         began = time.perf_counter()
         try:
@@ -108,9 +109,8 @@ class EmulatorServer:
         except BaseException:
             self._stack.close()
             raise
-        headers = {"X-Emulator-Admin-Token": self.admin_token} if self.admin_token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=60)
-        self._stack.callback(self._http.close)
+        self._running = True
+        self._stack.callback(setattr, self, "_running", False)
         if self.mode == "url":
             self._call("adminGetClock", "GET", "/_emulator/clock")  # reachable, and the admin token works
         self.started_in = time.perf_counter() - began
@@ -118,7 +118,17 @@ class EmulatorServer:
 
     def close(self) -> None:
         self._stack.close()
-        self._http = None
+
+    @property
+    def http(self) -> httpx.Client:
+        """A client of the control plane over HTTP (made on first use: building one loads TLS certificates,
+        a tenth of a thread's start-up, and a server in this process is called directly)."""
+        if self._http is None:
+            headers = {"X-Emulator-Admin-Token": self.admin_token} if self.admin_token else {}
+            client = self._http = httpx.Client(base_url=self.url, headers=headers, timeout=60)
+            self._stack.callback(setattr, self, "_http", None)
+            self._stack.callback(client.close)
+        return self._http
 
     def __enter__(self) -> EmulatorServer:
         return self.start()
@@ -206,7 +216,7 @@ class EmulatorServer:
     def _call(self, operation_id: str, method: str, path: str, tenant: str | None = None, *, json: Any = None,
               params: dict[str, Any] | None = None, path_params: dict[str, str] | None = None) -> Any:
         """One control-plane operation (``admin.yaml``), scoped to ``tenant`` (an API key) when given."""
-        if self._http is None:
+        if not self._running:
             raise EmulatorError("the emulator is not running (start() it, or use it in a with block)")
         if self._runtime is not None:
             from emulator.api import handler_for
@@ -214,7 +224,7 @@ class EmulatorServer:
             if not inspect.iscoroutinefunction(handler_for(operation_id)):  # (a scenario calls the app: HTTP)
                 return self._call_in_process(operation_id, method, path, tenant, json, params, path_params or {})
         headers = {"X-Emulator-Tenant": tenant} if tenant else None
-        resp = self._http.request(method, path, headers=headers, json=json, params=params)
+        resp = self.http.request(method, path, headers=headers, json=json, params=params)
         if resp.status_code != 200:
             raise EmulatorError(f"{method} {path} answered {resp.status_code}: {resp.text[:500]}")
         return resp.json()
@@ -249,8 +259,9 @@ class EmulatorServer:
                speed: float | None = None, profile: str | None = None, overrides: Mapping[str, float] | None = None,
                faults: Any = None, scenario: str | None = None) -> Tenant:
         """A fresh tenant: reset, with its own clock (``clock`` mode, starting at ``start``; by default a
-        manual clock starts at 2026-01-01T00:00:00Z and a system clock where the global clock is), and
-        optionally its own seed, timing profile, fault rules and a scenario.
+        manual or auto clock starts at 2026-01-01T00:00:00Z and a system clock where the global clock is), and
+        optionally its own seed, timing profile, fault rules (rules, or the name of a shipped fault file) and
+        a scenario.
 
         ``api_key`` picks the key (default: derived from ``name``, else a counter, so the same test gets the
         same tenant, and the same ids, on every run of a private server).
@@ -260,7 +271,7 @@ class EmulatorServer:
             label = name if name is not None else f"tenant-{self._count}"
             api_key = "emu-" + hashlib.sha256(f"{self._salt}:{label}".encode()).hexdigest()[:24]
         body: dict[str, Any] = {"clock": {"mode": clock}}
-        if start is None and clock == "manual":
+        if start is None and clock in ("manual", "auto"):
             start = DEFAULT_START
         if start is not None:
             body["clock"]["now"] = _time_text(start)
@@ -315,6 +326,179 @@ class TenantClock:
             body["speed"] = speed
         return _parse_time(self._tenant._call("adminSetClock", "POST", "/_emulator/clock", json=body)["now"])
 
+    def pending(self) -> list[dict[str, Any]]:
+        """Every scheduled transition of this tenant, in virtual-time order: ``{"at", "in_seconds", "kind",
+        "id", "event", "from", "to", "detail"?}`` (``GET /_emulator/clock/pending``)."""
+        return list(self._tenant._call("adminGetPending", "GET", "/_emulator/clock/pending")["data"])
+
+    def waiting(self) -> dict[str, Any] | None:
+        """What this tenant's client polls while its manual clock stands still (see :class:`StallGuard`)."""
+        waiting: dict[str, Any] | None = self._tenant._call("adminGetPending", "GET", "/_emulator/clock/pending")[
+            "waiting"]
+        return waiting
+
+    def next(self) -> list[dict[str, Any]]:
+        """Move to the next pending transition; returns the transitions crossed, in order (none: nothing was
+        pending, and the clock stayed)."""
+        return list(self._tenant._call("adminAdvanceClock", "POST", "/_emulator/clock/advance",
+                                       json={"to": "next"})["crossed"])
+
+    def run_until(self, target: Any = None, status: str | None = None, *, terminal: bool = False,
+                  max_seconds: float | None = None) -> list[dict[str, Any]]:
+        """Move through the pending transitions in order until ``target`` (an id, or an object with one: an SDK
+        client or response, a dict) reaches ``status`` (``"READY"`` or the API's value), or any final status
+        with ``terminal=True``; without a target, until nothing is pending. ``max_seconds`` bounds the virtual
+        time it may take (default one day). Returns the transitions crossed; :class:`EmulatorError` naming the
+        next pending transition when the condition cannot hold in time."""
+        body: dict[str, Any] = {}
+        if target is not None:
+            if (status is None) == (not terminal):
+                raise TypeError("run_until(target, status) or run_until(target, terminal=True)")
+            body["until"] = {"id": _object_id(target), **({"terminal": True} if terminal else {"status": status})}
+        elif status is not None or terminal:
+            raise TypeError("a status or terminal needs the target object")
+        if max_seconds is not None:
+            body["max_seconds"] = max_seconds
+        return list(self._tenant._call("adminRunClock", "POST", "/_emulator/clock/run", json=body)["crossed"])
+
+    def schedule(self, action: str, *, at: datetime | str | float | None = None, delay: float | None = None,
+                 **params: Any) -> dict[str, Any]:
+        """Schedule ``action`` (``add_fault`` rule=..., ``remove_fault`` name=..., ``stop_resource`` id=...,
+        ``expire_session`` id=..., ``capacity_unavailable`` seconds=...) at a virtual time or ``delay`` seconds
+        from now; it fires in order with the other transitions. An ``id`` may be an SDK object."""
+        body: dict[str, Any] = {"action": action, **params}
+        if "id" in body:
+            body["id"] = _object_id(body["id"])
+        if at is not None:
+            body["at"] = _time_text(at)
+        if delay is not None:
+            body["delay"] = delay
+        return dict(self._tenant._call("adminScheduleAction", "POST", "/_emulator/clock/actions", json=body))
+
+    def actions(self) -> list[dict[str, Any]]:
+        """This tenant's scheduled actions, with what became of each."""
+        return list(self._tenant._call("adminListActions", "GET", "/_emulator/clock/actions")["data"])
+
+    def cancel(self, action_id: str) -> dict[str, Any]:
+        return dict(self._tenant._call("adminCancelAction", "DELETE", f"/_emulator/clock/actions/{action_id}",
+                                       path_params={"id": action_id}))
+
+
+def _object_id(target: Any) -> str:
+    """The id of what a test holds: an id, a dict with one, or an SDK object (``model_resources_id``,
+    ``session_id``, or ``id``)."""
+    if isinstance(target, str):
+        return target
+    if isinstance(target, Mapping) and isinstance(target.get("id"), str):
+        return str(target["id"])
+    for attr in ("model_resources_id", "session_id", "id"):
+        value = getattr(target, attr, None)
+        if isinstance(value, str):
+            return value
+    raise TypeError(f"cannot tell the id of {type(target).__name__}: give the id")
+
+
+class ClockStalled(EmulatorError):
+    """A test waited on a tenant whose manual clock nothing moves (raised by :class:`StallGuard`)."""
+
+
+class StallGuard:
+    """Turns a wait that cannot end into a failure that says why, within a few seconds.
+
+    A client polling an object that waits for a transition on a manual clock waits for ever (the SDK's
+    ``ready_timeout`` defaults to no limit). The emulator notes such polls (``waiting`` of
+    ``GET /_emulator/clock/pending``); this guard, a thread, asks every ``period`` seconds, and once a wait has
+    lasted ``after`` seconds of real time (while the main thread is inside the SDK, or after three polls
+    without progress) it raises :class:`ClockStalled` in the main thread: through a signal, which interrupts
+    a blocking wait (POSIX only; elsewhere, and outside the main thread, the guard does nothing).
+    """
+
+    def __init__(self, tenant: Tenant, after: float = 2.5, period: float = 0.2) -> None:
+        self.tenant = tenant
+        self.after = after
+        self.period = period
+        self.message: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._signal: int | None = None
+        self._saved: Any = None
+        self._armed = False
+
+    def __enter__(self) -> StallGuard:
+        import signal
+
+        main = threading.main_thread()
+        if threading.current_thread() is not main or not hasattr(signal, "pthread_kill"):
+            return self
+        for signum in (getattr(signal, "SIGUSR1", None), getattr(signal, "SIGUSR2", None)):
+            if signum is not None and signal.getsignal(signum) in (signal.SIG_DFL, None):
+                self._signal = signum
+                break
+        if self._signal is None:  # (both taken by the user's own code: no guard, rather than a clash)
+            return self
+        self._saved = signal.signal(self._signal, self._raise)
+        self._armed = True
+        self._thread = threading.Thread(target=self._watch, args=(main.ident,), name="together-emulator-stall-guard",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        self._armed = False
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self._signal is not None and self._saved is not None:
+            signal.signal(self._signal, self._saved)
+
+    def _raise(self, signum: int, frame: Any) -> None:
+        if self._armed and self.message is not None:
+            self._armed = False
+            raise ClockStalled(self.message)
+
+    def _watch(self, main_ident: int | None) -> None:
+        import signal
+
+        while not self._stop.wait(self.period):
+            try:
+                waiting = self.tenant.clock.waiting()
+            except Exception:  # noqa: BLE001 - the server went away, or the test reset it: nothing to guard
+                continue
+            if waiting is None or waiting["seconds"] < self.after:
+                continue
+            if waiting["polls"] < 3 and not _in_sdk(main_ident):
+                continue  # one look at a waiting object, then other work: not a wait
+            self.message = stalled_message(waiting)
+            if self._armed and main_ident is not None and self._signal is not None:
+                signal.pthread_kill(main_ident, self._signal)
+            return
+
+
+def _in_sdk(ident: int | None) -> bool:
+    """Whether that thread is inside a call of the Together SDK (``together.*``): a blocking call that polls."""
+    frame = sys._current_frames().get(ident) if ident is not None else None
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith("together."):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def stalled_message(waiting: Mapping[str, Any]) -> str:
+    """The one sentence a stalled test fails with: what it waits for, and the two ways out."""
+    what = f"{waiting['kind']} {waiting['id']} ({waiting['status']})"
+    nxt = waiting.get("next")
+    if nxt is None:
+        return (f"together_emulator: the test waits on {what}, but nothing pending would move it on this "
+                f"tenant's manual clock; look at together_emulator.clock.pending() and the events")
+    return (f"together_emulator: the test waits on {what}, but this tenant's clock is manual and nothing "
+            f"advanced it for {waiting['seconds']:.1f} s; the next transition, {nxt['kind']} {nxt['id']} to "
+            f"{nxt['to']}, is due at {nxt['at']} ({nxt['in_seconds']:g} s ahead): advance the clock "
+            f"(together_emulator.clock.next() or .run_until(...)) or use the auto clock "
+            f"(@pytest.mark.together_emulator(clock=\"auto\"), or --together-emulator-clock=auto)")
+
 
 class Tenant:
     """One API key of an emulator, with its own clock; what a test or a notebook works with.
@@ -349,7 +533,10 @@ class Tenant:
         return self._call("adminReset", "POST", "/_emulator/reset", json=settings)
 
     def add_faults(self, rules: Any) -> list[dict[str, Any]]:
-        """Fault rules (one, a list, or ``{"rules": [...]}``, see ``emulator/faults.py``) for this tenant only."""
+        """Fault rules (one, a list, or ``{"rules": [...]}``, see ``emulator/faults.py``; or the name of a shipped
+        fault file, ``"nan-storm"``) for this tenant only."""
+        if isinstance(rules, str):
+            rules = {"fixture": rules}
         return self._call("adminAddFaults", "POST", "/_emulator/faults", json=rules)["data"]
 
     def faults(self) -> list[dict[str, Any]]:
@@ -381,7 +568,7 @@ class Tenant:
 
     def close(self) -> None:
         """Forget everything of the tenant (state, clock, profile, seed and fault rules)."""
-        if self.server._http is not None:
+        if self.server._running:
             self.reset()
             self.clear_faults()
 
@@ -418,14 +605,16 @@ def emulate(*, seed: int | None = None, clock: str = "manual", start: datetime |
             speed: float | None = None, profile: str | None = None, overrides: Mapping[str, float] | None = None,
             faults: Any = None, scenario: str | None = None, api_key: str | None = None, mode: str = "thread",
             args: Sequence[str] = (), server: EmulatorServer | None = None, url: str | None = None,
-            set_env: bool = True) -> Iterator[Tenant]:
+            set_env: bool = True, stall_after: float | None = 2.5) -> Iterator[Tenant]:
     """An emulator (started for the block, unless ``server`` or ``url`` names one) and a fresh tenant of it;
     ``TOGETHER_BASE_URL`` and ``TOGETHER_API_KEY`` point at it within the block (``set_env=False``: not).
 
     The tenant has its own ``clock`` (``"manual"``: time moves only through ``emu.clock``, from 2026-01-01
-    unless ``start`` says otherwise; ``"system"``: real time x ``speed``), and optionally its own ``seed``,
-    timing ``profile``
-    (``"instant"``, ``"realistic"``, with ``overrides``), fault rules and a named ``scenario``.
+    unless ``start`` says otherwise; ``"auto"``: manual, and it jumps to what a client waits for, so the SDK's
+    blocking calls return at once with realistic virtual times; ``"system"``: real time x ``speed``), and
+    optionally its own ``seed``, timing ``profile`` (``"instant"``, ``"realistic"``, with ``overrides``), fault
+    rules (or a shipped fault file's name) and a named ``scenario``. On a manual clock a wait that nothing can
+    end fails after ``stall_after`` seconds with :class:`ClockStalled` (:class:`StallGuard`; None: never).
     """
     with ExitStack() as stack:
         if server is None:
@@ -437,4 +626,6 @@ def emulate(*, seed: int | None = None, clock: str = "manual", start: datetime |
         stack.callback(tenant.close)
         if set_env:
             stack.enter_context(tenant.environ())
+        if clock == "manual" and stall_after is not None:
+            stack.enter_context(StallGuard(tenant, after=stall_after))
         yield tenant

@@ -36,10 +36,10 @@ def run(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complete
                           env=env, check=False)
 
 
-def pytest_in(tmp_path: Path, files: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+def pytest_in(tmp_path: Path, files: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     for name, text in files.items():
         (tmp_path / name).write_text(text)
-    return run(["-m", "pytest", "-q", "-W", "error", "-p", "no:cacheprovider", *args], tmp_path)
+    return run(["-m", "pytest", "-q", "-W", "error", "-p", "no:cacheprovider", *args], tmp_path, timeout)
 
 
 def test_readme_pytest_example_passes_as_written(tmp_path: Path) -> None:
