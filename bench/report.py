@@ -242,6 +242,23 @@ def target_rows(r: dict[str, Any], labels: list[str]) -> list[tuple[str, str, st
             verdict(r.get("plugin_tenant_thread_ms"), 5.0, False),
         )
     )
+    thread, subprocess_ = r.get("plugin_sdk_file_thread_s"), r.get("plugin_sdk_file_subprocess_s")
+    rows.append(
+        (
+            f"pytest plugin: a {r.get('plugin_sdk_file_tests', 20)}-test SDK file runs no slower in the default "
+            "mode (thread) than in a subprocess",
+            f"{fmt(thread, 2, 's')} thread, {fmt(subprocess_, 2, 's')} subprocess",
+            verdict(None if thread is None or subprocess_ is None else thread / subprocess_, 1.1, False),
+        )
+    )
+    rows.append(
+        (
+            "pytest plugin: the same file on the realistic profile with the auto clock within 2x of instant",
+            f"{fmt(r.get('plugin_sdk_file_realistic_auto_s'), 2, 's')} "
+            f"({fmt(r.get('plugin_sdk_file_realistic_auto_ratio'), 2)}x)",
+            verdict(r.get("plugin_sdk_file_realistic_auto_ratio"), 2.0, False),
+        )
+    )
     return rows
 
 
@@ -523,7 +540,13 @@ def generated_block(
         "in a subprocess (a fresh interpreter with pytest imported, to the first answer); a fresh tenant per test "
         f"(setup and teardown) costs {_ms(r.get('plugin_tenant_thread_ms'))} in a thread "
         f"(setup alone {_ms(r.get('plugin_tenant_thread_setup_ms'))}), {_ms(r.get('plugin_tenant_subprocess_ms'))} "
-        f"in a subprocess (median of {r.get('plugin_tenants_measured')})"
+        f"in a subprocess (median of {r.get('plugin_tenants_measured')}). `pytest` on a file of "
+        f"{r.get('plugin_sdk_file_tests', 20)} SDK tests (resource, session, two training steps, a checkpoint, stop; "
+        f"the wall time of the whole command, its interpreter and collection included): "
+        f"{fmt(r.get('plugin_sdk_file_thread_s'), 2, 's')} in a thread (the default), "
+        f"{fmt(r.get('plugin_sdk_file_subprocess_s'), 2, 's')} with `--together-emulator-mode=subprocess`; on the "
+        f"realistic profile with the auto clock {fmt(r.get('plugin_sdk_file_realistic_auto_s'), 2, 's')} (its tests check "
+        "their virtual timestamps show the realistic durations)"
         + (f" - {notes['plugin']}" if "plugin" in notes else "")
         + ".",
         "- Contract suite wall time (`python -m contract_tests --report <tmp>`): "

@@ -80,6 +80,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--longrun-budget-mib", type=int, default=8, help="its small output budget (MiB)")
     p.add_argument("--plugin-starts", type=int, default=5, help="start-ups of the pytest plugin's emulator per mode")
     p.add_argument("--plugin-tenants", type=int, default=300, help="fresh tenants measured per mode")
+    p.add_argument("--plugin-sdk-tests", type=int, default=20, help="tests of the SDK file the plugin runs per mode")
     p.add_argument("--soak-seconds", type=int, default=600, help="the mixed-traffic memory soak (0 skips it)")
     p.add_argument("--uploads", type=int, default=20, help="64 MiB Files API uploads for the memory measurement "
                                                           "(0 skips it)")
@@ -112,7 +113,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         )
         args.sweep = "1,8,32"
         args.longrun_steps, args.longrun_budget_mib = 40, 1
-        args.plugin_starts, args.plugin_tenants = 2, 50
+        args.plugin_starts, args.plugin_tenants, args.plugin_sdk_tests = 2, 50, 5
         args.stock_examples = 5
         args.soak_seconds = min(args.soak_seconds, 30)
         args.cluster_connections = 8
@@ -575,8 +576,8 @@ class Bench:
         a = self.args
         log(f"pytest plugin: start-up ({a.plugin_starts} runs per mode) and per-test tenants ({a.plugin_tenants})")
         done = subprocess.run([sys.executable, "-m", "bench.plugin", "--starts", str(a.plugin_starts),
-                               "--tenants", str(a.plugin_tenants)], capture_output=True, text=True, timeout=600,
-                              cwd=str(ROOT))
+                               "--tenants", str(a.plugin_tenants), "--sdk-tests", str(a.plugin_sdk_tests)],
+                              capture_output=True, text=True, timeout=1800, cwd=str(ROOT))
         if done.returncode != 0:
             self.notes["plugin"] = f"bench.plugin failed: {(done.stderr.strip().splitlines() or [''])[-1][:200]}"
             log(f"  {self.notes['plugin']}")
@@ -587,6 +588,10 @@ class Bench:
         log(f"  start-up: thread {r['plugin_start_thread_s']:.3f} s, subprocess {r['plugin_start_subprocess_s']:.3f} s; "
             f"a fresh tenant: thread {r['plugin_tenant_thread_ms']:.2f} ms, subprocess "
             f"{r['plugin_tenant_subprocess_ms']:.2f} ms (median, setup and teardown)")
+        if "plugin_sdk_file_thread_s" in r:
+            log(f"  a {a.plugin_sdk_tests}-test SDK file: thread {r['plugin_sdk_file_thread_s']:.2f} s, subprocess "
+                f"{r['plugin_sdk_file_subprocess_s']:.2f} s; realistic with the auto clock "
+                f"{r['plugin_sdk_file_realistic_auto_s']:.2f} s ({r['plugin_sdk_file_realistic_auto_ratio']:.2f}x)")
 
     def contract(self) -> None:
         a = self.args
