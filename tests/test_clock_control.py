@@ -8,11 +8,13 @@ Responses are validated against ``admin.yaml`` and ``openapi.yaml``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from starlette.testclient import TestClient
 
 from emulator.config import Config
@@ -441,3 +443,27 @@ def test_waiting_names_what_a_client_polls_while_the_manual_clock_stands_still(c
     run(c, {"until": {"id": r["id"], "status": "READY"}})
     get(c, f"model-resources/{r['id']}")              # READY rests: nobody waits on it
     assert waiting() is None
+
+
+# --- admin.yaml's examples ------------------------------------------------------------------------------------
+
+def test_every_example_of_the_clock_calls_in_admin_yaml_runs(c: TestClient) -> None:
+    spec = yaml.safe_load((Path(__file__).resolve().parent.parent / "emulator" / "specs" / "admin.yaml").read_text())
+    ran = []
+    for path in ("/clock/advance", "/clock/run", "/clock/actions"):
+        examples = spec["paths"][path]["post"]["requestBody"]["content"]["application/json"]["examples"]
+        for name, example in examples.items():
+            key = f"example-{path}-{name}"
+            tenant, auth = {"X-Emulator-Tenant": key}, {"Authorization": f"Bearer {key}"}
+            rid = c.post(f"{RL}/model-resources", json={"base_model": BASE}, headers=auth).json()["id"]
+            text = json.dumps(example["value"]).replace("<model_resources_id>", rid)
+            if "<operation_id>" in text:
+                sid = c.post(f"{RL}/training-sessions", json={"model_resources_id": rid}, headers=auth).json()["id"]
+                c.post("/_emulator/clock/run", json={"until": {"id": sid, "status": "RUNNING"}}, headers=tenant)
+                op = c.post(f"{RL}/training-sessions/{sid}/operations/optim-step", headers={**auth, "Idempotency-Key": "k"},
+                            json={"adam_params": {"learning_rate": 1e-4}}).json()
+                text = text.replace("<operation_id>", op["id"])
+            resp = c.post(f"/_emulator{path}", json=json.loads(text), headers=tenant)
+            assert resp.status_code == 200, (path, name, resp.text)
+            ran.append(f"{path}:{name}")
+    assert len(ran) == 8, ran

@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 from emulator.testing import ClockStalled, EmulatorError, EmulatorServer, emulate
-from tests.test_pytest_plugin import pytest_in
+from tests.test_pytest_plugin import pytest_in, readme_block
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+TIME = "#### Time in your tests: the auto clock, what is pending, and what happens when"
 
 STALLS = '''
 import pytest
@@ -38,6 +41,11 @@ def test_a_wait_nothing_advances_fails_within_seconds_naming_the_transition_and_
     sentence = re.search(r"E +emulator\.testing\.ClockStalled: (.*)", out)
     assert sentence is not None, out[-4000:]
     text = sentence.group(1)
+    # README shows the same sentence (its id and the seconds waited aside).
+    shown = README.read_text().split(TIME, 1)[1].split("```text\n", 1)[1].split("\n", 1)[0]
+    uuid = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    assert re.sub(uuid, "ID", re.sub(r"for \d+\.\d s", "for T s", shown)) == \
+        "emulator.testing.ClockStalled: " + re.sub(uuid, "ID", re.sub(r"for \d+\.\d s", "for T s", text))
     assert re.fullmatch(
         r"together_emulator: the test waits on model_resources \S+ \(MODEL_RESOURCES_STATUS_PENDING\), but this "
         r"tenant's clock is manual and nothing advanced it for \d+\.\d s; the next transition, model_resources \S+ "
@@ -46,6 +54,11 @@ def test_a_wait_nothing_advances_fails_within_seconds_naming_the_transition_and_
         r"\(@pytest\.mark\.together_emulator\(clock=\"auto\"\), or --together-emulator-clock=auto\)", text), text
     took = re.search(r"([\d.]+)s call +test_stall\.py::test_waits_on_a_manual_clock", out)
     assert took is not None and float(took.group(1)) < 5, out[-2000:]
+
+
+def test_readme_time_example_passes_as_written(tmp_path: Path) -> None:
+    proc = pytest_in(tmp_path, {"test_time.py": readme_block(TIME)})
+    assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
 REALISTIC = '''

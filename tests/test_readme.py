@@ -86,6 +86,14 @@ COVERED: dict[tuple[str, int], list[str]] = {
         HERE + "test_manual_clock_block_runs_pasted_as_written"],
     ("Control plane `/_emulator/*` (spec: `emulator/specs/admin.yaml`)", 1): [
         HERE + "test_manual_clock_block_runs_pasted_as_written"],
+    ("Time in your tests: the auto clock, what is pending, and what happens when", 0): [
+        "tests/test_plugin_clock.py::test_readme_time_example_passes_as_written"],
+    ("Time in your tests: the auto clock, what is pending, and what happens when", 1): [
+        "tests/test_plugin_clock.py::test_a_wait_nothing_advances_fails_within_seconds_naming_the_transition_and_the_ways_out"],
+    ("The clock: what is pending, the next transition, the auto clock and scheduled actions", 0): [
+        HERE + "test_clock_block_runs_pasted_as_written"],
+    ("The clock: what is pending, the next transition, the auto clock and scheduled actions", 1): [
+        HERE + "test_clock_block_runs_pasted_as_written"],
     ("Rehearse a bad day", 0): ["tests/test_fixtures.py::test_readme_fault_file_is_bad_day_yaml",
                                 "tests/test_faults.py::test_readme_bad_day_rules_load"],
     ("Rehearse a bad day", 1): [HERE + "test_bad_day_block_serves_the_fault_file"],
@@ -262,6 +270,19 @@ def test_manual_clock_block_runs_pasted_as_written(tmp_path: Path) -> None:
     assert run.stdout == block("Control plane `/_emulator/*` (spec: `emulator/specs/admin.yaml`)", 1).body
     log = (tmp_path / "emulator.log").read_text()
     assert log.startswith("Together RL emulator listening on") and log.rstrip().endswith("emulator: stopped"), log
+
+
+CLOCK = "The clock: what is pending, the next transition, the auto clock and scheduled actions"
+
+
+def test_clock_block_runs_pasted_as_written(tmp_path: Path) -> None:
+    body = block(CLOCK, 0).body
+    assert body.splitlines()[1].startswith("until curl -sf localhost:8765/_emulator/health")
+    port = free_port()
+    script = body.replace("together-rl-emulator serve ", f"together-rl-emulator serve --port {port} ", 1)
+    run = bash(script.replace("localhost:8765", f"localhost:{port}"), tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout == block(CLOCK, 1).body
 
 
 def test_bad_day_block_serves_the_fault_file(tmp_path: Path) -> None:
