@@ -438,7 +438,7 @@ class Runtime:
             mark = self.store.events.last_seq
             derived: list[tuple[str, Upcoming]] = []
             blocked: Upcoming | None = None
-            met = until is None
+            met, exhausted = until is None, False
             for _ in range(MAX_STEPS):
                 if until is not None:
                     met = self._check_until(projects[0], until, clock)
@@ -452,8 +452,15 @@ class Runtime:
                     blocked = pending[0][1]
                     break
                 self._move(clock, pending[0][1].at, projects)
+            else:  # (the last step may have been the one that was needed)
+                met = self._check_until(projects[0], until, clock) if until is not None else True
+                exhausted = not met if until is not None else bool(self._pending(projects))
             crossed = self._crossed(mark, projects, derived, clock.now())
         self.clock_changed(project)
+        if exhausted:
+            raise Invalid(f"run: more than {MAX_STEPS} instants with transitions in one call; the clock stopped at "
+                          f"{rfc3339(clock.now())} after crossing {len(crossed)} transition(s): run again",
+                          param="max_seconds", code="too_many_transitions")
         if not met:
             self._not_met(projects[0], until, blocked, clock, start, max_seconds, len(crossed))
         return crossed

@@ -467,3 +467,27 @@ def test_every_example_of_the_clock_calls_in_admin_yaml_runs(c: TestClient) -> N
             assert resp.status_code == 200, (path, name, resp.text)
             ran.append(f"{path}:{name}")
     assert len(ran) == 8, ran
+
+
+def test_auto_clock_jumps_survive_a_restart_on_the_state_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "state.json")
+    with new_client(state_file=path) as first:
+        auto(first)
+        r = resource(first)
+        assert get(first, f"model-resources/{r['id']}")["status"] == R + "READY"   # a read: only the clock moved
+    with new_client(state_file=path) as again:
+        assert again.get("/_emulator/clock", headers=SCOPED).json() == {
+            "now": "2026-01-01T00:03:45.000Z", "mode": "auto", "speed": 1.0, "scope": "tenant"}
+        assert get(again, f"model-resources/{r['id']}")["status"] == R + "READY"
+
+
+def test_a_run_that_would_take_too_many_steps_stops_and_says_so(c: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    import emulator.runtime
+
+    monkeypatch.setattr(emulator.runtime, "MAX_STEPS", 2)
+    r = resource(c)
+    error = assert_error(c.post("/_emulator/clock/run", json={"until": {"id": r["id"], "status": "STOPPED"}},
+                                headers=SCOPED), 400)
+    assert error["code"] == "too_many_transitions" and "crossing 2 transition(s): run again" in error["message"]
+    fresh = resource(c)   # READY takes exactly two steps (out of the queue, then READY): they are enough
+    assert steps(run(c, {"until": {"id": fresh["id"], "status": "READY"}})["crossed"])[-1][2] == "READY"
