@@ -24,45 +24,12 @@ STALLS = '''
 import pytest
 from together.post_training import ModelResourcesClient
 
-@pytest.mark.together_emulator(profile="realistic")
+@pytest.mark.together_emulator(profile="realistic", clock="manual")   # (a marker's clock beats the option)
 def test_waits_on_a_manual_clock(together_emulator):
     ModelResourcesClient.create(base_model="Qwen/Qwen3.8-27B")   # the SDK waits for READY with no limit
 '''
 
-
-@pytest.mark.parametrize("mode", ["thread", "subprocess"])
-def test_a_wait_nothing_advances_fails_within_seconds_naming_the_transition_and_the_ways_out(
-        tmp_path: Path, mode: str) -> None:
-    # (Were the wait to hang, the run would time out: a minute is ample for a failure due within 5 s.)
-    proc = pytest_in(tmp_path, {"test_stall.py": STALLS}, "--durations=0", "--durations-min=0",
-                     f"--together-emulator-mode={mode}", timeout=60)
-    out = proc.stdout
-    assert proc.returncode == 1 and "1 failed" in out, out[-4000:]
-    sentence = re.search(r"E +emulator\.testing\.ClockStalled: (.*)", out)
-    assert sentence is not None, out[-4000:]
-    text = sentence.group(1)
-    # README shows the same sentence (its id and the seconds waited aside).
-    shown = README.read_text().split(TIME, 1)[1].split("```text\n", 1)[1].split("\n", 1)[0]
-    uuid = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-    assert re.sub(uuid, "ID", re.sub(r"for \d+\.\d s", "for T s", shown)) == \
-        "emulator.testing.ClockStalled: " + re.sub(uuid, "ID", re.sub(r"for \d+\.\d s", "for T s", text))
-    assert re.fullmatch(
-        r"together_emulator: the test waits on model_resources \S+ \(MODEL_RESOURCES_STATUS_PENDING\), but this "
-        r"tenant's clock is manual and nothing advanced it for \d+\.\d s; the next transition, model_resources \S+ "
-        r"to MODEL_RESOURCES_STATUS_CREATING, is due at 2026-01-01T00:00:45\.000Z \(45 s ahead\): advance the "
-        r"clock \(together_emulator\.clock\.next\(\) or \.run_until\(\.\.\.\)\) or use the auto clock "
-        r"\(@pytest\.mark\.together_emulator\(clock=\"auto\"\), or --together-emulator-clock=auto\)", text), text
-    took = re.search(r"([\d.]+)s call +test_stall\.py::test_waits_on_a_manual_clock", out)
-    assert took is not None and float(took.group(1)) < 5, out[-2000:]
-
-
-def test_readme_time_example_passes_as_written(tmp_path: Path) -> None:
-    proc = pytest_in(tmp_path, {"test_time.py": readme_block(TIME)})
-    assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-2000:]
-
-
 REALISTIC = '''
-from datetime import datetime
 import pytest
 from together.post_training import AdamParams, LossConfig, ModelResourcesClient
 
@@ -92,7 +59,6 @@ def test_the_option_picks_the_auto_clock(together_emulator):
     assert together_emulator.clock.describe()["mode"] == "auto"
 '''
 
-
 SHIPPED_FAULTS = '''
 import pytest
 
@@ -106,13 +72,47 @@ def test_unknown_fault_file(together_emulator):
 '''
 
 
-def test_auto_clock_returns_the_sdks_blocking_calls_at_once_and_the_marker_names_a_fault_file(tmp_path: Path) -> None:
-    """(One pytest run for both: each costs seconds of start-up.)"""
-    proc = pytest_in(tmp_path, {"test_auto.py": REALISTIC, "test_faults.py": SHIPPED_FAULTS},
-                     "--together-emulator-clock=auto")
-    assert proc.returncode == 1 and "3 passed, 1 error" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "ERROR test_faults.py::test_unknown_fault_file" in proc.stdout
-    assert "no shipped fault file 'no-such-file' (shipped: bad-day, capacity-crunch" in proc.stdout
+def assert_stalled_within_seconds(out: str) -> None:
+    """The stall test failed with the one sentence README shows, within 5 s."""
+    sentence = re.search(r"E +emulator\.testing\.ClockStalled: (.*)", out)
+    assert sentence is not None, out[-4000:]
+    text = sentence.group(1)
+    assert re.fullmatch(
+        r"together_emulator: the test waits on model_resources \S+ \(MODEL_RESOURCES_STATUS_PENDING\), but this "
+        r"tenant's clock is manual and nothing advanced it for \d+\.\d s; the next transition, model_resources \S+ "
+        r"to MODEL_RESOURCES_STATUS_CREATING, is due at 2026-01-01T00:00:45\.000Z \(45 s ahead\): advance the "
+        r"clock \(together_emulator\.clock\.next\(\) or \.run_until\(\.\.\.\)\) or use the auto clock "
+        r"\(@pytest\.mark\.together_emulator\(clock=\"auto\"\), or --together-emulator-clock=auto\)", text), text
+    # README shows the same sentence (its id and the seconds waited aside).
+    shown = README.read_text().split(TIME, 1)[1].split("```text\n", 1)[1].split("\n", 1)[0]
+    uuid = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    assert re.sub(uuid, "ID", re.sub(r"for \d+\.\d s", "for T s", shown)) == \
+        "emulator.testing.ClockStalled: " + re.sub(uuid, "ID", re.sub(r"for \d+\.\d s", "for T s", text))
+    took = re.search(r"([\d.]+)s call +test_stall\.py::test_waits_on_a_manual_clock", out)
+    assert took is not None and float(took.group(1)) < 5, out[-2000:]
+
+
+# (Each pytest run costs seconds of start-up, so each runs several files. Were the stalled wait to hang,
+# the run would time out: two minutes are ample for a failure due within 5 s.)
+
+def test_a_wait_nothing_advances_fails_within_seconds_naming_the_transition_and_the_ways_out(tmp_path: Path) -> None:
+    """In a thread (the default), with the auto-clock option, its marker, and a shipped fault file by name."""
+    proc = pytest_in(tmp_path, {"test_stall.py": STALLS, "test_auto.py": REALISTIC, "test_faults.py": SHIPPED_FAULTS},
+                     "--durations=0", "--durations-min=0", "--together-emulator-clock=auto", timeout=120)
+    out = proc.stdout
+    assert proc.returncode == 1 and "1 failed, 3 passed, 1 error" in out, out[-4000:] + proc.stderr[-2000:]
+    assert_stalled_within_seconds(out)
+    assert "ERROR test_faults.py::test_unknown_fault_file" in out
+    assert "no shipped fault file 'no-such-file' (shipped: bad-day, capacity-crunch" in out
+
+
+def test_readme_time_example_passes_as_written(tmp_path: Path) -> None:
+    """With the emulator in a subprocess (the stall guard then asks over HTTP)."""
+    proc = pytest_in(tmp_path, {"test_time.py": readme_block(TIME), "test_stall.py": STALLS}, "--durations=0",
+                     "--durations-min=0", "--together-emulator-mode=subprocess", timeout=120)
+    assert proc.returncode == 1 and "1 failed, 2 passed" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "FAILED test_stall.py::test_waits_on_a_manual_clock" in proc.stdout
+    assert_stalled_within_seconds(proc.stdout)
 
 
 # --- emulate(), in this process ------------------------------------------------------------------------------
