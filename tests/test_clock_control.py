@@ -307,8 +307,10 @@ def test_scheduled_stop_and_expiry_fire_in_order_and_show_in_events(c: TestClien
     listed = {a["id"]: a for a in c.get("/_emulator/clock/actions", headers=SCOPED).json()["data"]}
     assert listed[expire["id"]]["result"] == f"training session {s['id']} expired"
     assert listed[stop["id"]]["result"].startswith(f"model resource {r['id']} force-stopped")
-    events = c.get("/_emulator/events", headers=SCOPED).json()["data"]
-    assert [e["to"] for e in events if e.get("id") == stop["id"]] == ["scheduled", "done"]
+    events = [e for e in c.get("/_emulator/events", headers=SCOPED).json()["data"] if e.get("id") == stop["id"]]
+    assert [(e["at"], e["to"]) for e in events] == [("2026-01-01T00:04:05.000Z", "scheduled"),
+                                                    ("2026-01-01T00:04:35.000Z", "done")]
+    assert events[0]["due"] == "2026-01-01T00:04:35.000Z" and events[1]["action"] == "stop_resource"
 
 
 def test_an_action_whose_target_cannot_take_it_fails_saying_why(c: TestClient) -> None:

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from emulator.bounds import later
+from emulator.clock import rfc3339
 from emulator.domain import cascade
 from emulator.domain.catalog import GPU_TYPE
 from emulator.domain.context import Ctx
@@ -82,7 +83,7 @@ def schedule(tenant: Tenant, ctx: Ctx, action: ActionKind, at: float, params: di
     record = ScheduledAction(id=tenant.ids.token("act_", 16), action=action.value, at=at, params=dict(params),
                              status=A.SCHEDULED.value, created_at=ctx.now, updated_at=ctx.now)
     tenant.actions.add(record)
-    tenant.log(ctx.now, "action", record.id, None, record.status, action=record.action, due=at)
+    tenant.log(ctx.now, "action", record.id, None, record.status, action=record.action, due=rfc3339(at))
     tenant.timeline.schedule(at, TimelineEvent.ACTION_RUN, record.id)
     return record
 
