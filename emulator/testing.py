@@ -423,6 +423,7 @@ class StallGuard:
         self._signal: int | None = None
         self._saved: Any = None
         self._armed = False
+        self._sent = False
 
     def __enter__(self) -> StallGuard:
         import signal
@@ -431,8 +432,10 @@ class StallGuard:
         if threading.current_thread() is not main or not hasattr(signal, "pthread_kill"):
             return self
         for signum in (getattr(signal, "SIGUSR1", None), getattr(signal, "SIGUSR2", None)):
-            if signum is not None and signal.getsignal(signum) in (signal.SIG_DFL, None):
-                self._signal = signum
+            current = signal.getsignal(signum) if signum is not None else None
+            if signum is not None and (current in (signal.SIG_DFL, None)
+                                       or isinstance(getattr(current, "__self__", None), StallGuard)):
+                self._signal = signum   # free, or an earlier guard's inert handler (see __exit__)
                 break
         if self._signal is None:  # (both taken by the user's own code: no guard, rather than a clash)
             return self
@@ -450,7 +453,9 @@ class StallGuard:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        if self._signal is not None and self._saved is not None:
+        # Once a signal was sent, our (now inert) handler stays: restored, a signal still on its way would meet
+        # the default action, which ends the process.
+        if self._signal is not None and self._saved is not None and not self._sent:
             signal.signal(self._signal, self._saved)
 
     def _raise(self, signum: int, frame: Any) -> None:
@@ -472,6 +477,7 @@ class StallGuard:
                 continue  # one look at a waiting object, then other work: not a wait
             self.message = stalled_message(waiting)
             if self._armed and main_ident is not None and self._signal is not None:
+                self._sent = True
                 signal.pthread_kill(main_ident, self._signal)
             return
 

@@ -161,3 +161,16 @@ def test_emulate_auto_clock_and_a_stall_on_the_manual_clock(server: EmulatorServ
         with pytest.raises(ClockStalled, match=r"the test waits on model_resources .* advance the clock"):
             ModelResourcesClient.create(base_model="Qwen/Qwen3.8-27B", interval=5)
         assert emu.clock.now() == datetime(2026, 1, 1, tzinfo=UTC)   # nothing moved it
+
+
+def test_one_stall_after_another_is_caught_each_time(server: EmulatorServer) -> None:
+    """A guard that fired leaves its (inert) signal handler behind; the next guard takes it over."""
+    import signal
+
+    from together.post_training import ModelResourcesClient
+
+    for _ in range(3):
+        with emulate(server=server, profile="realistic", stall_after=0.3):
+            with pytest.raises(ClockStalled):
+                ModelResourcesClient.create(base_model="Qwen/Qwen3.8-27B", interval=5)
+    assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL   # SIGUSR1 was free each time
