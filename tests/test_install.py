@@ -317,6 +317,7 @@ def test_contract_suite_without_its_extra_says_which_extra_and_exits_2(elsewhere
 
 USER_TEST = """
 import httpx
+import pytest
 
 
 def test_my_client(together_emulator):
@@ -329,6 +330,17 @@ def test_my_client(together_emulator):
 def test_the_plugin_is_the_installed_one():
     import emulator.pytest_plugin
     assert "{venv}" in emulator.pytest_plugin.__file__
+
+
+@pytest.mark.together_emulator(profile="realistic", clock="auto")
+def test_the_auto_clock_and_scheduled_actions(together_emulator):
+    with httpx.Client(base_url=together_emulator.url, headers=together_emulator.headers) as api:
+        rid = api.post("/v1/rl/model-resources", json={"base_model": "Qwen/Qwen3.8-27B"}).json()["id"]
+        ready = api.get(f"/v1/rl/model-resources/{rid}").json()
+    assert (ready["status"], ready["updated_at"]) == ("MODEL_RESOURCES_STATUS_READY", "2026-01-01T00:03:45.000Z")
+    together_emulator.clock.schedule("stop_resource", id=rid, delay=10)
+    assert [p["kind"] for p in together_emulator.clock.pending()][0] == "action"
+    assert together_emulator.clock.run_until(rid, "STOPPED")[-1]["at"] == "2026-01-01T00:04:25.000Z"
 """
 
 
@@ -337,7 +349,7 @@ def test_installed_plugin_runs_a_users_own_test_file(venv: Path, elsewhere: Path
     for mode in ("thread", "subprocess"):
         proc = _run([venv / "bin" / "python", "-m", "pytest", "-q", "-W", "error", "-p", "no:cacheprovider",
                      f"--together-emulator-mode={mode}", "test_mine.py"], cwd=elsewhere)
-        assert "2 passed" in proc.stdout and "warning" not in proc.stdout.lower(), proc.stdout[-3000:]
+        assert "3 passed" in proc.stdout and "warning" not in proc.stdout.lower(), proc.stdout[-3000:]
 
 
 @pytest.mark.parametrize("how", [["--pyargs", "contract_tests"], ["-p", "contract_tests.plugin", "--pyargs",
