@@ -175,11 +175,11 @@ def pending(tenant: Tenant, now: float) -> list[Upcoming]:
         if record is not None:
             out.extend(PREVIEWS[event](tenant, record, at, seq))
     for p in tenant.payloads.values():
-        if p.data is None and p.released_by is None and p.created_at + TTL_SECONDS > now:
+        if p.blob is None and p.released_by is None and p.created_at + TTL_SECONDS > now:
             out.append(Upcoming(p.created_at + TTL_SECONDS, DERIVED_SEQ, "payload", p.id, "payload.upload_url",
                                 None, URL_EXPIRED, f"its upload URL was never used (session {p.session_id})"))
     for f in tenant.files.values():
-        if f.data is None and f.created_at + TTL_SECONDS > now:
+        if f.blob is None and f.created_at + TTL_SECONDS > now:
             out.append(Upcoming(f.created_at + TTL_SECONDS, DERIVED_SEQ, "file", f.id, "file.upload_url", None,
                                 URL_EXPIRED, f"its upload URL was never used ({f.filename})"))
     out.sort(key=lambda u: (u.at, u.seq))
