@@ -359,6 +359,58 @@ def test_state_round_trip_is_exact_and_json_serialisable() -> None:
     assert restored.to_state() == model.to_state()
 
 
+def test_noted_changes_replay_to_the_same_bits() -> None:
+    """A journal writes a model's changes as the calls that made them (issue 39): replayed on the state the
+    journal holds, they give the model the same bits, whatever the calls (forward-backward, custom gradients,
+    AdamW and Muon steps), and the weights of every step on the way are there to name."""
+    model = random_trained_model(seed=3, steps=2)
+    held = json.loads(json.dumps(model.to_state()))
+    model.track_changes()
+    assert model.changes_since(model.version) == ([], [(2, model.weights())])
+    model.forward_backward([sft_datum([1, 2, 3, 4])], CE)
+    model.forward_backward([sft_datum([5, 6, 7])], CE, forward_only=True)   # changes nothing, notes nothing
+    model.optim_step({"learning_rate": 1e-3}, None)
+    mid = model.weights()
+    model.custom_forward_backward([datum([9, 10], [11, 12])], [{"data": [0.5, -0.25], "dtype": "float32"}])
+    model.optim_step(None, {"learning_rate": 0.02})
+    model.forward_backward([sft_datum([3, 4, 5])], CE)                       # pending at the end
+    calls, passed = model.changes_since(model.version - 5)  # type: ignore[misc]
+    assert [next(iter(c)) for c in calls] == ["forward_backward", "optim_step", "custom_forward_backward",
+                                             "optim_step", "forward_backward"]
+    assert [step for step, _ in passed] == [2, 3, 4] and passed[1][1] is mid
+    replica = SessionModel.from_state(model.spec, held)
+    weights, differ = replica.replay(json.loads(json.dumps(calls)))
+    assert differ == []
+    assert json.dumps(replica.to_state()) == json.dumps(model.to_state())
+    assert sorted(weights) == [2, 3, 4] and weights[3].to_state() == mid.to_state()
+    assert model.changes_since(model.version) == ([], [(4, model.weights())])  # forgotten once handed out
+
+
+def test_changes_are_noted_only_once_tracked_and_only_from_where_the_journal_is() -> None:
+    model = random_trained_model(seed=3, steps=1)
+    model.forward_backward([sft_datum([1, 2, 3])], CE)
+    assert model.changes_since(0) is None                  # never tracked: the journal writes the state
+    model.track_changes()
+    model.optim_step({"learning_rate": 1e-3}, None)
+    assert model.changes_since(model.version - 2) is None  # not from where it was tracked
+    calls = model.changes_since(model.version - 1)
+    assert calls is not None and len(calls[0]) == 1
+
+
+def test_a_replay_that_rounds_differently_is_reported() -> None:
+    model = random_trained_model(seed=3, steps=1)
+    held = json.loads(json.dumps(model.to_state()))
+    model.track_changes()
+    model.forward_backward([sft_datum([1, 2, 3])], CE)
+    model.optim_step({"learning_rate": 1e-3}, None)
+    calls, _ = model.changes_since(model.version - 2)  # type: ignore[misc]
+    calls[1]["optim_step"]["check"][1] ^= 1            # as if another machine had rounded one bit otherwise
+    _, differ = SessionModel.from_state(model.spec, held).replay(calls)
+    assert differ == [2]
+    with pytest.raises(ComputeError, match="unknown model change"):
+        SessionModel.from_state(model.spec, held).replay([{"retrain": {}}])
+
+
 def test_state_without_optimizer_keeps_weights_and_resets_step() -> None:
     model = random_trained_model(seed=2, steps=4)
     for state in (model.to_state(include_optimizer=False), model.to_state()):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -95,6 +96,71 @@ def test_a_read_writes_nothing_and_its_settling_is_journaled_with_the_next_write
     restored = _runtime(path, profile="realistic")
     with make_client(restored) as client:
         assert client.get(f"{RL}/model-resources/{r['id']}").json()["status"].endswith("READY")
+
+
+def _counting_file(runtime: Runtime) -> dict[str, int]:
+    """Count what the journal appends (bytes) and how often it is rewritten whole (compactions)."""
+    assert runtime.persistence is not None
+    file = runtime.persistence.file
+    tally = {"appended": 0, "compactions": 0}
+    append, write_all = file.append, file.write_all
+
+    def counted_append(change: dict[str, Any], *rest: Any) -> None:
+        before = file.size
+        append(change, *rest)
+        tally["appended"] += file.size - before
+
+    def counted_write_all(doc: dict[str, Any]) -> None:
+        write_all(doc)
+        tally["compactions"] += 1
+
+    file.append, file.write_all = counted_append, counted_write_all  # type: ignore[method-assign]
+    return tally
+
+
+def _random_step(rng: random.Random) -> list[tuple[str, dict[str, Any]]]:
+    samples = [ce_sample(toks[:1], toks[1:]) for toks in ([rng.randrange(248_000) for _ in range(17)] for _ in range(4))]
+    return [("forward-backward", {"samples": samples, "loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}}),
+            ("optim-step", {"adam_params": {"learning_rate": 1e-3}}),
+            ("weights-sync", {"weight_sync_type": "WEIGHT_SYNC_TYPE_SYNCHRONOUS"})]
+
+
+def test_a_training_loop_journals_what_each_step_changed_not_the_model(tmp_path: Path) -> None:
+    """Issue 39, item 1: the model grows with every step of random tokens (~600 trained entries a step here),
+    yet a step's lines stay the size of its requests (they carry the calls, not the model, and a weights-sync
+    names the model's step), the file is rewritten whole far less often than every step, and the restart
+    replays the calls to the same bits: same state, same sampled tokens, same losses."""
+    path = tmp_path / "state.jsonl"
+    runtime = _runtime(path)
+    tally = _counting_file(runtime)
+    rng = random.Random(5)
+    steps = 200
+    with make_client(runtime) as client:
+        sid = running_session(client)["id"]
+        per_step = []
+        for step in range(1, steps + 1):
+            before = tally["appended"]
+            for kind, body in _random_step(rng):
+                assert run_op(client, sid, kind, body)["status"].endswith("COMPLETED")
+            per_step.append(tally["appended"] - before)
+            if step > 10:
+                assert per_step[-1] <= 2 * per_step[9], f"step {step} appended {per_step[-1]} bytes, step 10 {per_step[9]}"
+        assert tally["compactions"] <= steps // 20, tally
+        held = orjson.dumps(_export(runtime))
+        shutil.copy(path, tmp_path / "copy.jsonl")  # (as after kill -9: what the file holds now)
+        after = [run_op(client, sid, kind, body)["output"] for kind, body in _next_ops()]
+    restored = _runtime(tmp_path / "copy.jsonl")
+    assert orjson.dumps(_export(restored)) == held
+    with make_client(restored) as client:
+        assert [run_op(client, sid, kind, body)["output"] for kind, body in _next_ops()] == after
+
+
+def _next_ops() -> list[tuple[str, dict[str, Any]]]:
+    """A sample (of tokens the trained model prefers) and a forward pass, to compare two runtimes by."""
+    return [("sample", {"model_inputs": [{"chunks": [{"encoded_text": {"tokens": [5, 6, 7]}}]}], "num_samples": 4,
+                        "sampling_params": {"max_tokens": 8, "temperature": 1.0}}),
+            ("forward-backward", {"samples": [ce_sample([5, 6, 7], [8, 9])], "loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"},
+                                  "forward_only": True, "return_loss_fn_outputs": True})]
 
 
 # --- integrity ------------------------------------------------------------------------------------------
@@ -361,8 +427,7 @@ def test_kill_9_with_a_filling_disk_loses_no_acknowledged_write_and_keeps_no_ref
     """bench.crash in small: three kill -9 runs of a server writing from three threads (on a small tmpfs where
     this process may mount one); what was acknowledged is there after each restart, what was refused is not."""
     import subprocess
-    import sys
-
+    
     done = subprocess.run([sys.executable, "-m", "bench.crash", "--runs", "3", "--seconds", "1.0"],
                           capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -13,6 +13,10 @@ per-row capacity (``4 * rank`` individually trained next tokens per token) and a
 learning-rate response, not by a literal low-rank factorisation; and pending gradients are not
 part of a checkpoint (a real trainer does not save them either).
 
+For a journal (``--state-file``) a model notes its changes once asked to (:meth:`SessionModel.track_changes`):
+each forward-backward and optim-step as the call that made it, so a journal line carries the request, not
+the model, and :meth:`SessionModel.replay` makes them again to the same bits.
+
 Costs: creating a model allocates nothing proportional to the vocabulary; a forward-backward costs
 O(tokens * (8 + trained entries of the rows involved)); an optimizer step is O(trained entries).
 """
@@ -20,6 +24,7 @@ O(tokens * (8 + trained entries of the rows involved)); an optimizer step is O(t
 from __future__ import annotations
 
 import math
+import zlib
 from typing import Any
 
 import numpy as np
@@ -61,6 +66,9 @@ class SessionModel:
         self._export_step = 0
         self.last_optim_info: dict[str, float] = {}
         self.version = 0  # counts changes to the state :meth:`to_state` exports (persistence writes on change)
+        self._changes: list[dict[str, Any]] | None = None  # the calls since _changes_from, when tracked
+        self._changes_from = 0
+        self._changes_weights: list[tuple[int, Weights]] = []
 
     # --- introspection -------------------------------------------------------------------------
     @property
@@ -112,6 +120,7 @@ class SessionModel:
         if new_acc is not self._acc:
             self._acc = new_acc
             self.version += 1
+            self._note({"forward_backward": {"samples": samples, "loss": loss}})
         return {"loss": float(res.loss), "loss_fn_outputs": outputs,
                 "metrics": {k: float(v) for k, v in res.metrics.items()}}
 
@@ -130,6 +139,7 @@ class SessionModel:
                                "the supplied gradients produce non-finite parameter gradients")
         self._acc = self._acc.merge(grad, self.vocab_size)
         self.version += 1
+        self._note({"custom_forward_backward": {"samples": samples, "gradients": gradients}})
         return {}
 
     def optim_step(self, adam_params: dict | None, muon_params: dict | None) -> int:
@@ -142,7 +152,61 @@ class SessionModel:
         self.step += 1
         self._export_step = self.step
         self.last_optim_info = info
+        if self._changes is not None:
+            self._note({"optim_step": {"adam_params": adam_params, "muon_params": muon_params,
+                                       "check": weights_check(new_w)}})
         return self.step
+
+    # --- changes, for a journal ----------------------------------------------------------------
+    def track_changes(self) -> None:
+        """Note every change from now on (a journal holds the model as it is now): :meth:`changes_since`."""
+        self._changes = []
+        self._changes_from = self.version
+        self._changes_weights = [(self.step, self._weights)]
+
+    def _note(self, call: dict[str, Any]) -> None:
+        if self._changes is not None:
+            self._changes.append(call)
+            if "optim_step" in call:
+                self._changes_weights.append((self.step, self._weights))
+
+    def changes_since(self, version: int) -> tuple[list[dict[str, Any]], list[tuple[int, Weights]]] | None:
+        """The calls that changed the model since ``version``, JSON-ready, for :meth:`replay`, and the weights
+        the model had at each step on the way (step, weights), the first being those at ``version``. None
+        unless every call was noted (then a journal writes :meth:`to_state`). What it returns is forgotten
+        here: the journal holds it now. The calls hold the caller's request values, which must not change."""
+        changes = self._changes
+        if changes is None or version != self._changes_from:
+            return None
+        if len(changes) != self.version - version:  # every change moves the version by one
+            return None
+        passed = self._changes_weights
+        self.track_changes()
+        return changes, passed
+
+    def replay(self, calls: list[dict[str, Any]]) -> tuple[dict[int, Weights], list[int]]:
+        """Make the calls of :meth:`changes_since` again, in order; the same calls on the same state give the
+        same bits. Returns the weights at each step passed through (the current ones included), and the steps
+        whose weights differ from the ones noted when the calls were first made (another numpy or CPU may
+        round differently). Raises :class:`ComputeError` if a call fails; the model may then be half-replayed."""
+        weights = {self.step: self._weights}
+        differ = []
+        for call in calls:
+            if not isinstance(call, dict) or len(call) != 1:
+                raise invalid(f"not a model change: {str(call)[:100]}")
+            (name, args), = call.items()
+            if name == "forward_backward":
+                self.forward_backward(args["samples"], args["loss"])
+            elif name == "custom_forward_backward":
+                self.custom_forward_backward(args["samples"], args["gradients"])
+            elif name == "optim_step":
+                self.optim_step(args.get("adam_params"), args.get("muon_params"))
+                weights[self.step] = self._weights
+                if args.get("check") is not None and args["check"] != weights_check(self._weights):
+                    differ.append(self.step)
+            else:
+                raise invalid(f"unknown model change {name!r}")
+        return weights, differ
 
     # --- sampling ------------------------------------------------------------------------------
     def sample(self, weights: Weights, model_inputs: list[dict], *, num_samples: int, sampling_params: dict,
@@ -267,9 +331,16 @@ class SessionModel:
         return _export.export_files(self.spec, self._weights, self._export_step, variant)
 
 
+def weights_check(weights: Weights) -> list[int]:
+    """A fingerprint of trained weights (their size and Adler-32 of their values): what a replayed optim
+    step must reproduce. Cheap next to the step itself (one pass over the bytes, no copy)."""
+    theta, beta = np.ascontiguousarray(weights.theta), np.ascontiguousarray(weights.beta)  # (no copy: they are)
+    return [weights.num_entries, zlib.adler32(beta, zlib.adler32(theta))]
+
+
 def load_files(files: list[tuple[str, bytes]]) -> dict:
     """Parse files from :meth:`SessionModel.export_files` (see :func:`emulator.compute.export.load_files`)."""
     return _export.load_files(files)
 
 
-__all__ = ["SessionModel", "load_files"]
+__all__ = ["SessionModel", "load_files", "weights_check"]

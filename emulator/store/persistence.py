@@ -6,12 +6,18 @@ later line is one change, appended and fsynced before the request that made it i
 
 - a tenant's change (``project``): exactly what its parts noted since its last line (the records that
   changed, by the hash of their JSON or once final, the timeline entries added and done, the new
-  idempotency keys and registry entries, the models whose version moved, the weights replaced, small
-  counters), so a line costs what the request changed, not the size of the tenant or of the state;
+  idempotency keys and registry entries, small counters), so a line costs what the request changed, not
+  the size of the tenant or of the state. A session model is the exception that proves it: an AdamW step
+  moves every trained parameter (weight decay, moments), so its exact delta is the whole model. A line
+  therefore carries the calls that changed it (``model_calls``: forward-backward's samples, optim-step's
+  hyperparameters), which a load makes again to the same bits, and published or staged weights name the
+  model's step they are a snapshot of; only a new model is written whole;
 - a reset (``reset``: a project, or null for everything, with the seed), or the clock alone.
 
-When the appended lines outgrow the first one, the file is rewritten as one document (temporary file,
-fsync, rename); a failed rewrite changes nothing and is tried again later.
+Replaying a step costs what the step cost, so the file is rewritten as one document (temporary file, fsync,
+rename) when the appended lines outgrow the first one or when replaying them would cost ``REPLAY_FACTOR``
+optim steps of every model: a rewrite costs a fixed share of what was appended or trained, never one per
+step, and a restart replays a bounded number of steps. A failed rewrite changes nothing and is tried again.
 
 Loading checks every line's checksum and that the sequence numbers follow each other: a changed,
 missing, repeated or swapped line refuses the file, which is then left untouched. Only the end may be
@@ -33,6 +39,7 @@ from typing import Any
 
 import orjson
 
+from emulator import compute
 from emulator.errors import Unavailable
 from emulator.store import snapshot
 from emulator.store.memory import Store
@@ -40,6 +47,8 @@ from emulator.store.tenant import Tenant
 
 log = logging.getLogger("emulator")
 COMPACT_MIN_BYTES = 1 << 20
+REPLAY_FACTOR = 64          # compact once replaying the lines would cost this many optim steps of every model
+REPLAY_MIN_WORK = 1 << 24   # ... and at least this many trained entries stepped (small models: rarely)
 _SEAL = re.compile(rb',"crc":"([0-9a-f]{8})"\}$')
 
 
@@ -91,6 +100,9 @@ class StateFile:
         self.unsealed = False    # the file is a plain state document (an export), not yet a journal
         self._base_bytes = 0
         self._appended = 0
+        self._base_work = 0      # trained entries of the models the first line holds
+        self._work = 0           # trained entries stepped by the optim steps of later lines: what a load replays
+        self.notes: list[str] = []  # what the last load found worth saying (a model that replays differently)
 
     def load(self) -> dict[str, Any] | None:
         """The state document the file holds (its lines replayed), or None when there is no file yet."""
@@ -113,7 +125,9 @@ class StateFile:
         tenants = base.get("tenants")
         if not isinstance(tenants, dict):
             raise StateFileError("line 1 is not a state document")
-        replays = {p: snapshot.TenantReplay(t) for p, t in tenants.items() if isinstance(t, dict)}
+        bases = compute.BaseModels()  # (shared by the models this load replays)
+        replays = {p: snapshot.TenantReplay(t, bases) for p, t in tenants.items() if isinstance(t, dict)}
+        self.notes = []
         for number, line in enumerate(lines[1:], start=2):
             change = unseal(line, number)
             if change["seq"] != seq + 1:
@@ -121,14 +135,20 @@ class StateFile:
                                      "is missing, repeated or out of order")
             seq = change["seq"]
             try:
-                _apply(base, replays, change)
+                replay = _apply(base, replays, change)
             except (KeyError, TypeError, AttributeError, ValueError) as exc:
                 raise StateFileError(f"line {number} is not a state change ({exc})") from exc
+            if replay is not None and replay.differ:
+                self.notes += [f"line {number}: session {sid}'s model replays to other numbers at step {step} than "
+                               "when it was written (another numpy or CPU?); it goes on from the replayed ones"
+                               for sid, step in replay.differ]
+                replay.differ.clear()
         base["tenants"] = {p: replay.document() for p, replay in replays.items()}
         self.seq = seq
         self.size = len(whole)
         self._base_bytes = len(lines[0]) + 1
         self._appended = len(whole) - self._base_bytes
+        self._work = sum(replay.work for replay in replays.values())
         return base
 
     def _load_document(self, line: bytes) -> dict[str, Any]:
@@ -182,8 +202,9 @@ class StateFile:
         _fsync_dir(self.path.parent)
         self.size = self._base_bytes = len(data)
         self._appended = 0
+        self._work = 0
 
-    def append(self, change: dict[str, Any]) -> None:
+    def append(self, change: dict[str, Any], work: int = 0) -> None:
         """Add one line and make it durable before returning; on failure cut it off again and raise."""
         line = seal({"seq": self.seq + 1, **change})
         try:
@@ -201,6 +222,7 @@ class StateFile:
         self.seq += 1
         self.size += len(line)
         self._appended += len(line)
+        self._work += work
 
     def _write_all(self, fd: int, data: bytes) -> None:
         view = memoryview(data)
@@ -210,10 +232,15 @@ class StateFile:
 
     @property
     def wants_compaction(self) -> bool:
-        return self._appended > max(self.compact_min_bytes, 2 * self._base_bytes)
+        """When the lines outgrow the first (their bytes), or replaying them would cost more than loading the
+        first many times over (the optim steps they make again, each as costly as the step was): so a
+        rewrite costs a fixed share of what was appended or of the work done, never one per step."""
+        return (self._appended > max(self.compact_min_bytes, 2 * self._base_bytes)
+                or self._work > max(REPLAY_MIN_WORK, REPLAY_FACTOR * self._base_work))
 
 
-def _apply(doc: dict[str, Any], replays: dict[str, snapshot.TenantReplay], change: dict[str, Any]) -> None:
+def _apply(doc: dict[str, Any], replays: dict[str, snapshot.TenantReplay],
+           change: dict[str, Any]) -> snapshot.TenantReplay | None:
     if "reset" in change:
         project = change["reset"]
         if project is None:
@@ -231,6 +258,18 @@ def _apply(doc: dict[str, Any], replays: dict[str, snapshot.TenantReplay], chang
     for key in ("seed", "clock", "secret"):
         if key in change:
             doc[key] = change[key]
+    return replays.get(project) if project is not None else None
+
+
+def _replay_work(tenant: Tenant, change: dict[str, Any]) -> int:
+    """What replaying a tenant's line costs, in trained entries stepped: each optim step it makes again
+    passes over every entry of its model."""
+    work = 0
+    for sid, calls in change.get("model_calls", {}).items():
+        steps = sum(1 for call in calls if "optim_step" in call)
+        if steps:
+            work += steps * tenant.models.live[sid].weights().num_entries
+    return work
 
 
 def _fsync_dir(path: Path) -> None:
@@ -271,9 +310,12 @@ class Persistence:
                                  "the emulator never overwrites a file it cannot read") from exc
         try:
             if doc is None or self.file.unsealed:
-                self.file.write_all(snapshot.export_state(self.store, self.clock()))
+                self._write_all()
                 self.file.unsealed = False
             else:
+                self.file._base_work = self._model_entries()
+                for note in self.file.notes:
+                    log.warning("--state-file %s: %s", path, note)
                 cut = self.file.cut_torn_end()
                 if cut:
                     log.warning("--state-file %s: cut %d bytes of a last line the process died writing", path, cut)
@@ -300,7 +342,7 @@ class Persistence:
         if not change:
             return
         self._append({"project": tenant.project, "epoch": tenant.epoch, **change, "clock": self.clock()},
-                     [tenant.project])
+                     [tenant.project], _replay_work(tenant, change))
 
     def record_reset(self, project: str | None) -> None:
         if project is None:
@@ -315,7 +357,7 @@ class Persistence:
     def rewrite(self) -> None:
         """Write the whole store as the file's one document (after a state import)."""
         try:
-            self.file.write_all(snapshot.export_state(self.store, self.clock()))
+            self._write_all()
         except OSError as exc:
             self._failed(exc, None)
         self._reset_changes()
@@ -333,20 +375,29 @@ class Persistence:
         self._reset_changes()
         return True
 
-    def _append(self, change: dict[str, Any], projects: list[str] | None) -> None:
+    def _append(self, change: dict[str, Any], projects: list[str] | None, work: int = 0) -> None:
         try:
-            self.file.append(change)
+            self.file.append(change, work)
         except OSError as exc:
             self._failed(exc, projects)
         self.last_error = None
         if self.file.wants_compaction:
             try:
-                self.file.write_all(snapshot.export_state(self.store, self.clock()))
+                self._write_all()
             except OSError as exc:  # the change is durable already; compaction is tried again later
                 log.warning("--state-file %s: compaction failed (%s); the journal keeps growing",
                             self.file.path, exc.strerror or exc)
             else:
                 self._reset_changes()
+
+    def _write_all(self) -> None:
+        self.file.write_all(snapshot.export_state(self.store, self.clock()))
+        self.file._base_work = self._model_entries()
+
+    def _model_entries(self) -> int:
+        """The trained entries of every session model in the store: what loading the first line costs."""
+        return sum(model.weights().num_entries for project in self.store.projects()
+                   if (tenant := self.store.get(project)) is not None for model in tenant.models.live.values())
 
     def _reset_changes(self) -> None:
         """The file holds the whole store as it is in memory: nothing a tenant noted is left to write, and

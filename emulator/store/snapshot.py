@@ -1,5 +1,6 @@
 """The state as JSON: the whole document (export and import, the fixture and ``--state-file`` format) and
-the change of one tenant that a journal line carries.
+the change of one tenant that a journal line carries (a session model's change as the calls that made it,
+replayed by :class:`TenantReplay`; weights as the model's step they are a snapshot of).
 
 The document holds every tenant's records, list order, idempotency keys, pending timeline events, id
 counters, the model registry, each session's simulated model (its spec, weights and optimizer) and the
@@ -97,8 +98,9 @@ class TenantMemo:
     """What a journal already holds of one tenant, so that its next line carries only what changed.
 
     A record is remembered by the hash of its JSON, or as ``None`` once written final (it never changes
-    again but through :meth:`~emulator.store.tenant.Table.changed`); models by identity and version;
-    published and staged weights by identity (they are replaced, never edited); small scalars by value.
+    again but through :meth:`~emulator.store.tenant.Table.changed`); models by identity and version (a
+    model the journal holds notes its calls from there: ``SessionModel.track_changes``); published and
+    staged weights by identity (they are replaced, never edited); small scalars by value.
     """
 
     __slots__ = ("models", "published", "records", "scalars", "staged")
@@ -120,6 +122,8 @@ def memo_of(tenant: Tenant) -> TenantMemo:
         for record in table.values():
             seen[record.id] = None if table.final(record) else hash(orjson.dumps(records.to_dict(record)))
     memo.models = {sid: (model, model.version) for sid, model in tenant.models.live.items()}
+    for model in tenant.models.live.values():
+        model.track_changes()  # from here on, a line carries the calls that change it, not the model
     memo.published = dict(tenant.models.published)
     memo.staged = dict(tenant.models.staged)
     memo.scalars = {"seed": tenant.ids.seed, "ids_counter": tenant.ids.counter, "timeline_seq": tenant.timeline.seq,
@@ -171,15 +175,26 @@ def tenant_change(tenant: Tenant, memo: TenantMemo) -> dict[str, Any]:
     if registered:
         change["registry"] = registered
     models_touched, weights_touched = tenant.models.drain()
-    models = {}
+    models: dict[str, Any] = {}
+    model_calls: dict[str, Any] = {}
+    passed: dict[str, dict[int, int]] = {}  # per session: id(weights) -> step, for weights the journal will hold
     for sid in sorted(models_touched):
         model = tenant.models.live.get(sid)
         entry = memo.models.get(sid)
-        if model is not None and (entry is None or entry[0] is not model or entry[1] != model.version):
+        if model is None or (entry is not None and entry[0] is model and entry[1] == model.version):
+            continue
+        changes = model.changes_since(entry[1]) if entry is not None and entry[0] is model else None
+        if changes is None:
             models[sid] = _model(model)
-            memo.models[sid] = (model, model.version)
+            model.track_changes()
+        else:
+            model_calls[sid] = changes[0]
+            passed[sid] = {id(w): step for step, w in changes[1]}
+        memo.models[sid] = (model, model.version)
     if models:
         change["models"] = models
+    if model_calls:
+        change["model_calls"] = model_calls
     for part, kept, memo_part in (("published", tenant.models.published, memo.published),
                                   ("staged", tenant.models.staged, memo.staged)):
         out: dict[str, Any] = {}
@@ -190,8 +205,8 @@ def tenant_change(tenant: Tenant, memo: TenantMemo) -> dict[str, Any]:
                     del memo_part[sid]
                     out[sid] = None
             elif memo_part.get(sid) is not pair:
+                out[sid] = _weights_named(tenant, memo, sid, pair, passed.get(sid), part)
                 memo_part[sid] = pair
-                out[sid] = _weights(pair)
         if out:
             change[part] = out
     for key, value in (("seed", tenant.ids.seed), ("ids_counter", tenant.ids.counter),
@@ -202,15 +217,38 @@ def tenant_change(tenant: Tenant, memo: TenantMemo) -> dict[str, Any]:
     return change
 
 
+def _weights_named(tenant: Tenant, memo: TenantMemo, sid: str, pair: tuple[int, Any], passed: dict[int, int] | None,
+                   part: str) -> dict[str, Any]:
+    """A published or staged entry for a journal line: weights are snapshots of the session's model, so the
+    line names the model's step when the journal holds the model at that step (now, or on the way through
+    this line's calls), or the staged entry it came from; only weights of nothing the journal holds are
+    written whole."""
+    version, weights = pair
+    model = tenant.models.live.get(sid)
+    if model is not None and memo.models.get(sid) == (model, model.version) and weights is model.weights():
+        return {"version": version, "step": model.step}
+    if passed is not None and id(weights) in passed:
+        return {"version": version, "step": passed[id(weights)]}
+    staged = memo.staged.get(sid)
+    if part == "published" and staged is not None and staged[1] is weights:
+        return {"version": version, "staged": True}
+    return _weights(pair)
+
+
 class TenantReplay:
     """A tenant document being rebuilt from journal lines: tables and timeline keyed by id while lines
-    apply (so a change costs what it holds), turned back into a document by :meth:`document`."""
+    apply (so a change costs what it holds), turned back into a document by :meth:`document`. A session
+    model that lines change by their calls is rebuilt once and replayed (:meth:`SessionModel.replay`)."""
 
-    def __init__(self, data: dict[str, Any]) -> None:
+    def __init__(self, data: dict[str, Any], bases: compute.BaseModels | None = None) -> None:
         self.data = data
         self.tables = {name: {row["id"]: row for row in data.get(name, [])} for name in RECORD_TYPES}
         self.timeline = {e[1]: e for e in data.get("timeline", [])}
         self.idempotency = {tuple(e[:3]): e[3] for e in data.get("idempotency", [])}
+        self.bases = bases
+        self.models: dict[str, Any] = {}       # session -> SessionModel, for the models replayed
+        self.differ: list[tuple[str, int]] = []  # (session, step) whose replayed weights differ from the noted
+        self.work = 0                           # trained entries stepped by the optim steps replayed
 
     def apply(self, change: dict[str, Any]) -> None:
         for name, rows in change.get("upsert", {}).items():
@@ -235,17 +273,55 @@ class TenantReplay:
                 self.idempotency.pop((a, b, c), None)
         data = self.data
         data.setdefault("registry", {}).update(change.get("registry", {}))
-        data.setdefault("models", {}).update(change.get("models", {}))
+        for sid, entry in change.get("models", {}).items():
+            data.setdefault("models", {})[sid] = entry
+            self.models.pop(sid, None)
+        passed: dict[str, dict[int, Any]] = {}
+        for sid, calls in change.get("model_calls", {}).items():
+            model = self._model(sid)
+            try:
+                passed[sid], differ = model.replay(calls)
+            except compute.ComputeError as exc:
+                raise ValueError(f"session {sid}'s model does not replay: {exc.message}") from exc
+            self.differ += [(sid, step) for step in differ]
+            self.work += (len(passed[sid]) - 1) * model.weights().num_entries
+        staged_before = dict(data.get("staged") or {})
         for part in ("published", "staged"):
             kept = data.setdefault(part, {})
             for sid, entry in change.get(part, {}).items():
                 if entry is None:
                     kept.pop(sid, None)
-                else:
+                elif "weights" in entry:
                     kept[sid] = entry
+                elif entry.get("staged"):
+                    kept[sid] = {**staged_before[sid], "version": entry["version"]}
+                else:
+                    kept[sid] = {"version": entry["version"], "weights": self._weights_at(sid, entry["step"], passed)}
         for key in ("seed", "ids_counter", "timeline_seq", "gpu_queue_tail", "epoch"):
             if key in change:
                 data[key] = change[key]
+
+    def _model(self, sid: str) -> Any:
+        model = self.models.get(sid)
+        if model is None:
+            entry = self.data["models"][sid]
+            model = self.models[sid] = compute.SessionModel.from_state(compute.ModelSpec(**entry["spec"]),
+                                                                       entry["state"], bases=self.bases)
+        return model
+
+    def _weights_at(self, sid: str, step: int, passed: dict[str, dict[int, Any]]) -> Any:
+        """The weights of session ``sid``'s model at ``step``, as the journal holds it at this line: a
+        :class:`~emulator.compute.Weights` (written out by :meth:`document`) or the state's own JSON."""
+        if sid in passed and step in passed[sid]:
+            return passed[sid][step]
+        model = self.models.get(sid)
+        if model is not None and model.step == step:
+            return model.weights()
+        state = self.data["models"][sid]["state"]
+        if model is None and state.get("step") == step:
+            return state["weights"]
+        raise ValueError(f"session {sid}'s weights of step {step} are named, but its model is at step "
+                         f"{model.step if model is not None else state.get('step')}")
 
     def document(self) -> dict[str, Any]:
         data = self.data
@@ -253,6 +329,12 @@ class TenantReplay:
             data[name] = list(rows.values())
         data["timeline"] = sorted(self.timeline.values())
         data["idempotency"] = [[*k, v] for k, v in self.idempotency.items()]
+        for sid, model in self.models.items():
+            data["models"][sid] = {**data["models"][sid], "state": model.to_state()}
+        for part in ("published", "staged"):
+            for entry in (data.get(part) or {}).values():
+                if not isinstance(entry["weights"], dict):
+                    entry["weights"] = entry["weights"].to_state()
         return data
 
 
