@@ -506,6 +506,21 @@ def test_a_shard_killed_and_restarted_loses_no_acknowledged_write(lb: Running) -
     assert set(acknowledged[writer]) | set(written) <= held
 
 
+def test_a_second_cluster_on_the_same_state_dir_is_refused(lb: Running) -> None:
+    """Issue 39, item 4: two clusters on one --state-dir both acknowledged writes, and the restart refused
+    the files. The second is refused now, in one sentence naming the directory and the first cluster."""
+    state_dir = Path(lb.wait_for(r"state file (\S+)/shard-0-of-2\.json", 5).group(1))
+    try:
+        second = subprocess.run(
+            [sys.executable, "-m", "emulator", "cluster", "--workers", "2", "--port", "0", "--haproxy", lb.haproxy,
+             "--state-dir", str(state_dir)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a second cluster on the same --state-dir started")
+    said = second.stderr.strip().splitlines()
+    assert second.returncode == 2 and len(said) == 1, second.stderr
+    assert str(state_dir) in said[0] and f"process id {lb.proc.pid}" in said[0], said
+
+
 @pytest.mark.slow
 def test_a_tokens_file_routes_a_project_by_its_users(tmp_path: Path) -> None:
     running = Running(tmp_path, "--tokens-file", "team", "--admin-token", "secret")

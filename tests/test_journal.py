@@ -10,7 +10,9 @@ import errno
 import os
 import random
 import shutil
+import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -215,6 +217,66 @@ def test_a_torn_last_line_is_cut_before_the_next_append(tmp_path: Path) -> None:
     with make_client(restored) as client:
         for rid in made:
             assert client.get(f"{RL}/model-resources/{rid}").status_code == 200
+
+
+# --- one writer per file ------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _serve(path: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "emulator", "serve", "--port", "0", "--state-file", str(path)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def _listening(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert "listening on" in line, line + (proc.stderr.read() if proc.stderr else "")
+    return line.rsplit(" ", 1)[1].strip()
+
+
+def test_a_second_server_on_one_state_file_is_refused_and_kill_9_frees_the_file(tmp_path: Path) -> None:
+    """Issue 39, item 4: two servers on one file both acknowledged writes, and the restart refused the file. The
+    second is refused now, in one sentence naming the file and the holder; the lock is the kernel's, so after
+    kill -9 of the holder a new server starts with nothing to clean up."""
+    path = tmp_path / "state.jsonl"
+    first = _serve(path)
+    try:
+        _listening(first)
+        second = _serve(path)
+        try:
+            _, err = second.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            second.kill()
+            second.communicate()
+            pytest.fail("a second server on the same state file started")
+        assert second.returncode != 0
+        said = err.strip().splitlines()
+        assert len(said) == 1 and str(path) in said[0] and f"process id {first.pid}" in said[0], err
+        assert "Traceback" not in err
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+        third = _serve(path)
+        try:
+            _listening(third)
+        finally:
+            third.terminate()
+            third.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+
+
+def test_one_process_may_open_its_own_state_file_again(tmp_path: Path) -> None:
+    path = tmp_path / "state.jsonl"
+    runtime = _runtime(path)
+    with make_client(runtime) as client:
+        rid = create_resource(client)["id"]
+    with make_client(_runtime(path)) as client:  # (as the tests restore a file, with the first still alive)
+        assert client.get(f"{RL}/model-resources/{rid}").status_code == 200
 
 
 # --- a disk that refuses -----------------------------------------------------------------------------
@@ -427,7 +489,8 @@ def test_kill_9_with_a_filling_disk_loses_no_acknowledged_write_and_keeps_no_ref
     """bench.crash in small: three kill -9 runs of a server writing from three threads (on a small tmpfs where
     this process may mount one); what was acknowledged is there after each restart, what was refused is not."""
     import subprocess
-    
+    import sys
+
     done = subprocess.run([sys.executable, "-m", "bench.crash", "--runs", "3", "--seconds", "1.0"],
                           capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0, done.stderr[-2000:]

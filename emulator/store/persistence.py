@@ -29,9 +29,12 @@ the same way and undone in memory: the tenant is reloaded from the file and the 
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import logging
 import os
 import re
+import weakref
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -103,6 +106,30 @@ class StateFile:
         self._base_work = 0      # trained entries of the models the first line holds
         self._work = 0           # trained entries stepped by the optim steps of later lines: what a load replays
         self.notes: list[str] = []  # what the last load found worth saying (a model that replays differently)
+
+    def lock(self) -> None:
+        """Hold the file for this process: an advisory lock (``lockf``) on a file beside it, ``.NAME.lock``,
+        which holds the holder's process id. The kernel drops the lock when the process ends, however it
+        ends, so a ``kill -9`` leaves nothing to clean up. A second process is refused (two writers would
+        each append their own lines, and the next start-up would refuse the file); the same process may open
+        its file again (a test restoring it). The lock is not on the journal itself: compaction replaces that
+        file, and a lock on the replaced one would hold nothing."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path.with_name(f".{self.path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            os.close(fd)
+            if exc.errno not in (errno.EACCES, errno.EAGAIN):
+                raise
+            raise StateFileError(f"--state-file {self.path} is in use by another emulator (process id "
+                                 f"{holder or 'not yet written'}): two servers appending to one file would leave "
+                                 "it unloadable, so this one does not start; stop that one or pass another path"
+                                 ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        weakref.finalize(self, os.close, fd)  # (closing it drops the lock: only when this file is dropped)
 
     def load(self) -> dict[str, Any] | None:
         """The state document the file holds (its lines replayed), or None when there is no file yet."""
@@ -299,8 +326,13 @@ class Persistence:
         self.broken: str | None = None                    # memory may be ahead of the file: writes are refused
 
     def open(self) -> dict[str, Any] | None:
-        """Load the file into the store (or create it); returns the document loaded, if any."""
+        """Lock the file, load it into the store (or create it); returns the document loaded, if any."""
         path = self.file.path
+        try:
+            self.file.lock()
+        except OSError as exc:
+            raise StateFileError(f"--state-file {path} cannot be written: {exc.strerror or exc}. The emulator "
+                                 "needs to create a lock file beside it (check permissions and mounts)") from exc
         try:
             doc = self.file.load()
             if doc is not None:

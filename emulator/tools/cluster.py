@@ -6,13 +6,16 @@ HAProxy in front routing every request of a tenant to its shard with the same fu
 renders HAProxy's configuration from the shipped template (``haproxy.cfg.tmpl``, next to it), writes the
 map of API keys to projects that a ``--tokens-file`` needs, and runs a cluster on one machine: it starts the
 shards (each with its own state file under ``--state-dir``), then HAProxy from ``PATH``, and restarts a
-shard that dies, on the same port and state file. ``--print-config`` prints the configuration for shards
+shard that dies, on the same port and state file; it holds ``--state-dir`` for its life (an advisory lock,
+like each shard's on its file), so a second cluster on the same directory is refused. ``--print-config`` prints the configuration for shards
 started anywhere else (other machines: README "One emulator for a team").
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import fcntl
 import hashlib
 import os
 import re
@@ -117,6 +120,34 @@ def tokens_map(tokens_file: str) -> str:
 
 
 # --- running a cluster on this machine ---------------------------------------------------------------------
+
+def lock_state_dir(state_dir: str) -> int:
+    """Hold ``state_dir`` for this process: ``lockf`` on ``.cluster.lock`` in it, which holds the holder's
+    process id; the kernel drops the lock when the process ends, however it ends. Returns the descriptor
+    to keep open; a directory another cluster holds is refused (each shard's file lock would refuse its
+    shards too, but one by one and naming a shard). The lock is kept by this process, not by the shards
+    it starts, so a shard the cluster restarts is not refused."""
+    where = Path(state_dir)
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        fd = os.open(where / ".cluster.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise ClusterError(f"--state-dir {state_dir} cannot be written: {exc.strerror or exc}") from None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        if exc.errno not in (errno.EACCES, errno.EAGAIN):
+            raise ClusterError(f"--state-dir {state_dir} cannot be locked: {exc.strerror or exc}") from None
+        raise ClusterError(f"--state-dir {state_dir} is in use by another cluster (process id "
+                           f"{holder or 'not yet written'}): two clusters on one directory would both write each "
+                           "shard's state file, so this one does not start; stop that one or pass another "
+                           "directory") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
 
 def free_port(host: str) -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
@@ -397,6 +428,7 @@ def main(args: argparse.Namespace, serve_args: list[str], out: TextIO | None = N
         if haproxy is None:
             raise ClusterError(f"cluster needs HAProxy 2.6 or later, and {args.haproxy!r} is not on PATH: install "
                                "it (Debian/Ubuntu: apt-get install haproxy) or name it with --haproxy PATH")
+        lock = lock_state_dir(args.state_dir) if args.state_dir else None
     except ClusterError as exc:
         print(f"emulator cluster: {exc}", file=sys.stderr)
         return 2
@@ -417,3 +449,5 @@ def main(args: argparse.Namespace, serve_args: list[str], out: TextIO | None = N
         cluster.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if lock is not None:
+            os.close(lock)
