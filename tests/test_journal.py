@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -25,7 +26,7 @@ from starlette.testclient import TestClient
 
 from emulator.config import Config, ConfigError
 from emulator.runtime import Runtime
-from emulator.store.persistence import FileIO, seal
+from emulator.store.persistence import FileIO, StateFile, StateFileError, seal
 from tests.conftest import make_client
 from tests.helpers import RL, ce_sample, create_resource, ready_resource, run_op, running_session
 
@@ -217,6 +218,79 @@ def test_a_torn_last_line_is_cut_before_the_next_append(tmp_path: Path) -> None:
     with make_client(restored) as client:
         for rid in made:
             assert client.get(f"{RL}/model-resources/{rid}").status_code == 200
+
+
+def _small_journal(tmp_path: Path) -> tuple[bytes, dict[str, Any]]:
+    """A journal of three lines (a document, a resource made, the clock moved) and the state it holds."""
+    path = tmp_path / "small.jsonl"
+    runtime = _runtime(path)
+    with make_client(runtime) as client:
+        create_resource(client)
+        client.post("/_emulator/clock/advance", json={"seconds": 5}).raise_for_status()
+    data = path.read_bytes()
+    assert data.count(b"\n") == 3
+    doc = StateFile(path).load()
+    assert doc is not None
+    return data, doc
+
+
+def test_every_single_bit_flip_loads_every_acknowledged_write_or_says_why_not(tmp_path: Path) -> None:
+    """Issue 39, item 5: of every single-bit flip of a small journal, the one in the final newline loaded and
+    cut the last acknowledged write without a word. A line that verifies against its checksum is whole,
+    whatever became of its newline; any other flip refuses the file in a sentence naming the line, or is a
+    torn end that start-up reports by line and bytes. None may load less than was acknowledged in silence."""
+    data, held = _small_journal(tmp_path)
+    path = tmp_path / "flipped.jsonl"
+    outcomes: dict[str, int] = {}
+    for bit in range(len(data) * 8):
+        flipped = bytearray(data)
+        flipped[bit // 8] ^= 1 << (bit % 8)
+        file = StateFile(path)
+        try:
+            doc = file.load_bytes(bytes(flipped))
+        except StateFileError as exc:
+            assert re.search(r"line \d", str(exc)), (bit, str(exc))
+            outcomes["refused"] = outcomes.get("refused", 0) + 1
+            continue
+        assert doc is not None
+        if {k: doc.get(k) for k in held} == held:
+            outcomes["loaded whole"] = outcomes.get("loaded whole", 0) + 1
+            path.write_bytes(flipped)
+            file.mend_end()
+            again = StateFile(path).load()  # what start-up mended loads the same, and appends follow a newline
+            assert again is not None and {k: again.get(k) for k in held} == held, bit
+            assert path.read_bytes().endswith(b"\n"), bit
+        else:
+            assert any(re.search(r"line \d+ \(\d+ bytes\)", note) for note in file.notes), (bit, file.notes)
+            outcomes["dropped, said"] = outcomes.get("dropped, said", 0) + 1
+    assert outcomes.get("loaded whole", 0) > 0 and sum(outcomes.values()) == len(data) * 8, outcomes
+
+
+def test_a_whole_last_line_with_a_damaged_newline_is_kept_and_said(tmp_path: Path, caplog: pytest.LogCaptureFixture
+                                                                   ) -> None:
+    data, held = _small_journal(tmp_path)
+    path = tmp_path / "state.jsonl"
+    path.write_bytes(data[:-1] + b"\x0b")   # the final newline, one bit flipped
+    with caplog.at_level("WARNING", logger="emulator"):
+        runtime = _runtime(path)
+    assert "line 3's newline is damaged" in caplog.text and "kept" in caplog.text, caplog.text
+    assert path.read_bytes() == data
+    with make_client(runtime) as client:
+        assert len(client.get(f"{RL}/model-resources").json()["data"]) == 1
+        create_resource(client)
+    assert len(_lines(path)) == 4 and StateFile(path).load() is not None
+
+
+def test_a_torn_last_line_is_dropped_and_said(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    data, _ = _small_journal(tmp_path)
+    path = tmp_path / "state.jsonl"
+    whole = data[: data.rstrip(b"\n").rfind(b"\n") + 1]
+    path.write_bytes(whole + data[len(whole):-10])  # the last line cut short: a crash mid-write
+    with caplog.at_level("WARNING", logger="emulator"):
+        _runtime(path)
+    cut = len(data) - 10 - len(whole)
+    assert f"line 3 ({cut} bytes) is cut short" in caplog.text, caplog.text
+    assert path.read_bytes() == whole
 
 
 # --- one writer per file ------------------------------------------------------------------------------

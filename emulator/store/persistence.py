@@ -20,9 +20,11 @@ optim steps of every model: a rewrite costs a fixed share of what was appended o
 step, and a restart replays a bounded number of steps. A failed rewrite changes nothing and is tried again.
 
 Loading checks every line's checksum and that the sequence numbers follow each other: a changed,
-missing, repeated or swapped line refuses the file, which is then left untouched. Only the end may be
+missing, repeated or swapped line refuses the file, which is then left untouched. A line that verifies
+is whole, even if its newline is missing or damaged (the newline is written back). Only the end may be
 cut short (the process died while writing, so that request was never answered): those bytes are cut
-off before anything is appended. A write that fails (a full disk, a read-only file system) is cut off
+off before anything is appended, and start-up says which line and how many bytes. One process holds the
+file (:meth:`StateFile.lock`); a second is refused. A write that fails (a full disk, a read-only file system) is cut off
 the same way and undone in memory: the tenant is reloaded from the file and the request answers
 :class:`~emulator.errors.Unavailable`, so nothing unacknowledged is kept and nothing acknowledged is lost.
 """
@@ -105,7 +107,8 @@ class StateFile:
         self._appended = 0
         self._base_work = 0      # trained entries of the models the first line holds
         self._work = 0           # trained entries stepped by the optim steps of later lines: what a load replays
-        self.notes: list[str] = []  # what the last load found worth saying (a model that replays differently)
+        self.notes: list[str] = []  # what the last load found worth saying (a torn end, a damaged newline, ...)
+        self._newline_at: int | None = None  # where the last whole line's newline is to be written
 
     def lock(self) -> None:
         """Hold the file for this process: an advisory lock (``lockf``) on a file beside it, ``.NAME.lock``,
@@ -132,17 +135,39 @@ class StateFile:
         weakref.finalize(self, os.close, fd)  # (closing it drops the lock: only when this file is dropped)
 
     def load(self) -> dict[str, Any] | None:
-        """The state document the file holds (its lines replayed), or None when there is no file yet."""
+        """The state document the file holds (its lines replayed), or None when there is no file yet. What it
+        found at the end, which :meth:`mend_end` then settles (a torn line to cut, a newline to write), and
+        anything else worth saying at start-up, is in :attr:`notes`."""
         if not self.path.exists():
             return None
         try:
             data = self.path.read_bytes()
         except OSError as exc:
             raise StateFileError(f"cannot read it: {exc.strerror or exc}") from exc
-        whole = data[: data.rfind(b"\n") + 1]  # after the last newline: a line cut short, never answered
-        lines = whole.split(b"\n")[:-1]
-        if not whole.strip() and data.strip() and len(data.splitlines()) == 1:
-            lines, whole = [data], data  # one document with no newline at the end: an export saved by hand
+        return self.load_bytes(data)
+
+    def load_bytes(self, data: bytes) -> dict[str, Any]:
+        """:meth:`load` of the file's content, read already."""
+        self.notes = []
+        self._newline_at = None
+        end = data.rfind(b"\n") + 1
+        lines, tail = data[:end].split(b"\n")[:-1], data[end:]
+        size = end
+        if tail.strip():
+            kept = _verified(tail)
+            if kept is not None:  # a whole line: only its newline is missing, or a bit flip changed it
+                self.notes.append(f"line {len(lines) + 1}'s newline is {'missing' if kept == tail else 'damaged'}; "
+                                  "the line verifies against its checksum, so it is kept and its newline written")
+                lines.append(kept)
+                self._newline_at = end + len(kept)
+                size = self._newline_at + 1
+            elif not lines and not _SEAL.search(tail.rstrip()):
+                return self._load_document(tail)  # one document with no newline at the end: an export saved by hand
+            elif not lines:
+                lines = [tail]  # (a lone line that fails its checksum: refused below, naming it)
+            else:  # the process died writing it: that request was never answered
+                self.notes.append(f"line {len(lines) + 1} ({len(tail)} bytes) is cut short, as when the process "
+                                  "dies writing it (that request was never answered); it is dropped")
         if not lines:
             raise StateFileError("the file holds no whole line" if data else "the file is empty")
         if len(lines) == 1 and not _SEAL.search(lines[0].rstrip()):
@@ -154,7 +179,6 @@ class StateFile:
             raise StateFileError("line 1 is not a state document")
         bases = compute.BaseModels()  # (shared by the models this load replays)
         replays = {p: snapshot.TenantReplay(t, bases) for p, t in tenants.items() if isinstance(t, dict)}
-        self.notes = []
         for number, line in enumerate(lines[1:], start=2):
             change = unseal(line, number)
             if change["seq"] != seq + 1:
@@ -163,7 +187,7 @@ class StateFile:
             seq = change["seq"]
             try:
                 replay = _apply(base, replays, change)
-            except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            except (KeyError, TypeError, AttributeError, ValueError, compute.ComputeError) as exc:
                 raise StateFileError(f"line {number} is not a state change ({exc})") from exc
             if replay is not None and replay.differ:
                 self.notes += [f"line {number}: session {sid}'s model replays to other numbers at step {step} than "
@@ -172,9 +196,9 @@ class StateFile:
                 replay.differ.clear()
         base["tenants"] = {p: replay.document() for p, replay in replays.items()}
         self.seq = seq
-        self.size = len(whole)
+        self.size = size
         self._base_bytes = len(lines[0]) + 1
-        self._appended = len(whole) - self._base_bytes
+        self._appended = size - self._base_bytes
         self._work = sum(replay.work for replay in replays.values())
         return base
 
@@ -193,17 +217,25 @@ class StateFile:
         self._appended = 0
         return doc
 
-    def cut_torn_end(self) -> int:
-        """Cut off what follows the last whole line (a write the process died in, or a failed one): the next
-        line must not be glued to a fragment. Returns the bytes cut."""
+    def mend_end(self) -> None:
+        """Make the file end where its last whole line ends, with a newline: cut off what follows (a write the
+        process died in, or a failed one), and write the newline a whole last line lacks (:meth:`load`). The
+        next line must not be glued to a fragment, nor to a line."""
         try:
             actual = self.path.stat().st_size
         except FileNotFoundError:
-            return 0
+            return
+        if self._newline_at is not None:
+            fd = os.open(self.path, os.O_WRONLY)
+            try:
+                os.pwrite(fd, b"\n", self._newline_at)
+                self.io.fsync(fd)
+            finally:
+                os.close(fd)
+            self._newline_at = None
+            actual = max(actual, self.size)
         if actual > self.size:
             os.truncate(self.path, self.size)
-            return actual - self.size
-        return 0
 
     def check_writable(self) -> None:
         """Open the file for appending and close it: a read-only file, directory or file system says so now,
@@ -230,6 +262,7 @@ class StateFile:
         self.size = self._base_bytes = len(data)
         self._appended = 0
         self._work = 0
+        self._newline_at = None
 
     def append(self, change: dict[str, Any], work: int = 0) -> None:
         """Add one line and make it durable before returning; on failure cut it off again and raise."""
@@ -242,7 +275,7 @@ class StateFile:
                 os.close(fd)
         except OSError:
             try:
-                self.cut_torn_end()
+                self.mend_end()
             except OSError:
                 pass  # the next load cuts it
             raise
@@ -264,6 +297,18 @@ class StateFile:
         rewrite costs a fixed share of what was appended or of the work done, never one per step."""
         return (self._appended > max(self.compact_min_bytes, 2 * self._base_bytes)
                 or self._work > max(REPLAY_MIN_WORK, REPLAY_FACTOR * self._base_work))
+
+
+def _verified(tail: bytes) -> bytes | None:
+    """What follows the last newline, if it is a whole line that lost its newline or whose newline one bit
+    flip changed (a line that verifies against its checksum is complete): the line, else None."""
+    for line in (tail, tail[:-1]):
+        try:
+            unseal(line, 0)
+        except StateFileError:
+            continue
+        return line
+    return None
 
 
 def _apply(doc: dict[str, Any], replays: dict[str, snapshot.TenantReplay],
@@ -345,12 +390,10 @@ class Persistence:
                 self._write_all()
                 self.file.unsealed = False
             else:
+                self.file.mend_end()
                 self.file._base_work = self._model_entries()
-                for note in self.file.notes:
-                    log.warning("--state-file %s: %s", path, note)
-                cut = self.file.cut_torn_end()
-                if cut:
-                    log.warning("--state-file %s: cut %d bytes of a last line the process died writing", path, cut)
+            for note in self.file.notes:
+                log.warning("--state-file %s: %s", path, note)
             self.file.check_writable()
             self._reset_changes()
         except OSError as exc:
@@ -455,7 +498,7 @@ class Persistence:
         read back (then writes are refused until it can)."""
         try:
             doc = self.file.load()
-            self.file.cut_torn_end()
+            self.file.mend_end()
             assert doc is not None
             doc = snapshot.store_inline_bytes(doc, self.store.blobs)
             if projects is None:
