@@ -221,6 +221,19 @@ def target_rows(r: dict[str, Any], labels: list[str]) -> list[tuple[str, str, st
                 verdict(v, 1024, False),
             )
         )
+    if r.get("journal_bytes_ratio") is not None:
+        last = r.get("journal_last_step")
+        ratio_ = r.get("journal_bytes_ratio")
+        rows.append(
+            (
+                f"journal (`--state-file`): bytes per training step flat within 2x from step 10 to step {last}",
+                f"{fmt(ratio_, 2)}x ({fmt(r.get('journal_step10_line_bytes'), 0, 'B')} -> "
+                f"{fmt(r.get(f'journal_step{last}_line_bytes'), 0, 'B')}); restored identical: "
+                f"{r.get('journal_restored_identical')}",
+                verdict(None if ratio_ is None else -ratio_, -2.0, True)
+                if r.get("journal_restored_identical") else "MISS (the restart did not restore the state held)",
+            )
+        )
     rows.append(
         (
             "start-up to the first answered request < 1.5 s",
@@ -260,6 +273,40 @@ def target_rows(r: dict[str, Any], labels: list[str]) -> list[tuple[str, str, st
         )
     )
     return rows
+
+
+def journal_block(r: dict[str, Any], notes: dict[str, str]) -> list[str]:
+    """A training loop on ``--state-file`` (``bench.journal --loop``): what the journal costs per step."""
+    if "journal" in notes:
+        return ["", f"### The journal of a training loop: {notes['journal']}"]
+    steps = r.get("journal_steps")
+    if not steps:
+        return []
+    points = [n for n in (10, 100, 1000) if r.get(f"journal_step{n}_line_bytes") is not None]
+    out = [
+        "",
+        f"### The journal of a training loop (`--state-file`, {steps} steps in process: sample 16 x 64 tokens, "
+        "importance-sampling forward-backward on them, optim-step, synchronous weights-sync)",
+        "",
+        "| step | journal bytes per step (mean of 10) | wall time per step (median of 10) | "
+        "compaction bytes per step so far |",
+        "| ---: | ---: | ---: | ---: |",
+    ]
+    out += [
+        f"| {n} | {fmt(r.get(f'journal_step{n}_line_bytes'), 0)} | {_ms(r.get(f'journal_step{n}_ms'))} | "
+        f"{fmt(r.get(f'journal_step{n}_compacted_bytes_per_step'), 0)} |"
+        for n in points
+    ]
+    out += [
+        "",
+        f"{r.get('journal_compactions')} compactions in {steps} steps (the file is rewritten whole when its lines "
+        "outgrow the first or replaying them would cost 64 optim steps of every model); the model held "
+        f"{fmt(r.get('journal_model_entries'), 0)} trained entries at the end, the file "
+        f"{fmt((r.get('journal_file_bytes') or 0) / 2**20, 1, 'MiB')}; a restart loaded it in "
+        f"{fmt(r.get('journal_load_s'), 2, 's')}, restoring the state held "
+        + ("bit for bit." if r.get("journal_restored_identical") else "NOT identically."),
+    ]
+    return out
 
 
 def internals_block(r: dict[str, Any], notes: dict[str, str]) -> list[str]:
@@ -495,6 +542,8 @@ def generated_block(
                 f"{fmt(r.get('uploads_journal_bytes_per_upload_max'), 0) if journal else '-'} | "
                 f"{fmt(r.get('uploads_journal_restart_s'), 2, 's') if journal else '-'} |"
             )
+
+    out += journal_block(r, notes)
     out += internals_block(r, notes)
     if r.get("soak_seconds"):
         ratio_ = r.get("soak_growth_ratio")

@@ -78,6 +78,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--startup-runs", type=int, default=5)
     p.add_argument("--longrun-steps", type=int, default=200, help="steps of the long-loop memory measurement")
     p.add_argument("--longrun-budget-mib", type=int, default=8, help="its small output budget (MiB)")
+    p.add_argument("--journal-steps", type=int, default=1000,
+                   help="steps of the training loop on --state-file (journal bytes and time per step)")
     p.add_argument("--plugin-starts", type=int, default=5, help="start-ups of the pytest plugin's emulator per mode")
     p.add_argument("--plugin-tenants", type=int, default=300, help="fresh tenants measured per mode")
     p.add_argument("--plugin-sdk-tests", type=int, default=20, help="tests of the SDK file the plugin runs per mode")
@@ -113,6 +115,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         )
         args.sweep = "1,8,32"
         args.longrun_steps, args.longrun_budget_mib = 40, 1
+        args.journal_steps = 100
         args.plugin_starts, args.plugin_tenants, args.plugin_sdk_tests = 2, 50, 5
         args.stock_examples = 5
         args.soak_seconds = min(args.soak_seconds, 30)
@@ -500,6 +503,37 @@ class Bench:
             f"{r['uploads_journal_bytes_per_upload_max']} journal bytes per upload; restart "
             f"{r['uploads_journal_restart_s']:.2f} s")
 
+    def journal_loop(self) -> None:
+        """Journal bytes and time per step of a training loop on ``--state-file`` (``bench.journal --loop``,
+        in process): at steps 10, 100 and 1,000, then the restart's load time and whether it restores the
+        state held, bit for bit. Target (issue 39): bytes per step flat within 2x from step 10 to the last."""
+        steps = self.args.journal_steps
+        at = [n for n in (10, 100, 1000) if n <= steps]
+        log(f"journal: a training loop of {steps} steps on --state-file (sample 16 x 64, train, step, sync)")
+        done = subprocess.run([sys.executable, "-m", "bench.journal", "--loop", "--steps", str(steps), "--at",
+                               ",".join(map(str, at))], capture_output=True, text=True, timeout=3600, cwd=str(ROOT))
+        if done.returncode != 0:
+            self.notes["journal"] = f"bench.journal --loop failed: {done.stderr.strip()[-300:]}"
+            log(f"  {self.notes['journal']}")
+            return
+        m = parse_marked_json(done.stdout)
+        for point in m["points"]:
+            n = point["step"]
+            self.put(f"journal_step{n}_line_bytes", point["line_bytes_mean10"])
+            self.put(f"journal_step{n}_ms", point["step_ms_median10"])
+            self.put(f"journal_step{n}_compacted_bytes_per_step", point["compacted_bytes_per_step_so_far"])
+        first, last = m["points"][0], m["points"][-1]
+        self.put("journal_steps", steps)
+        self.put("journal_last_step", last["step"])
+        self.put("journal_bytes_ratio", ratio(last["line_bytes_mean10"], first["line_bytes_mean10"]))
+        for key in ("compactions", "compacted_bytes", "line_bytes_total", "file_bytes", "model_entries", "load_s",
+                    "restored_identical"):
+            self.put(f"journal_{key}", m[key])
+        log(f"  bytes per step {first['line_bytes_mean10']:.0f} at step {first['step']}, "
+            f"{last['line_bytes_mean10']:.0f} at step {last['step']} (x{self.results['journal_bytes_ratio']}); "
+            f"{m['compactions']} compactions; restart {m['load_s']:.2f} s, restored identical: "
+            f"{m['restored_identical']}")
+
     def internals(self, gen: LoadGen) -> None:
         """What the private dependency internals buy (issue 25), A/B in this run: served GETs on the shipped
         protocol and on uvicorn's own protocol (no guards) (``bench.internals``: the server's CPU per
@@ -688,6 +722,7 @@ def main(argv: list[str] | None = None) -> int:
         bench.filled(gen)
         bench.longrun()
         bench.uploads()
+        bench.journal_loop()
         bench.soak()
         bench.internals(gen)
         bench.startup()

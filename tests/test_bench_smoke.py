@@ -175,6 +175,26 @@ def test_longrun_releases_the_oldest_outputs_beyond_a_small_budget() -> None:
     assert out["released"] > 0 and [step for step, _ in out["rss"]][-1] == 12
 
 
+def test_the_journal_loop_measures_bytes_per_step_and_a_restart_that_restores_the_state(tmp_path: Path) -> None:
+    from bench import journal
+
+    out = asyncio.run(journal.loop(3, [1, 3], "sampled", tmp_path))
+    assert [p["step"] for p in out["points"]] == [1, 3] and all(p["line_bytes"] > 0 for p in out["points"])
+    assert out["restored_identical"] is True and out["load_s"] > 0 and out["model_entries"] > 0
+
+
+def test_the_journal_target_passes_within_2x_and_misses_beyond_or_when_the_restart_differs() -> None:
+    r = {"journal_steps": 1000, "journal_last_step": 1000, "journal_step10_line_bytes": 80000.0,
+         "journal_step1000_line_bytes": 150000.0, "journal_bytes_ratio": 1.88, "journal_restored_identical": True}
+    rows = {name: (value, v) for name, value, v in report.target_rows(r, ["100", "100k"]) if name.startswith("journal")}
+    assert list(rows.values()) == [("1.88x (80,000 B -> 150,000 B); restored identical: True", "PASS")]
+    r["journal_bytes_ratio"] = 2.5
+    assert [v for name, _, v in report.target_rows(r, ["100", "100k"]) if name.startswith("journal")] == ["MISS"]
+    r["journal_bytes_ratio"], r["journal_restored_identical"] = 1.5, False
+    assert [v for name, _, v in report.target_rows(r, ["100", "100k"]) if name.startswith("journal")][0].startswith("MISS")
+    assert any("| 1000 | 150,000 |" in line for line in report.journal_block(r, {}))
+
+
 def test_ceiling_serves_the_given_bytes() -> None:
     bodies = {key: json.dumps({"id": key, "status": "X_READY"}) for key in ROUTES if key != "health"}
     app = build_app(bodies)
