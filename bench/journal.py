@@ -115,7 +115,7 @@ async def loop(steps: int, at: list[int], tokens: str, work: Path) -> dict[str, 
         tally["compactions"] += 1
         tally["compacted"] += file.size
 
-    file.append, file.write_all = counted_append, counted_write_all  # type: ignore[method-assign]
+    file.append, file.write_all = counted_append, counted_write_all  # type: ignore[method-assign,assignment]
     app = build_server_app(runtime)
     rid = await _id(app, "POST", R, {"base_model": "Qwen/Qwen3.8-27B", "lora_enabled": True})
     await call(app, "GET", f"{R}/{rid}")

@@ -335,7 +335,7 @@ def weights_check(weights: Weights) -> list[int]:
     """A fingerprint of trained weights (their size and Adler-32 of their values): what a replayed optim
     step must reproduce. Cheap next to the step itself (one pass over the bytes, no copy)."""
     theta, beta = np.ascontiguousarray(weights.theta), np.ascontiguousarray(weights.beta)  # (no copy: they are)
-    return [weights.num_entries, zlib.adler32(beta, zlib.adler32(theta))]
+    return [weights.num_entries, zlib.adler32(beta.data, zlib.adler32(theta.data))]
 
 
 def load_files(files: list[tuple[str, bytes]]) -> dict:
