@@ -159,6 +159,26 @@ def test_a_training_loop_journals_what_each_step_changed_not_the_model(tmp_path:
         assert [run_op(client, sid, kind, body)["output"] for kind, body in _next_ops()] == after
 
 
+def test_a_model_that_replays_to_other_numbers_is_said_at_start_up(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """A step's line carries a fingerprint of the weights it made: a replay that rounds otherwise (another
+    numpy or CPU) goes on from the replayed weights, and start-up says where."""
+    path = tmp_path / "state.jsonl"
+    with make_client(_runtime(path)) as client:
+        sid = running_session(client)["id"]
+        for kind, body in _random_step(random.Random(1)):
+            run_op(client, sid, kind, body)
+    lines = _lines(path)
+    number, line = next((n, orjson.loads(x)) for n, x in enumerate(lines, 1) if b'"optim_step"' in x)
+    del line["crc"]
+    line["model_calls"][sid][-1]["optim_step"]["check"][1] ^= 1
+    lines[number - 1] = seal(line).rstrip(b"\n")
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with caplog.at_level("WARNING", logger="emulator"):
+        _runtime(path)
+    assert f"line {number}: session {sid}'s model replays to other numbers at step 1" in caplog.text, caplog.text
+
+
 def _next_ops() -> list[tuple[str, dict[str, Any]]]:
     """A sample (of tokens the trained model prefers) and a forward pass, to compare two runtimes by."""
     return [("sample", {"model_inputs": [{"chunks": [{"encoded_text": {"tokens": [5, 6, 7]}}]}], "num_samples": 4,
