@@ -159,6 +159,27 @@ def test_a_training_loop_journals_what_each_step_changed_not_the_model(tmp_path:
         assert [run_op(client, sid, kind, body)["output"] for kind, body in _next_ops()] == after
 
 
+def test_the_file_is_rewritten_once_replaying_its_lines_would_cost_enough_steps_of_the_model(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second compaction rule: lines of a few steps are small next to the model, but each would be
+    replayed at the next start-up at the cost of an optim step of the whole model, so a restart stays bounded."""
+    monkeypatch.setattr("emulator.store.persistence.REPLAY_FACTOR", 3)
+    monkeypatch.setattr("emulator.store.persistence.REPLAY_MIN_WORK", 0)
+    path = tmp_path / "state.jsonl"
+    runtime = _runtime(path)
+    tally = _counting_file(runtime)
+    rng = random.Random(3)
+    steps = 12
+    with make_client(runtime) as client:
+        sid = running_session(client)["id"]
+        for _ in range(steps):
+            for kind, body in _random_step(rng):
+                run_op(client, sid, kind, body)
+        held = orjson.dumps(_export(runtime))
+    assert 2 <= tally["compactions"] <= steps // 3 + 1, tally  # every 3 or 4 steps: the model grows meanwhile
+    assert orjson.dumps(_export(_runtime(path))) == held
+
+
 def test_a_model_that_replays_to_other_numbers_is_said_at_start_up(tmp_path: Path,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
     """A step's line carries a fingerprint of the weights it made: a replay that rounds otherwise (another

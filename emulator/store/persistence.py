@@ -24,9 +24,10 @@ missing, repeated or swapped line refuses the file, which is then left untouched
 is whole, even if its newline is missing or damaged (the newline is written back). Only the end may be
 cut short (the process died while writing, so that request was never answered): those bytes are cut
 off before anything is appended, and start-up says which line and how many bytes. One process holds the
-file (:meth:`StateFile.lock`); a second is refused. A write that fails (a full disk, a read-only file system) is cut off
-the same way and undone in memory: the tenant is reloaded from the file and the request answers
-:class:`~emulator.errors.Unavailable`, so nothing unacknowledged is kept and nothing acknowledged is lost.
+file (:meth:`StateFile.lock`); a second is refused. A write that fails (a full disk, a read-only file
+system) is cut off the same way and undone in memory: the tenant is reloaded from the file and the request
+answers :class:`~emulator.errors.Unavailable`, so nothing unacknowledged is kept and nothing acknowledged
+is lost.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ class StateFile:
         self.unsealed = False    # the file is a plain state document (an export), not yet a journal
         self._base_bytes = 0
         self._appended = 0
-        self._base_work = 0      # trained entries of the models the first line holds
+        self.base_work = 0       # trained entries of the models the first line holds (its owner says)
         self._work = 0           # trained entries stepped by the optim steps of later lines: what a load replays
         self.notes: list[str] = []  # what the last load found worth saying (a torn end, a damaged newline, ...)
         self._newline_at: int | None = None  # where the last whole line's newline is to be written
@@ -296,7 +297,7 @@ class StateFile:
         first many times over (the optim steps they make again, each as costly as the step was): so a
         rewrite costs a fixed share of what was appended or of the work done, never one per step."""
         return (self._appended > max(self.compact_min_bytes, 2 * self._base_bytes)
-                or self._work > max(REPLAY_MIN_WORK, REPLAY_FACTOR * self._base_work))
+                or self._work > max(REPLAY_MIN_WORK, REPLAY_FACTOR * self.base_work))
 
 
 def _verified(tail: bytes) -> bytes | None:
@@ -391,7 +392,7 @@ class Persistence:
                 self.file.unsealed = False
             else:
                 self.file.mend_end()
-                self.file._base_work = self._model_entries()
+                self.file.base_work = self._model_entries()
             for note in self.file.notes:
                 log.warning("--state-file %s: %s", path, note)
             self.file.check_writable()
@@ -467,7 +468,7 @@ class Persistence:
 
     def _write_all(self) -> None:
         self.file.write_all(snapshot.export_state(self.store, self.clock()))
-        self.file._base_work = self._model_entries()
+        self.file.base_work = self._model_entries()
 
     def _model_entries(self) -> int:
         """The trained entries of every session model in the store: what loading the first line costs."""

@@ -177,7 +177,7 @@ def tenant_change(tenant: Tenant, memo: TenantMemo) -> dict[str, Any]:
     models_touched, weights_touched = tenant.models.drain()
     models: dict[str, Any] = {}
     model_calls: dict[str, Any] = {}
-    passed: dict[str, dict[int, int]] = {}  # per session: id(weights) -> step, for weights the journal will hold
+    passed: dict[str, dict[int, tuple[int, Any]]] = {}  # per session: id(weights) -> (step, weights) on the way
     for sid in sorted(models_touched):
         model = tenant.models.live.get(sid)
         entry = memo.models.get(sid)
@@ -189,7 +189,7 @@ def tenant_change(tenant: Tenant, memo: TenantMemo) -> dict[str, Any]:
             model.track_changes()
         else:
             model_calls[sid] = changes[0]
-            passed[sid] = {id(w): step for step, w in changes[1]}
+            passed[sid] = {id(w): (step, w) for step, w in changes[1]}
         memo.models[sid] = (model, model.version)
     if models:
         change["models"] = models
@@ -217,8 +217,8 @@ def tenant_change(tenant: Tenant, memo: TenantMemo) -> dict[str, Any]:
     return change
 
 
-def _weights_named(tenant: Tenant, memo: TenantMemo, sid: str, pair: tuple[int, Any], passed: dict[int, int] | None,
-                   part: str) -> dict[str, Any]:
+def _weights_named(tenant: Tenant, memo: TenantMemo, sid: str, pair: tuple[int, Any],
+                   passed: dict[int, tuple[int, Any]] | None, part: str) -> dict[str, Any]:
     """A published or staged entry for a journal line: weights are snapshots of the session's model, so the
     line names the model's step when the journal holds the model at that step (now, or on the way through
     this line's calls), or the staged entry it came from; only weights of nothing the journal holds are
@@ -228,7 +228,7 @@ def _weights_named(tenant: Tenant, memo: TenantMemo, sid: str, pair: tuple[int, 
     if model is not None and memo.models.get(sid) == (model, model.version) and weights is model.weights():
         return {"version": version, "step": model.step}
     if passed is not None and id(weights) in passed:
-        return {"version": version, "step": passed[id(weights)]}
+        return {"version": version, "step": passed[id(weights)][0]}
     staged = memo.staged.get(sid)
     if part == "published" and staged is not None and staged[1] is weights:
         return {"version": version, "staged": True}
