@@ -163,14 +163,26 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _record(args: argparse.Namespace) -> int:
     from emulator.clock import Clock
-    from emulator.tools.recording import ProxyApp, Recorder
+    from emulator.http.site import SiteGuard
+    from emulator.tools.proxy import ProxyApp, UpstreamError, check_upstream
+    from emulator.tools.recording import Recorder
 
+    try:
+        upstream = check_upstream(args.upstream)
+    except UpstreamError as exc:
+        print(f"emulator record: {exc}", file=sys.stderr)
+        return 2
     try:
         recorder = Recorder(args.out, Clock("system").now)
     except OSError as exc:
         print(f"emulator record: cannot write {args.out}: {exc}", file=sys.stderr)
         return 2
-    return _run(ProxyApp(args.upstream, recorder), args.host, args.port, f"Recording proxy to {args.upstream}")
+    proxy = ProxyApp(upstream, recorder, SiteGuard(args.host), timeout=args.upstream_timeout)
+    try:
+        return _run(proxy, args.host, args.port, f"Recording proxy to {upstream}")
+    finally:
+        recorder.close()
+        print(f"record: {recorder.exchanges} exchange(s) written to {args.out}", file=sys.stderr)
 
 
 def _cluster(args: argparse.Namespace, rest: list[str]) -> int:
@@ -209,6 +221,16 @@ def _speed(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not 0 < value <= 1_000_000:
         raise argparse.ArgumentTypeError("SPEED must be > 0 and at most 1000000")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 86_400:
+        raise argparse.ArgumentTypeError("SECONDS must be > 0 and at most 86400")
     return value
 
 
@@ -257,6 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     record.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     record.add_argument("--port", type=port_argument, default=8765,
                         help="TCP port (default 8765); 0 picks a free port and prints the URL")
+    record.add_argument("--upstream-timeout", type=_seconds, default=120.0, metavar="SECONDS",
+                        help="how long the upstream may take to answer before the proxy answers 504 (default 120)")
     from emulator.tools.cluster import add_arguments as add_cluster_arguments
 
     add_cluster_arguments(sub.add_parser(

@@ -60,7 +60,8 @@ def test_recorded_session_replays_byte_for_byte(tmp_path: Path) -> None:
 
 
 def test_record_proxy_records_an_upstream(tmp_path: Path) -> None:
-    from emulator.tools.recording import ProxyApp, Recorder
+    from emulator.tools.proxy import ProxyApp
+    from emulator.tools.recording import Recorder
 
     out = tmp_path / "proxy.jsonl"
     with serve_in_thread(Config(clock="manual")) as (upstream, _):

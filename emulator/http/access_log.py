@@ -6,11 +6,14 @@ layers note what they learn (operation, tenant, fault) in a small record the out
 the scope; the API key itself is never printed, only its first four characters. No header is printed,
 and the values of query parameters that carry a secret (the dashboard's ``admin_token``, an
 ``api_key``, a control-plane ``tenant``: anything named like a token, key or tenant) are replaced by
-``***``, so the admin token and API keys never reach a log.
+``***``, and the token of a presigned URL (``/_files/payloads/T``, ``/_files/checkpoints/T/F``,
+``/_files/uploads/T``: a credential that works for an hour) is cut as the API key is, so the admin token,
+API keys and presigned tokens never reach a log.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from typing import Any, TextIO
@@ -19,6 +22,8 @@ from urllib.parse import unquote_plus
 from emulator.http.asgi import ASGIApp, Message, Receive, Scope, Send
 
 RECORD = "emulator.access"
+# The token of a presigned URL (emulator.http.files), the only credential such a URL needs.
+_PRESIGNED_PATH = re.compile(r"^(/_files/(?:payloads|checkpoints|uploads)/)([^/]+)")
 
 
 def note(scope: Scope, **values: Any) -> None:
@@ -39,6 +44,13 @@ def redact_query(query: str) -> str:
         name, eq, _value = part.partition("=")
         parts.append(f"{name}=***" if eq and _secret(unquote_plus(name)) else part)
     return "&".join(parts)
+
+
+def redact_path(path: str) -> str:
+    """The path with a presigned URL's token cut as :func:`redact` cuts an API key."""
+    if not path.startswith("/_files/"):
+        return path
+    return _PRESIGNED_PATH.sub(lambda m: m.group(1) + redact(m.group(2)), path)
 
 
 def redact(token: str | None) -> str:
@@ -72,7 +84,7 @@ class AccessLog:
         finally:
             ms = (time.perf_counter() - started) * 1000
             query = scope.get("query_string", b"").decode("latin-1")
-            path = scope["path"] + (f"?{redact_query(query)}" if query else "")
+            path = redact_path(scope["path"]) + (f"?{redact_query(query)}" if query else "")
             line = (f"{scope['method']} {path} {record.get('operation_id') or '-'} {status or '-'} {ms:.1f}ms "
                     f"tenant={record.get('tenant') or '-'} key={redact(record.get('token'))} "
                     f"fault={record.get('fault') or '-'}")

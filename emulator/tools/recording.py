@@ -2,7 +2,7 @@
 
 - ``serve --record FILE`` wraps the whole app: every request and response, with the virtual time.
 - ``python -m emulator record --upstream URL --out FILE --port P``: a recording proxy in front of
-  another implementation (the real service or another emulator).
+  another implementation (the real service or another emulator): :mod:`emulator.tools.proxy`.
 - ``POST /_emulator/recording/start`` and ``/stop`` (the control plane, :class:`RecordingControl`): record
   from now on and stop, at run time, as moto's recorder does; ``GET /_emulator/recording`` downloads what was
   recorded, in the same format (into the ``--record`` file instead when the server has one).
@@ -13,8 +13,10 @@ What a recording keeps, and what it changes:
 
 - The ``Authorization`` header is always redacted, and so are the tokens of the emulator's presigned
   URLs (``/_files/...``, credentials too): each becomes ``redacted-token-N``, numbered in order of first
-  appearance, in response bodies and in the request paths that use them alike, so replay still serves
-  the files.
+  appearance, in response bodies and headers (a Files API upload's ``Location``) and in the request paths
+  that use them alike, so replay still serves the files; the signature of any other presigned URL (an
+  object store's) becomes ``<redacted>`` (:mod:`emulator.tools.recorded_bodies`, which also streams
+  bodies into the line).
 - The other secrets are redacted too: the ``X-Emulator-Admin-Token`` header, the query parameters that
   carry a key (``admin_token``, ``api_key``, ``tenant``: shown as ``--access-log`` shows them) and the
   ``tenant`` of a reset body (an API key). Replay redacts the queries it receives the same way before
@@ -36,18 +38,18 @@ from __future__ import annotations
 
 import base64
 import os
-import re
 import threading
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TextIO
 
-import httpx
 import orjson
 
 from emulator.clock import rfc3339
 from emulator.http.access_log import redact_query
-from emulator.http.asgi import ASGIApp, Message, Receive, Scope, Send, lifespan
+from emulator.http.asgi import ASGIApp, Message, Receive, Scope, Send
+from emulator.tools.recorded_bodies import Redactor, body_json
 from emulator.ui import is_dashboard_path
 
 REDACTED = "Bearer <redacted>"
@@ -62,15 +64,9 @@ SKIP_HEADERS = frozenset({"content-length", "date", "server", "transfer-encoding
 CANONICAL_BASE_URL = "http://127.0.0.1:8765"
 #: The request headers a canonical recording keeps: those the API defines.
 CANONICAL_REQUEST_HEADERS = frozenset({"authorization", "content-type", "idempotency-key", "x-emulator-fault"})
-# The token of a presigned URL of the emulator (emulator.http.files): /_files/payloads/T, /_files/checkpoints/T/F.
-_PRESIGNED = re.compile(rb"(/_files/(?:payloads|checkpoints)/)([A-Za-z0-9_.-]+)")
-
-
-def _encode_body(data: bytes) -> dict[str, str]:
-    try:
-        return {"text": data.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {"base64": base64.b64encode(data).decode()}
+#: A note the app puts in the scope when it answered itself rather than pass on an answer (the proxy, when its
+#: upstream failed); recorded as the exchange's ``note``, so a reader can tell such an answer from the service's.
+NOTE = "emulator.recording.note"
 
 
 def decode_body(body: dict[str, str]) -> bytes:
@@ -109,7 +105,8 @@ class _MemorySink:
         self.limit = limit
         self.truncated = False
 
-    def write(self, text: str) -> None:
+    def write_line(self, pieces: Iterable[str]) -> None:
+        text = "".join(pieces)
         if self.size + len(text) > self.limit:
             self.truncated = True
             return
@@ -121,6 +118,23 @@ class _MemorySink:
 
     def close(self) -> None:
         pass
+
+
+class _FileSink:
+    """The lines of a recording appended to a file, each written piece by piece."""
+
+    def __init__(self, file: TextIO) -> None:
+        self.file = file
+
+    def write_line(self, pieces: Iterable[str]) -> None:
+        for piece in pieces:
+            self.file.write(piece)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
 
 
 class Recorder:
@@ -140,14 +154,14 @@ class Recorder:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             # Owner-only: even redacted, a recording holds a client's data.
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            self._file = open(fd, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the server's life
+            self._file = _FileSink(open(fd, "a", encoding="utf-8"))  # noqa: SIM115 - kept open for the server's life
         self.path = path
         self._now = now
         self._canonical = canonical
         self._lock = threading.Lock()
         self._seq = 0
         # Placeholders, numbered in order of first appearance (under the lock, so in the file's order).
-        self._tokens: dict[bytes, bytes] = {}
+        self._redactor = Redactor()
         self._keys: dict[str, str] = {}
 
     def close(self) -> None:
@@ -173,13 +187,6 @@ class Recorder:
         with self._lock:
             return "".join(self._memory.lines)
 
-    def _redact_tokens(self, data: bytes) -> bytes:
-        def placeholder(m: re.Match[bytes]) -> bytes:
-            token = self._tokens.setdefault(m.group(2), b"redacted-token-%d" % (len(self._tokens) + 1))
-            return m.group(1) + token
-
-        return _PRESIGNED.sub(placeholder, data)
-
     def _request_headers(self, scope: Scope) -> dict[str, str]:
         out = {}
         for k, v in scope["headers"]:
@@ -196,28 +203,35 @@ class Recorder:
             out[name] = value
         return out
 
-    def _entry(self, scope: Scope, request_body: bytes, status: int, headers: dict[str, str],
-               body: bytes) -> dict[str, Any]:
-        """The recorded form of one exchange; called under the lock, in the order of the file."""
+    def _line(self, scope: Scope, request_body: list[bytes], status: int, headers: dict[str, str],
+              body: list[bytes]) -> Iterator[str]:
+        """The recorded form of one exchange, a JSON line in pieces (bodies are streamed, never joined but in
+        canonical mode, for the emulator's own small answers); called under the lock, in the order of the file.
+        Placeholders are numbered in the order path, response headers, response body, request body."""
         host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
         base_url = f"{scope.get('scheme', 'http')}://{host}"
-        path = self._redact_tokens(scope["path"].encode("utf-8")).decode("utf-8")
-        body = self._redact_tokens(body)
+        redactor = self._redactor
+        path = redactor.text(scope["path"])
+        headers = {name: redactor.text(value) for name, value in headers.items()}
         if self._canonical and host:
-            body = body.replace(base_url.encode(), CANONICAL_BASE_URL.encode())
+            body = [b"".join(body).replace(base_url.encode(), CANONICAL_BASE_URL.encode())]
             base_url = CANONICAL_BASE_URL
-        return {
-            "at": rfc3339(self._now()),
-            "base_url": base_url,
-            "request": {"method": scope["method"], "path": path,
-                        "query": redact_query(scope.get("query_string", b"").decode("latin-1")),
-                        "headers": self._request_headers(scope),
-                        "body": _encode_body(self._redact_tokens(_request_body(scope["path"], request_body)))},
-            "response": {"status": status, "headers": headers, "body": _encode_body(body)},
-        }
+        redactor.scan(body)
+        if scope["path"] in TENANT_BODIES:
+            request_body = [_request_body(scope["path"], b"".join(request_body))]
+        head = {"seq": self._seq, "at": rfc3339(self._now()), "base_url": base_url}
+        request = {"method": scope["method"], "path": path,
+                   "query": redact_query(scope.get("query_string", b"").decode("latin-1")),
+                   "headers": self._request_headers(scope)}
+        yield orjson.dumps(head).decode()[:-1] + ',"request":' + orjson.dumps(request).decode()[:-1] + ',"body":'
+        yield from body_json(request_body, redactor)
+        yield '},"response":' + orjson.dumps({"status": status, "headers": headers}).decode()[:-1] + ',"body":'
+        yield from body_json(body, redactor)
+        note = scope.get(NOTE)
+        yield "}" + (',"note":' + orjson.dumps(note).decode() if note else "") + "}\n"
 
     async def exchange(self, app: Any, scope: Scope, receive: Receive, send: Send) -> None:
-        """Run ``app`` for one HTTP request, recording what went in and came out."""
+        """Run ``app`` for one HTTP request, recording what went in and came out (each body kept once)."""
         chunks: list[bytes] = []
 
         async def recv() -> Message:
@@ -245,8 +259,7 @@ class Recorder:
         await app(scope, recv, snd)
         with self._lock:  # numbering (seq, placeholders) follows the order of the file
             self._seq += 1
-            entry = {"seq": self._seq, **self._entry(scope, b"".join(chunks), status, headers, b"".join(out))}
-            self._file.write(orjson.dumps(entry).decode() + "\n")
+            self._file.write_line(self._line(scope, chunks, status, headers, out))
             self._file.flush()
 
 
@@ -327,38 +340,6 @@ class RecordingApp:
             await self.app(scope, receive, send)
             return
         await recorder.exchange(self.app, scope, receive, send)
-
-
-class ProxyApp:
-    """Forwards every request to ``upstream`` (token and all) and records the exchange."""
-
-    def __init__(self, upstream: str, recorder: Recorder) -> None:
-        self.upstream = upstream.rstrip("/")
-        self.recorder = recorder
-        self.client = httpx.AsyncClient(base_url=self.upstream, timeout=300)
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            await lifespan(receive, send)
-            return
-        await self.recorder.exchange(self._forward, scope, receive, send)
-
-    async def _forward(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]
-                   if k.decode("latin-1").lower() not in ("host", "content-length")]
-        url = scope["path"] + (("?" + scope["query_string"].decode("latin-1")) if scope.get("query_string") else "")
-        resp = await self.client.request(scope["method"], url, content=body, headers=headers)
-        raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in resp.headers.items()
-               if k.lower() not in SKIP_HEADERS and k.lower() != "content-encoding"]
-        raw.append((b"content-length", str(len(resp.content)).encode()))
-        await send({"type": "http.response.start", "status": resp.status_code, "headers": raw})
-        await send({"type": "http.response.body", "body": resp.content})
 
 
 def load_recording(path: str) -> list[dict[str, Any]]:
