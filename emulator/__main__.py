@@ -4,6 +4,8 @@
 - ``replay NAME|FILE [--port P] [--loop] [--pace SPEED]``: answer requests from a recording (shipped, by name,
   or a file), with the docs, the clock and a dashboard of the replay.
 - ``record --upstream URL --out FILE [--port P]``: a recording proxy.
+- ``parity NAME|FILE [--base-url URL] [--report DIR]``: judge a recording: the contract on it, and the
+  emulator against it (``emulator/tools/parity.py``).
 - ``cluster --workers N [--state-dir DIR] [serve options]``: N shards behind HAProxy (one emulator for a
   team); ``cluster --print-config --shard-address HOST:PORT ...``: HAProxy's configuration for shards
   started elsewhere.
@@ -185,6 +187,51 @@ def _record(args: argparse.Namespace) -> int:
         print(f"record: {recorder.exchanges} exchange(s) written to {args.out}", file=sys.stderr)
 
 
+def _parity(args: argparse.Namespace) -> int:
+    from emulator import fixture_files
+    from emulator.tools import parity, parity_report
+    from emulator.tools.parity_diff import RULES
+    from emulator.tools.recording import load_recording
+
+    if args.rules:
+        print("What is compared, and how (first rule that fits):")
+        for rule in RULES:
+            print(f"  {rule.name}: {rule.applies_to} -> {rule.compared_by}")
+        print("Allowed differences (shipped):")
+        for allowance in parity.ALLOW_LIST:
+            print(f"  {allowance.operation} {allowance.field}: {allowance.reason}")
+        return 0
+    if args.recording is None:
+        print("emulator parity: name a recording (a shipped one by name, or a JSONL file), or pass --rules",
+              file=sys.stderr)
+        return 2
+    try:
+        path = fixture_files.resolve("parity", args.recording)
+        entries = load_recording(path)
+        allow = [a for f in args.allow for a in parity.load_allowances(f)]
+        report = parity.run(entries, args.recording, base_url=args.base_url, admin_token=args.admin_token,
+                            profile=args.profile, allow=allow, replay_it=not args.spec_only)
+    except (OSError, LookupError, ValueError, parity.ParityError) as exc:
+        print(f"emulator parity: {exc}", file=sys.stderr)
+        return 2
+    written = parity_report.write(report, Path(args.report))
+    ok = parity_report.faithful(report)
+    print(f"parity: {args.recording}: {report.exchanges} exchanges; contract: {report.verdicts.judged} judged, "
+          f"{len(report.drift)} finding(s) of spec drift; emulator: "
+          + (f"{report.compared} compared, {len(report.failing)} difference(s) "
+             f"({len(report.differences) - len(report.failing)} allowed)" if report.replayed else "not replayed"))
+    for f in report.drift[:20]:
+        print(f"  drift  {f.request}  {f.operation} {f.check} {f.field}: {f.message}")
+    for d in report.failing[:20]:
+        print(f"  differs  {d.request}  {d.operation} {d.field} ({d.rule}): recorded {d.recorded}, emulator "
+              f"{d.emulator}")
+    more = max(len(report.drift) - 20, 0) + max(len(report.failing) - 20, 0)
+    if more:
+        print(f"  ... and {more} more in the report")
+    print(f"verdict: {'FAITHFUL' if ok else 'DIFFERS'}; report: {written[1]} ({written[0].name}, {written[2].name})")
+    return 0 if ok else 1
+
+
 def _cluster(args: argparse.Namespace, rest: list[str]) -> int:
     from emulator.tools import cluster
 
@@ -281,6 +328,29 @@ def build_parser() -> argparse.ArgumentParser:
                         help="TCP port (default 8765); 0 picks a free port and prints the URL")
     record.add_argument("--upstream-timeout", type=_seconds, default=120.0, metavar="SECONDS",
                         help="how long the upstream may take to answer before the proxy answers 504 (default 120)")
+    parity = sub.add_parser("parity", help="judge a recording: the contract on it, and the emulator against it",
+                            description="Check every exchange of a recording against openapi.yaml (spec drift, per "
+                            "operation), then replay its requests in order against a fresh emulator on a manual "
+                            "clock that follows the recorded pacing, and compare each pair of answers after "
+                            "normalization (--rules prints the table). Exit 0 only when nothing differs beyond the "
+                            "allow-list.")
+    parity.add_argument("recording", metavar="NAME|FILE", nargs="?",
+                        help="a shipped parity recording by name (fixtures/parity/NAME.jsonl) or a JSONL file, such "
+                             "as `record --upstream` writes")
+    parity.add_argument("--report", default="reports/parity", metavar="DIR",
+                        help="directory for summary.json, summary.md and junit.xml (default reports/parity)")
+    parity.add_argument("--base-url", metavar="URL",
+                        help="replay against this emulator, in a tenant of its own (default: start one in this process)")
+    parity.add_argument("--admin-token", default=None, help="the X-Emulator-Admin-Token of the --base-url emulator")
+    parity.add_argument("--profile", choices=("instant", "realistic"), default="instant",
+                        help="the replay tenant's timing profile (default instant, the profile the shipped recordings "
+                             "were made on)")
+    parity.add_argument("--allow", metavar="FILE", action="append", default=[],
+                        help="more allowed differences: a YAML list of {operation, field, check?, reason} "
+                             "(repeatable)")
+    parity.add_argument("--spec-only", action="store_true", help="judge the recording against the contract only")
+    parity.add_argument("--rules", action="store_true",
+                        help="print what is compared and how, and the shipped allow-list, then exit")
     from emulator.tools.cluster import add_arguments as add_cluster_arguments
 
     add_cluster_arguments(sub.add_parser(
@@ -316,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    commands = {"serve": _serve, "replay": _replay, "record": _record, "examples": _examples}
+    commands = {"serve": _serve, "replay": _replay, "record": _record, "parity": _parity, "examples": _examples}
     return commands[args.command](args)
 
 

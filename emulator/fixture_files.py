@@ -1,4 +1,4 @@
-"""The fixtures users load by name: scenarios, fault files, recordings and tokens files.
+"""The fixtures users load by name: scenarios, fault files, recordings, tokens files and parity recordings.
 
 Their one source is the repository's top-level ``fixtures/`` (``fixtures/README.md`` lists them). The
 wheel carries that directory as ``emulator/fixtures/`` (a package-dir mapping in ``pyproject.toml``), read
@@ -20,7 +20,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 #: Each kind of fixture: its directory under ``fixtures/`` and the extension of its files.
-KINDS = MappingProxyType({"scenarios": ".yaml", "faults": ".yaml", "recordings": ".jsonl", "tokens": ".yaml"})
+KINDS = MappingProxyType({"scenarios": ".yaml", "faults": ".yaml", "recordings": ".jsonl", "tokens": ".yaml",
+                          "parity": ".jsonl"})
 _NAME = re.compile(r"[\w-]+")
 
 

@@ -107,8 +107,8 @@ class ProxyApp:
         if refused is not None:  # the proxy's own refusal: nothing reached the upstream, nothing is recorded
             while (await receive()).get("more_body"):
                 pass
-            status, message, code = refused
-            await send_error(send, status, message, code=code)
+            status, sentence, code = refused
+            await send_error(send, status, sentence, code=code)
             return
         await self.recorder.exchange(self._forward, scope, receive, send)
 
