@@ -68,7 +68,7 @@ def test_errors_are_one_plain_sentence(args: list[str], says: str) -> None:
 def test_every_option_of_every_subcommand_is_documented() -> None:
     parser = build_parser()
     (subactions,) = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
-    assert set(subactions.choices) == {"serve", "replay", "record", "cluster", "examples"}
+    assert set(subactions.choices) == {"serve", "replay", "record", "parity", "cluster", "examples"}
     for name, sub in subactions.choices.items():
         assert sub.description, name
         for action in sub._actions:

@@ -95,7 +95,8 @@ def test_wheel_carries_every_file_it_needs(wheel: Path) -> None:
     # The top-level fixtures/ is the one source: the wheel carries every file of it, byte for byte.
     fixtures = {p.relative_to(ROOT / "fixtures").as_posix(): p for p in (ROOT / "fixtures").rglob("*") if p.is_file()}
     assert {"README.md", "faults/bad-day.yaml", "scenarios/two-sessions-step-40.yaml",
-            "recordings/sdk-training-loop.jsonl", "tokens/team.yaml"} <= set(fixtures)
+            "recordings/sdk-training-loop.jsonl", "tokens/team.yaml", "parity/api-tour.jsonl",
+            "parity/altered-status-code.jsonl"} <= set(fixtures)
     for rel, path in fixtures.items():
         assert archive.read(f"emulator/fixtures/{rel}") == path.read_bytes(), rel
     assert any(re.fullmatch(r"together_rl_emulator-[^/]+\.dist-info/licenses/LICENSE", n) for n in names)
@@ -234,6 +235,25 @@ def test_installed_emulator_replays_every_recording_by_name(venv: Path, elsewher
             RECORDINGS[name].drive(url)  # the recording's own client, against the replay
             report = httpx.get(f"{url}/_emulator/replay", timeout=30).json()
             assert report["unanswered"] == [] and report["unused"] == 0 and report["answered"] > 0, report
+
+
+def test_installed_parity_judges_every_shipped_recording_by_name(venv: Path, elsewhere: Path) -> None:
+    """`together-rl-emulator parity NAME` from the wheel: the emulator-made recordings are faithful, an altered
+    one shows its alteration and exits 1; the reports land in the user's directory."""
+    from tests.recordings import ALTERED, PARITY
+
+    names = _fixtures("parity")
+    assert set(names) == set(PARITY) | set(ALTERED)
+    exe = venv / "bin" / "together-rl-emulator"
+    for name in sorted(PARITY):
+        out = _run([exe, "parity", name, "--report", f"reports-{name}"], cwd=elsewhere).stdout
+        assert f"verdict: FAITHFUL; report: reports-{name}/summary.md" in out, out
+        assert {p.name for p in (elsewhere / f"reports-{name}").iterdir()} == {"summary.json", "summary.md",
+                                                                               "junit.xml"}
+    proc = subprocess.run([str(exe), "parity", "altered-missing-field"], cwd=elsewhere, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 1 and "getSession response_schema body.step" in proc.stdout, proc.stdout + proc.stderr
+    assert (elsewhere / "reports" / "parity" / "junit.xml").is_file()
 
 
 def _readme_block(after: str) -> str:

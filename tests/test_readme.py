@@ -30,6 +30,7 @@ import yaml
 
 from emulator.config import Config
 from emulator.runtime import Runtime
+from emulator.tools.parity import fresh_emulator
 from emulator.tools.testing import serve_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,6 +116,9 @@ COVERED: dict[tuple[str, int], list[str]] = {
     ("Stock Schemathesis", 1): [
         "tests/test_install.py::test_stock_schemathesis_runs_on_the_installed_spec_and_configuration"],
     ("Fidelity and limits", 0): [HERE + "test_limits_file_block_is_a_valid_limits_file"],
+    ("Is it faithful to your account?", 0): [HERE + "test_parity_block_records_a_client_through_the_proxy_and_judges_it"],
+    ("Is it faithful to your account?", 1): [HERE + "test_parity_fixture_block_prints_what_readme_shows"],
+    ("Is it faithful to your account?", 2): [HERE + "test_parity_fixture_block_prints_what_readme_shows"],
 }
 
 
@@ -344,3 +348,38 @@ def test_limits_file_block_is_a_valid_limits_file(tmp_path: Path) -> None:
     path.write_text(block("Fidelity and limits", 0).body)
     runtime = Runtime(Config(limits_file=str(path)))
     assert runtime.limits != Runtime(Config()).limits  # MiniMax-M3 holds 3 LoRA sessions there, not 2
+
+
+PARITY = "Is it faithful to your account?"
+
+
+def test_parity_block_records_a_client_through_the_proxy_and_judges_it(tmp_path: Path) -> None:
+    """The three commands, the real service played by a local emulator: the quick start's script through the
+    proxy, then the verdict, which for an emulator behind the proxy must be FAITHFUL."""
+    body = block(PARITY, 0).body
+    record, client, judge = body.splitlines()
+    record_args = commands(record)[0]
+    assert record_args[record_args.index("--upstream") + 1] == "https://api.together.ai"
+    assert record.rstrip().split("  #")[0].endswith("&") and "--port 8766" in record
+    (tmp_path / "quickstart.py").write_text(block("Quick start", 3).body)
+    key = "sk-a-real-looking-key-0123456789"
+    with fresh_emulator() as upstream:
+        record_args[record_args.index("--upstream") + 1] = upstream  # not the real service: no network in tests
+        with started(record_args, tmp_path) as proxy:
+            run = bash(client.replace("http://127.0.0.1:8766", proxy), tmp_path, TOGETHER_API_KEY=key)
+            assert run.returncode == 0, run.stdout + run.stderr
+            assert "1 2 3 4 -> [5, 6, 7]" in run.stdout
+    recording = (tmp_path / "mine.jsonl").read_text()
+    assert key not in recording and recording.count("\n") > 40
+    verdict = bash(judge, tmp_path)
+    assert verdict.returncode == 0, verdict.stdout + verdict.stderr
+    assert verdict.stdout.splitlines()[-1] == ("verdict: FAITHFUL; report: parity-report/summary.md (summary.json, "
+                                               "junit.xml)")
+    summary = (tmp_path / "parity-report" / "summary.md").read_text()
+    assert summary.startswith("# Parity report\n\n**Verdict: FAITHFUL**") and key not in summary
+
+
+def test_parity_fixture_block_prints_what_readme_shows(tmp_path: Path) -> None:
+    run = bash(block(PARITY, 1).body, tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr  # it differs: by design, one alteration
+    assert_shows(block(PARITY, 2).body, run.stdout)
