@@ -222,6 +222,25 @@ def test_garbage_bytes_are_a_502(tmp_path: Path) -> None:
     assert "Traceback" not in log.getvalue()
 
 
+def test_credentials_in_other_headers_are_not_recorded(tmp_path: Path) -> None:
+    def ok(conn: socket.socket) -> None:
+        read_request(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nset-cookie: session=abc123secret\r\n"
+                     b"content-length: 2\r\nconnection: close\r\n\r\n{}")
+
+    out = tmp_path / "rec.jsonl"
+    with tiny_upstream(ok) as upstream, proxy(upstream, out) as (url, _log):
+        resp = httpx.get(f"{url}/v1/rl/supported-models", timeout=30, headers={
+            **AUTH, "X-Api-Key": "xk-secret-1", "Cookie": "sid=ck-secret-2", "Idempotency-Key": "kept-1"})
+    assert resp.status_code == 200 and resp.headers["set-cookie"] == "session=abc123secret"  # passed on as it is
+    text = out.read_text()
+    for secret in (KEY, "xk-secret-1", "ck-secret-2", "abc123secret"):
+        assert secret not in text, secret
+    (entry,) = load_recording(str(out))
+    assert entry["request"]["headers"]["idempotency-key"] == "kept-1"
+    assert entry["request"]["headers"]["x-api-key"] == "<redacted>"
+
+
 def test_an_upstream_5xx_is_passed_on_as_it_is(tmp_path: Path) -> None:
     body = b'{"error":{"message":"overloaded","type":"server_error"}}'
 
@@ -311,6 +330,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("upstream, says", [
     ("ftp://example.com", "must start with http:// or https://"),
     ("http://", "names no host"),
+    ("https://me:s3cret@example.com", "must not carry credentials"),
     ("http://127.0.0.1:{closed}", "cannot reach the upstream http://127.0.0.1:"),
 ])
 def test_record_checks_the_upstream_at_start_in_one_sentence(upstream: str, says: str, tmp_path: Path) -> None:
@@ -318,6 +338,7 @@ def test_record_checks_the_upstream_at_start_in_one_sentence(upstream: str, says
                 cwd=tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert "s3cret" not in proc.stderr
     assert not (tmp_path / "r.jsonl").exists()
 
 

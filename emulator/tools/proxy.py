@@ -53,6 +53,10 @@ def normalise_upstream(url: str) -> str:
         raise UpstreamError(f"--upstream {url!r} names no host, e.g. https://api.together.ai")
     if parts.query or parts.fragment:
         raise UpstreamError(f"--upstream {url!r} must not have a query or a fragment")
+    if parts.username is not None or parts.password is not None:
+        # (it would be printed and named in every error; the client's own credentials are forwarded anyway)
+        raise UpstreamError("--upstream must not carry credentials (user:password@); the proxy forwards the "
+                            "client's own")
     return url.rstrip("/")
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -55,6 +56,9 @@ from emulator.ui import is_dashboard_path
 REDACTED = "Bearer <redacted>"
 REDACTED_HEADERS = MappingProxyType({"authorization": REDACTED, "x-emulator-admin-token": "<redacted>",
                     "x-emulator-tenant": "<redacted>"})  # (the last names a tenant by its API key)
+# Any other header whose name says it carries a credential (an `X-Api-Key`, a cookie) is redacted too; the
+# Idempotency-Key is no secret, and replay needs it.
+_SECRET_HEADER = re.compile(r"key|token|secret|auth|cookie|signature|credential|password")
 # Control-plane bodies whose "tenant" is an API key.
 TENANT_BODIES = frozenset({"/_emulator/reset"})
 MAX_MISSES = 1000
@@ -198,6 +202,8 @@ class Recorder:
             value = v.decode("latin-1")
             if name in REDACTED_HEADERS:
                 value = REDACTED_HEADERS[name]
+            elif name != "idempotency-key" and _SECRET_HEADER.search(name):
+                value = "<redacted>"
             elif name == "idempotency-key" and self._canonical:
                 value = self._keys.setdefault(value, f"key-{len(self._keys) + 1}")
             out[name] = value
@@ -212,9 +218,10 @@ class Recorder:
         base_url = f"{scope.get('scheme', 'http')}://{host}"
         redactor = self._redactor
         path = redactor.text(scope["path"])
-        headers = {name: redactor.text(value) for name, value in headers.items()}
+        headers = {name: "<redacted>" if name == "set-cookie" else redactor.text(value) for name, value in headers.items()}
         if self._canonical and host:
             body = [b"".join(body).replace(base_url.encode(), CANONICAL_BASE_URL.encode())]
+            headers = {name: value.replace(base_url, CANONICAL_BASE_URL) for name, value in headers.items()}
             base_url = CANONICAL_BASE_URL
         redactor.scan(body)
         if scope["path"] in TENANT_BODIES:
