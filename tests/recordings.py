@@ -214,7 +214,8 @@ def api_tour(base_url: str) -> dict[str, Any]:
         run("forward-backward", {"payload_id": upload["payload_id"], "samples": batch["samples"],
                                  "loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}}, "fb-3")
         form = {"purpose": "calibration", "file_name": "calibration.jsonl", "file_type": "jsonl"}
-        started = c.post("/v1/files", files={k: (None, v) for k, v in form.items()})
+        started = c.post("/v1/files", files={k: (None, v) for k, v in form.items()},  # (a fixed boundary: the same bytes)
+                         headers={"Content-Type": "multipart/form-data; boundary=parity-tour-boundary"})
         seen.append(started.status_code)
         file_id = started.headers["x-together-file-id"]
         line = orjson.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})
