@@ -199,10 +199,15 @@ def test_what_cannot_be_replayed_is_listed_not_compared(emulator_url: str) -> No
     proxied["response"]["status"] = 502
     outside = copy.deepcopy(tour[32])
     _edit([outside], 32, lambda b: b.update(upload_url="https://r2.example.com/b/p?X-Amz-Signature=<redacted>"))
-    entries = [before, proxied, *(tour[s] for s in range(3, 8)), outside, tour[34], tour[35], tour[46]]
+    busy = copy.deepcopy(tour[5])
+    busy["seq"], busy["response"]["status"] = 5, 503  # then its retry (seq 5 again, as the recording has it)
+    busy["response"]["body"] = {"text": '{"error":{"message":"overloaded","type":"server_error"}}'}
+    entries = [before, proxied, tour[3], tour[4], busy, *(tour[s] for s in range(5, 8)), outside, tour[34], tour[35],
+               tour[46]]
     report = judged(entries, emulator_url)
     reasons = {n["seq"]: n["reason"] for n in report.not_compared}
-    assert reasons.keys() == {1, 2, 34, 35, 46}
+    assert reasons.keys() == {1, 2, 5, 34, 35, 46}
+    assert reasons[5].startswith("the service answered 503 (busy or unavailable")
     assert "no earlier answer of the recording handed out" in reasons[1]
     assert reasons[2].startswith("not the service's answer: answered by the proxy")
     assert "went to an object store around the proxy" in reasons[34]

@@ -12,7 +12,8 @@ Two judgments of one recording (``record --upstream`` in front of the real servi
 Exit status 0 only when nothing differs beyond the allow-list (:data:`ALLOW_LIST`, each entry with its reason,
 plus the user's ``--allow FILE``); reports as the contract suite writes them (:mod:`emulator.tools.parity_report`).
 What cannot be replayed is listed, not compared: the emulator's control plane, answers the proxy gave itself,
-objects that existed before the recording began, payloads uploaded straight to an object store.
+the service's answers under load (429, 502, 503, 504: the client's retry is replayed), objects that existed
+before the recording began, payloads uploaded straight to an object store.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ from emulator.tools.recording import decode_body
 #: Request headers a replay sends as recorded; the API key is the replay's own.
 REPLAYED_HEADERS = ("content-type", "idempotency-key", "x-emulator-fault")
 DIFFERENCE = "emulator"
+#: Answers of a service under load, which a client retries: not replayed (the emulator has no load to match).
+BUSY = frozenset({429, 502, 503, 504})
 
 
 class ParityError(RuntimeError):
@@ -259,7 +262,7 @@ def replay(entries: list[dict[str, Any]], replayer: Replay, contract: Contract, 
         request, recorded = entry["request"], entry["response"]
         seq, line = int(entry.get("seq", 0)), request_line(entry)
         matched = contract.match(request["method"], request["path"])
-        operation = matched[0] if matched else ("presigned URL" if request["path"].startswith("/_files/")
+        operation = matched[0] if matched else ("(presigned URL)" if request["path"].startswith("/_files/")
                                                 else f"{request['method']} {request['path']}")
 
         def skip(why: str, _seq: int = seq, _line: str = line, _op: str = operation) -> None:
@@ -270,6 +273,10 @@ def replay(entries: list[dict[str, Any]], replayer: Replay, contract: Contract, 
             continue
         if entry.get("note"):
             skip(f"not the service's answer: {entry['note']}")
+            continue
+        if int(recorded["status"]) in BUSY:
+            skip(f"the service answered {recorded['status']} (busy or unavailable; a client retries): the emulator "
+                 "has no load to match, and replaying it would apply a request the service did not")
             continue
         named = _request_ids(entry, matched[2] if matched else {})
         if request["path"].startswith("/_files/"):
