@@ -264,21 +264,20 @@ def test_a_faithful_run_exits_0_and_the_allow_flag_adds_entries_with_reasons(tmp
     assert "entry 1 needs operation, field and a reason" in capsys.readouterr().err
 
 
-def test_the_command_fails_in_one_sentence(tmp_path: Path) -> None:
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "emulator", "parity", *args], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=120, check=False)
-
-    unknown = run("api-tuor")
-    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1 and "no shipped parity fixture" in unknown.stderr
-    closed = "http://127.0.0.1:1"  # nothing listens on port 1
-    gone = run("api-tour", "--base-url", closed, "--report", "r")
-    assert gone.returncode == 2 and gone.stderr.count("\n") == 1 and "cannot reach the emulator" in gone.stderr
-    rules = run("--rules")
-    assert rules.returncode == 0 and all(r.name in rules.stdout for r in RULES) and "GPU queue" in rules.stdout
-    for proc in (unknown, gone, rules):
-        assert "Traceback" not in proc.stderr
-    assert not (tmp_path / "reports").exists()
+def test_the_command_fails_in_one_sentence(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["parity", "api-tuor"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no shipped parity fixture" in err and "api-tour" in err
+    assert main(["parity", "api-tour", "--base-url", "http://127.0.0.1:1", "--report", "r"]) == 2  # nothing there
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot reach the emulator at http://127.0.0.1:1" in err
+    assert main(["parity"]) == 2 and "name a recording" in capsys.readouterr().err
+    assert main(["parity", "--rules"]) == 0
+    out = capsys.readouterr().out
+    assert all(r.name in out for r in RULES) and "GPU queue" in out
+    assert list(tmp_path.iterdir()) == []  # no report for a run that could not be made
 
 
 def test_spec_only_judges_without_replaying(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
