@@ -300,3 +300,23 @@ def test_it_needs_nothing_of_the_contract_extra(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           check=False)
     assert proc.returncode == 1 and "createSession status_declared status" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_base_url_replays_against_an_emulator_that_wants_its_admin_token(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from emulator.tools.testing import serve_in_thread
+
+    recording = tmp_path / "short.jsonl"
+    recording.write_text("".join(orjson.dumps(e).decode() + "\n" for e in entries_of("api-tour")[:5]))
+    with serve_in_thread(Config(admin_token="admin-t")) as (url, _runtime):
+        assert main(["parity", str(recording), "--base-url", url, "--report", str(tmp_path / "r")]) == 2
+        assert "pass --admin-token" in capsys.readouterr().err
+        assert main(["parity", str(recording), "--base-url", url, "--admin-token", "admin-t",
+                     "--report", str(tmp_path / "r")]) == 0
+    assert "verdict: FAITHFUL" in capsys.readouterr().out
+
+
+def test_an_empty_recording_vouches_for_nothing(tmp_path: Path, emulator_url: str) -> None:
+    report = judged([e for e in entries_of("api-tour") if e["request"]["path"].startswith("/_emulator/")], emulator_url)
+    assert report.verdicts.judged == 0 and report.compared == 0 and not report.faithful
+    assert 'name="verdict"' in parity_report.junit(report) and "DIFFERS" in parity_report.markdown(report)
