@@ -370,6 +370,42 @@ def test_ctrl_c_ends_the_proxy_without_a_traceback(tmp_path: Path) -> None:
     assert oct((tmp_path / "r.jsonl").stat().st_mode & 0o777) == "0o600"
 
 
+def test_ctrl_c_with_a_request_waiting_on_the_upstream_answers_it_and_stops_cleanly(tmp_path: Path) -> None:
+    arrived, done = threading.Event(), threading.Event()
+
+    def stall(conn: socket.socket) -> None:
+        head = read_request(conn)
+        if head.startswith(b"GET / "):  # the start-up check
+            answer(conn, "404 Not Found", b"")
+            return
+        arrived.set()
+        done.wait(30)
+
+    with tiny_upstream(stall) as upstream:
+        proc = subprocess.Popen([sys.executable, "-m", "emulator", "record", "--upstream", upstream, "--out",
+                                 "r.jsonl", "--port", "0"], cwd=tmp_path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            url = proc.stdout.readline().rsplit(" ", 1)[1].strip()
+            result: list[httpx.Response] = []
+            client = threading.Thread(target=lambda: result.append(
+                httpx.get(f"{url}/v1/rl/supported-models", headers=AUTH, timeout=30)))
+            client.start()
+            assert arrived.wait(30)
+            proc.send_signal(signal.SIGINT)
+            _out, err = proc.communicate(timeout=20)
+            client.join(timeout=20)
+        finally:
+            done.set()
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert result and result[0].status_code == 503 and result[0].json()["error"]["code"] == "proxy_stopping"
+    (entry,) = load_recording(str(tmp_path / "r.jsonl"))
+    assert "stopped before the upstream" in entry["note"]
+
+
 # --- cross-site guards (issue 39, item 11) ---------------------------------------------------------------------
 
 def test_the_proxy_has_serves_host_and_origin_guards(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ What makes it safe to use with a real API key:
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from typing import Any
 from urllib.parse import urlsplit
@@ -138,6 +139,12 @@ class ProxyApp:
         what = f"{scope['method']} {scope['path']}"
         try:
             response = await self.client.send(request, stream=True)
+        except asyncio.CancelledError:
+            # uvicorn cancels what is still open once Ctrl+C's grace period is over: the client gets an answer
+            # that says so, the server stops without a traceback (nothing else cancels a request's task).
+            await self._fail(scope, send, 503, "proxy_stopping",
+                             f"the recording proxy stopped before the upstream {self.upstream} answered", what)
+            return
         except httpx.TimeoutException:
             await self._fail(scope, send, 504, "upstream_timeout",
                              f"the upstream {self.upstream} did not answer within {self.timeout:g} s", what)
@@ -166,10 +173,11 @@ class ProxyApp:
             async for chunk in response.aiter_bytes():
                 sent += len(chunk)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, asyncio.CancelledError) as exc:
             # Too late for an ErrorData: the status is sent. Leaving the response unfinished makes the server
             # close the connection, so the client sees a cut-off answer rather than a short one.
-            scope[NOTE] = f"the upstream {self.upstream} broke off its answer after {sent} bytes: {_reason(exc)}"
+            why = "the proxy stopped" if isinstance(exc, asyncio.CancelledError) else _reason(exc)
+            scope[NOTE] = f"the upstream {self.upstream} broke off its answer after {sent} bytes: {why}"
             self.say(f"{what}: {scope[NOTE]}")
             return
         await send({"type": "http.response.body", "body": b"", "more_body": False})

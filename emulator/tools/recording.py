@@ -21,6 +21,8 @@ What a recording keeps, and what it changes:
   carry a key (``admin_token``, ``api_key``, ``tenant``: shown as ``--access-log`` shows them) and the
   ``tenant`` of a reset body (an API key). Replay redacts the queries it receives the same way before
   matching them. A recording file is created readable by its owner only (0600).
+- An exchange the app answered itself rather than pass on an answer (the proxy, when its upstream failed)
+  carries a ``note`` saying so; ``parity`` judges no such exchange as the service's.
 - Replay rewrites the recorded ``base_url`` inside bodies to the replaying server's address.
 - A *canonical* recording (:class:`Recorder` with ``canonical=True``, what ``python -m tests.recordings``
   makes for ``fixtures/recordings/``) also drops what varies from run to run or machine to machine
