@@ -46,6 +46,19 @@ def serve(variant: str, port: int) -> None:
     raise SystemExit(main(["serve", "--port", str(port), "--log-level", "warning"]))
 
 
+def serve_spec_checked() -> None:
+    """Run ``serve --port 0`` with connexion's own check of the packaged specs at start-up (the skip of
+    ``emulator/app.py`` undone), for the start-up A/B of ``bench.run``."""
+    import contextlib
+
+    import emulator.app as app
+
+    app._packaged_specs = contextlib.nullcontext  # type: ignore[assignment]
+    from emulator.__main__ import main
+
+    raise SystemExit(main(["serve", "--host", "127.0.0.1", "--port", "0"]))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -326,6 +326,9 @@ def internals_block(r: dict[str, Any], notes: dict[str, str]) -> list[str]:
                        r.get(f"internals_routing_table_{scenario}_us"), r.get(f"internals_routing_stock_{scenario}_us")))
     out.append(row("connection guards (`http/server.py`), server CPU per served GET (a cost: they exist for "
                    "hostile clients, not speed)", shipped, stock))
+    a, b = r.get("startup_s"), r.get("startup_spec_checked_s")
+    out.append(f"| skip of connexion's spec check (`app.py`), start-up to the first answer | {fmt(a, 3, 's')} | "
+               f"{fmt(b, 3, 's')} | {'n/a' if not a or not b else f'{1 - a / b:.0%}'} |")
     return out
 
 

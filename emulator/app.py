@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from connexion.middleware import ConnexionMiddleware
@@ -61,17 +63,33 @@ from emulator.runtime import Runtime
 from emulator.ui import Dashboard, is_dashboard_path
 
 
+# connexion 3.3 (pinned by tests/test_dependency_internals.py): Specification.__init__ checks every spec
+# against the OpenAPI schema through the classmethod _validate_spec, ~0.085 s of a 0.44 s start-up
+# (BENCHMARKS.md, "Private internals"). Ours are packaged files that tests/test_spec.py checks with that
+# same validator, so the app's own loads skip it. While a build runs, the classmethod is a gate that skips
+# only in the building thread (a ContextVar) and validates as connexion does in every other; the lock
+# keeps one build at a time, so the method restored is always connexion's own.
+_SKIP_SPEC_CHECK: ContextVar[bool] = ContextVar("emulator_skip_spec_check", default=False)
+_SPEC_CHECK_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def _packaged_specs() -> Iterator[None]:
-    """connexion checks every spec it loads against the OpenAPI schema, a fifth of the emulator's start-up
-    (BENCHMARKS.md). Ours are packaged files that never change, and ``tests/test_spec.py`` checks them with
-    that same validator, so building the app skips it. Only for the specs loaded within the block."""
-    saved = Specification.__dict__["_validate_spec"]
-    Specification._validate_spec = classmethod(lambda cls, spec: None)  # type: ignore[method-assign,assignment]
-    try:
-        yield
-    finally:
-        Specification._validate_spec = saved  # type: ignore[method-assign]
+    """Within the block, connexion does not validate the specs this thread loads."""
+    with _SPEC_CHECK_LOCK:
+        original = Specification.__dict__["_validate_spec"]
+
+        def gate(cls: type[Specification], raw: dict[str, Any]) -> None:
+            if not _SKIP_SPEC_CHECK.get():
+                original.__func__(cls, raw)
+
+        token = _SKIP_SPEC_CHECK.set(True)
+        Specification._validate_spec = classmethod(gate)  # type: ignore[method-assign,assignment]
+        try:
+            yield
+        finally:
+            Specification._validate_spec = original  # type: ignore[method-assign]
+            _SKIP_SPEC_CHECK.reset(token)
 
 
 def _resolver() -> Resolver:

@@ -16,7 +16,8 @@ import pytest
 # dependency -> (versions verified: a prefix of the version string, the modules that rely on its internals)
 VERIFIED = {
     "connexion": ("3.3.", "emulator/http/routing.py (RoutingMiddleware.add_api and its scope contract), "
-                          "emulator/http/validation.py (RequestValidationMiddleware/API/Operation)"),
+                          "emulator/http/validation.py (RequestValidationMiddleware/API/Operation), "
+                          "emulator/app.py (Specification._validate_spec, skipped while the app is built)"),
     "uvicorn": ("0.55.", "emulator/http/server.py (HttpToolsProtocol subclass: the connection guards)"),
 }
 
@@ -46,6 +47,89 @@ def test_connexion_internals_the_emulator_subclasses_are_there() -> None:
                                                                                  "base_path"]
     assert "operation" in inspect.signature(RequestValidationOperation.__init__).parameters
     assert issubclass(RequestValidationAPI, object) and hasattr(RequestValidationMiddleware, "api_cls")
+
+
+def test_connexion_still_checks_specs_where_the_app_skips_it() -> None:
+    """emulator/app.py swaps ``Specification._validate_spec`` while it builds the app: connexion 3.3 must still
+    call that one classmethod from ``Specification.__init__``, and no subclass may override it."""
+    from connexion.spec import OpenAPISpecification, Specification, Swagger2Specification
+
+    assert isinstance(Specification.__dict__.get("_validate_spec"), classmethod), (
+        "connexion's Specification._validate_spec is gone or no longer a classmethod: re-read emulator/app.py")
+    assert "self._validate_spec(raw_spec)" in inspect.getsource(Specification.__init__), (
+        "connexion's Specification.__init__ no longer calls _validate_spec(raw_spec): re-read emulator/app.py")
+    overriding = [c.__name__ for c in (OpenAPISpecification, Swagger2Specification) if "_validate_spec" in c.__dict__]
+    assert overriding == [], f"{overriding} override _validate_spec: emulator/app.py would no longer skip it"
+
+
+def _counting_spec_checks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    import connexion.spec
+
+    seen: list[str] = []
+    real = connexion.spec.create_spec_validator
+
+    def counting(spec: dict) -> object:
+        seen.append(spec.get("info", {}).get("title", "?"))
+        return real(spec)
+
+    monkeypatch.setattr(connexion.spec, "create_spec_validator", counting)
+    return seen
+
+
+def test_building_the_app_skips_connexions_spec_check_and_restores_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from connexion.spec import Specification
+
+    from emulator.app import EmulatorApp
+    from emulator.config import Config
+    from emulator.runtime import Runtime
+
+    original = Specification.__dict__["_validate_spec"]
+    seen = _counting_spec_checks(monkeypatch)
+    EmulatorApp(Runtime(Config()))
+    assert seen == [], "building the app validated its packaged specs: the skip of emulator/app.py is not in force"
+    assert Specification.__dict__["_validate_spec"] is original
+    Specification.from_dict({"openapi": "3.0.3", "info": {"title": "after", "version": "1"}, "paths": {}})
+    assert seen == ["after"]
+
+
+def test_the_skip_holds_only_in_the_thread_that_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another thread's spec is validated while the app is built, and concurrent builds leave connexion's own
+    method in place, whatever the order in which they finish."""
+    import threading
+
+    from connexion.exceptions import InvalidSpecification
+    from connexion.spec import Specification
+
+    from emulator import app
+
+    original = Specification.__dict__["_validate_spec"]
+    inside, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def build() -> None:
+        try:
+            with app._packaged_specs():
+                inside.set()
+                assert release.wait(30)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    builder = threading.Thread(target=build)
+    builder.start()
+    try:
+        assert inside.wait(30)
+        with pytest.raises(InvalidSpecification):  # "paths" is required by the OpenAPI schema
+            Specification.from_dict({"openapi": "3.0.3", "info": {"title": "other", "version": "1"}})
+        others = [threading.Thread(target=build) for _ in range(3)]
+        for t in others:
+            t.start()
+    finally:
+        release.set()
+        builder.join(30)
+    for t in others:
+        t.join(30)
+    assert errors == []
+    assert Specification.__dict__["_validate_spec"] is original
 
 
 def test_uvicorn_internals_the_emulator_subclasses_are_there() -> None:

@@ -37,6 +37,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("emulator.compute.tokenizers", "_qwen35"): "pure memo: a read-only vocabulary loaded from a package",
     ("emulator.compute.weights", "_small_layout"): "pure memo of read-only arrays (writeable=False)",
     ("emulator.compute.tokenizers", "_LOCK"): "guards the one load of that vocabulary when threads race to it",
+    ("emulator.app", "_SPEC_CHECK_LOCK"): "one app build at a time swaps connexion's spec check (holds no state)",
     ("emulator.api", "handler_for"): "pure memo: the handler of an operationId (a module-level function)",
     ("emulator.domain.session_models", "_spec"): "pure memo: a frozen ModelSpec per configuration",
     ("emulator.tools.scenarios", "_operations"): "pure memo: the spec's operation table, built once, only read",
