@@ -8,7 +8,7 @@ PORT ?= 8765
 ARGS ?=
 WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: serve cluster test unit contract bench mutation lint clean sync-spec screenshot recordings coverage
+.PHONY: serve cluster test unit contract bench mutation lint clean screenshot recordings coverage
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,13 +65,6 @@ lint: $(STAMP)
 # Rewrite COVERAGE.md (spec operations versus handlers; tests/test_structure.py fails when it is stale).
 coverage: $(STAMP)
 	$(BIN)/python -m emulator.tools.coverage
-
-# The server and the contract suite ship copies of the root openapi.yaml, the contract suite one of
-# schemathesis.toml (tests/test_structure.py keeps them identical).
-sync-spec:
-	cp openapi.yaml emulator/specs/openapi.yaml
-	cp openapi.yaml contract_tests/openapi.yaml
-	cp schemathesis.toml contract_tests/schemathesis.toml
 
 clean:
 	rm -rf $(VENV) reports .hypothesis

@@ -25,7 +25,7 @@ PROG = "together-rl-contract"
 # What the suite needs beyond the emulator's own dependencies: the `contract` extra.
 NEEDS = ("pytest", "schemathesis", "hypothesis", "requests")
 # Files the package carries for tools run without this suite: the contract, and stock Schemathesis' configuration
-# (copies of the repository's root files, kept identical by `make sync-spec` and tests/test_structure.py).
+# (the repository's root files, which the wheel maps into the package: contract_tests.spec.shipped).
 SHIPPED = ("openapi.yaml", "schemathesis.toml")
 
 
@@ -130,7 +130,9 @@ def install_hint(extra: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args, rest = build_parser().parse_known_args(argv)
     if args.path:  # needs nothing of the contract extra
-        print(PACKAGE_DIR / args.path)
+        from contract_tests.spec import shipped
+
+        print(shipped(args.path))
         return 0
     if args.base_url and not (args.token or os.environ.get("CONTRACT_TOKEN") or os.environ.get("TOGETHER_API_KEY")):
         build_parser().error("--token is required with --base-url")

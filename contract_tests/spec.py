@@ -10,7 +10,6 @@ from typing import Any
 import yaml
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-DEFAULT_SPEC = PACKAGE_DIR / "openapi.yaml"   # a copy of the repository root's openapi.yaml
 HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 
 # Operations that create billable objects (GPU resources, sessions, training work, jobs) or change
@@ -26,8 +25,16 @@ CREATING_OPERATIONS = frozenset({
 })
 
 
+def shipped(name: str) -> Path:
+    """A file the suite ships from the repository's root (``openapi.yaml``, ``schemathesis.toml``): the wheel
+    carries them as ``contract_tests/contract/`` (a package-dir mapping in ``pyproject.toml``); a checkout
+    has no such directory and reads the root's own file. Installed packages are files, never zipped."""
+    packaged = PACKAGE_DIR / "contract" / name
+    return packaged if packaged.is_file() else PACKAGE_DIR.parent / name
+
+
 def spec_path() -> Path:
-    return Path(os.environ.get("CONTRACT_SPEC") or DEFAULT_SPEC)
+    return Path(os.environ.get("CONTRACT_SPEC") or shipped("openapi.yaml"))
 
 
 @functools.cache

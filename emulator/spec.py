@@ -1,8 +1,9 @@
-"""The two specs the emulator serves, read from the installed package (``emulator/specs/``).
+"""The two specs the emulator serves: the vendor contract ``openapi.yaml`` and ``admin.yaml``, the
+emulator's own control plane under ``/_emulator`` (``emulator/specs/``).
 
-``openapi.yaml`` is the vendor contract (a copy of the repository root's ``openapi.yaml``, which users
-read; a test keeps the two identical) and ``admin.yaml`` the emulator's own control plane under
-``/_emulator``. Both are parsed once with libyaml; callers get a deep copy they may change.
+The contract's one source is the repository root's ``openapi.yaml``; the wheel carries it as
+``emulator/contract/openapi.yaml`` (a package-dir mapping in ``pyproject.toml``), and a checkout reads the
+root's file. Both are parsed once with libyaml; callers get a deep copy they may change.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import copy
 import functools
 from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -19,8 +22,17 @@ ADMIN = "admin.yaml"
 ADMIN_BASE_PATH = "/_emulator"
 
 
+def spec_file(name: str) -> Traversable:
+    if name != VENDOR:
+        return resources.files("emulator").joinpath("specs", name)
+    packaged = resources.files("emulator").joinpath("contract", VENDOR)
+    if packaged.is_file():
+        return packaged
+    return Path(__file__).resolve().parent.parent / VENDOR  # a checkout: the repository's own file
+
+
 def spec_text(name: str) -> str:
-    return resources.files("emulator").joinpath("specs", name).read_text(encoding="utf-8")
+    return spec_file(name).read_text(encoding="utf-8")
 
 
 @functools.cache

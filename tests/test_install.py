@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import site
 import subprocess
 import sys
@@ -42,11 +43,20 @@ def _run(cmd: list[str | Path], cwd: Path, timeout: float = 300) -> subprocess.C
     return proc
 
 
+# What a build of the checkout leaves behind, or a run of it: never part of a wheel.
+_NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".hypothesis",
+                                     "reports", ".state", ".*_cache", "out")
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Built from a copy of the checkout: setuptools builds in the source tree (build/), whose leftovers
+    (a file since deleted) would reach the wheel, and two builds at once (pytest-xdist) would share it."""
     out = tmp_path_factory.mktemp("dist")
+    source = tmp_path_factory.mktemp("source") / "checkout"
+    shutil.copytree(ROOT, source, ignore=_NOT_SOURCE)
     _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-          "--wheel-dir", out, ROOT], cwd=out)
+          "--wheel-dir", out, source], cwd=out)
     (built,) = out.glob("together_rl_emulator-*.whl")
     return built
 
@@ -80,10 +90,9 @@ def _fixtures(kind: str) -> list[str]:
 def test_wheel_carries_every_file_it_needs(wheel: Path) -> None:
     archive = zipfile.ZipFile(wheel)
     names = set(archive.namelist())
-    needed = {"emulator/specs/openapi.yaml", "emulator/specs/admin.yaml", "emulator/ui/static/index.html",
-              "emulator/tools/haproxy.cfg.tmpl",
+    needed = {"emulator/specs/admin.yaml", "emulator/ui/static/index.html", "emulator/tools/haproxy.cfg.tmpl",
               "emulator/ui/static/vendor/uPlot.iife.min.js", "emulator/ui/static/vendor/LICENSE",
-              "contract_tests/pytest.ini", "contract_tests/openapi.yaml", "contract_tests/schemathesis.toml"}
+              "contract_tests/pytest.ini"}
     # pyproject.toml lists the packages: every module of the source tree must be in the wheel.
     needed |= {p.relative_to(ROOT).as_posix() for top in ("emulator", "contract_tests")
                for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts}
@@ -102,9 +111,35 @@ def test_wheel_carries_every_file_it_needs(wheel: Path) -> None:
     assert any(re.fullmatch(r"together_rl_emulator-[^/]+\.dist-info/licenses/LICENSE", n) for n in names)
     assert {n.split("/")[0] for n in names if "/" in n and not n.split("/")[0].endswith(".dist-info")} == {
         "emulator", "contract_tests"}  # no generic top-level package such as bench
-    packaged = zipfile.ZipFile(wheel).read("emulator/specs/openapi.yaml")
-    assert packaged == (ROOT / "openapi.yaml").read_bytes()
-    assert zipfile.ZipFile(wheel).read("contract_tests/schemathesis.toml") == (ROOT / "schemathesis.toml").read_bytes()
+    # The root's contract files, mapped into the packages by the build (pyproject.toml), byte for byte; the
+    # mapped packages carry those files only (they map the repository's root).
+    shipped = {"emulator/contract/openapi.yaml": "openapi.yaml", "contract_tests/contract/openapi.yaml": "openapi.yaml",
+               "contract_tests/contract/schemathesis.toml": "schemathesis.toml"}
+    for name, source in shipped.items():
+        assert archive.read(name) == (ROOT / source).read_bytes(), name
+    assert {n for n in names if n.startswith(("emulator/contract/", "contract_tests/contract/"))} == set(shipped)
+    assert not {n for n in names if n.endswith(("openapi.yaml", "schemathesis.toml"))} - set(shipped)
+
+
+def test_installed_server_and_suite_read_the_contract_from_the_wheel(venv: Path, served: str, elsewhere: Path) -> None:
+    """Both read the root's openapi.yaml as the wheel carries it, not a checkout's file: the emulator serves it
+    and the contract suite loads it (``CONTRACT_SPEC`` unset)."""
+    code = ("from emulator import spec; from contract_tests import spec as c; "
+            "print(spec.spec_file(spec.VENDOR)); print(c.spec_path()); print(c.shipped('schemathesis.toml')); "
+            "print(len(c.operations()), len(spec.operation_ids()))")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "CONTRACT_SPEC")}
+    proc = subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=elsewhere, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    *paths, counts = proc.stdout.splitlines()
+    for path, source in zip(paths, ("openapi.yaml", "openapi.yaml", "schemathesis.toml")):
+        assert str(venv) in path and str(ROOT) not in path, path
+        assert Path(path).read_bytes() == (ROOT / source).read_bytes(), path
+    contract = yaml.safe_load((ROOT / "openapi.yaml").read_text())
+    operations = [op for item in contract["paths"].values() for op in item.values() if "operationId" in op]
+    assert counts.split() == [str(len(operations))] * 2
+    served_spec = httpx.get(f"{served}/openapi.json", timeout=30).json()
+    assert served_spec["info"] == contract["info"] and list(served_spec["paths"]) == list(contract["paths"])
 
 
 def test_installed_package_is_not_the_source_tree(venv: Path, elsewhere: Path) -> None:

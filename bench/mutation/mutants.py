@@ -94,7 +94,7 @@ class Vocabulary:
                     if len(members) > 1:
                         classes[node.name] = members
         strings: dict[str, list[str]] = {}
-        spec = root / "emulator" / "specs" / "openapi.yaml"
+        spec = root / "openapi.yaml"
         if spec.exists():
             for values in _spec_enums(yaml.safe_load(spec.read_text())):
                 for v in values:

@@ -81,6 +81,7 @@ class Worker:
         self.base = Path(tempfile.mkdtemp(prefix=f"mutation-w{self.number}-"))
         shutil.copytree(self.root / "emulator", self.base / "emulator",
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copy2(self.root / "openapi.yaml", self.base / "openapi.yaml")  # a checkout's spec (emulator/spec.py)
         probe = subprocess.run([sys.executable, "-c", "import emulator; print(emulator.__file__)"],
                                capture_output=True, text=True, env=self.env(), cwd=self.base, check=True)
         if not probe.stdout.strip().startswith(str(self.base)):
