@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -102,31 +102,52 @@ def test_collection_error_does_not_conform(tmp_path: Path) -> None:
 
 
 INTERRUPTED = '''
-import pathlib, time
+import os, time
 
 def test_first():
     pass
 
 def test_waits():
-    pathlib.Path("started").write_text("")
+    os.write(int(os.environ["STARTED_FD"]), b"started")  # tells the parent: interrupt now
     time.sleep(120)
 
 def test_never_runs():
     pass
 '''
+# pytest as `python -m pytest` runs it, but with SIGINT's default action restored first: a parent that ignores
+# SIGINT (a CI wrapper started in the background, `cmd &` in a script) hands that to its children, and Python
+# then installs no KeyboardInterrupt handler, so Ctrl-C would never reach the run.
+PYTEST_WITH_SIGINT = ("import signal, sys, pytest; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                      "sys.exit(pytest.console_main())")
 
 
-def test_interrupted_run_does_not_conform(tmp_path: Path) -> None:
+@pytest.mark.parametrize("parent", ["default", "ignores SIGINT"])
+def test_interrupted_run_does_not_conform(tmp_path: Path, parent: str) -> None:
     (tmp_path / "test_slow.py").write_text(INTERRUPTED)
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "contract_tests.plugin", "-p", "no:cacheprovider",
-                             "test_slow.py", "--report", str(tmp_path / "r")], cwd=tmp_path, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 120
-    while not (tmp_path / "started").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it could be interrupted"
-        time.sleep(0.05)
+    started, tell = os.pipe()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if parent == "ignores SIGINT" else None
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", PYTEST_WITH_SIGINT, "-p", "contract_tests.plugin", "-p",
+                                 "no:cacheprovider", "test_slow.py", "--report", str(tmp_path / "r")], cwd=tmp_path,
+                                env=_env(STARTED_FD=str(tell)), pass_fds=(tell,), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+        os.close(tell)
+    try:
+        # The test in the child writes when it has started; an end of file first means the run ended.
+        ready, _, _ = select.select([started], [], [], 120)
+        assert ready and os.read(started, 16) == b"started", "the run ended before it could be interrupted"
+    finally:
+        os.close(started)
     proc.send_signal(signal.SIGINT)  # Ctrl-C in a terminal, or a CI job cancelled
-    out, _ = proc.communicate(timeout=120)
+    try:
+        out, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError("SIGINT did not end the run") from None
     done = subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
     assert_not_conforming(done, tmp_path / "r", "the run was interrupted")
     assert "after 1 of 3 collected tests" in json.loads((tmp_path / "r" / "summary.json").read_text())["problems"][0]
