@@ -24,13 +24,25 @@ serve: $(STAMP)
 cluster: $(STAMP)
 	$(BIN)/python -m emulator cluster --workers $(WORKERS) --host $(HOST) --port $(PORT) $(ARGS)
 
-# Every suite: unit + API + SDK end-to-end tests, then the contract suite against a fresh emulator.
+# pytest-xdist workers of make test and make unit, each running whole modules (tests/conftest.py hands out
+# the slowest first). Most tests wait (on servers, subprocesses, the SDK) rather than compute, so more
+# workers than cores pay; RELIABILITY.md has the measurements.
+TEST_JOBS ?= 4
+PYTEST_PARALLEL := -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
+
+# Every suite: unit + API + SDK end-to-end tests, and alongside them the contract suite against a fresh
+# emulator (its output follows the tests'; the exit status is non-zero when either failed).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
-	$(BIN)/python -m contract_tests --report reports/contract
+	@mkdir -p reports
+	@$(BIN)/python -m contract_tests --report reports/contract > reports/contract.log 2>&1 & contract=$$!; \
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL); unit=$$?; \
+	wait $$contract; suite=$$?; \
+	echo "--- python -m contract_tests --report reports/contract (ran alongside; exit status $$suite)"; \
+	cat reports/contract.log; \
+	[ $$unit -eq 0 ] && [ $$suite -eq 0 ]
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
 contract: $(STAMP)
 	$(BIN)/python -m contract_tests --report reports/contract

@@ -9,6 +9,20 @@ from emulator.config import Config
 from emulator.runtime import Runtime
 from emulator.tools.server import build_server_app
 
+# The slowest modules, slowest first (their wall time in a serial run, RELIABILITY.md). make test runs the
+# suite with pytest-xdist's --dist loadfile: a module is one unit of work, run by one worker in order (its
+# module fixtures are made once), and units are handed out in collection order; so these start at once and
+# the short modules fill in around them.
+SLOWEST_FIRST = ("test_install", "test_contract_selftest", "test_examples", "test_pytest_plugin", "test_readme",
+                 "test_stock_schemathesis", "test_contract_verdict", "test_journal", "test_contract_tenants",
+                 "test_cluster", "test_ui_browser", "test_sdk_tokenizer", "test_mutation_tool", "test_hostile")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: in-module order is kept
+
+
 TOKEN = "test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 

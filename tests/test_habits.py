@@ -1,0 +1,37 @@
+"""How the suite is run (issue 38, item 10): bare ``pytest`` at the root runs what ``make unit`` runs, and
+``make test`` runs the tests in parallel with the contract suite alongside, printing the slowest tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _collected(cmd: list[str]) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    proc = subprocess.run([*cmd, "--collect-only", "-q", "-p", "no:xdist"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [line for line in proc.stdout.splitlines() if "::" in line]
+
+
+def test_bare_pytest_at_the_root_collects_what_make_unit_runs() -> None:
+    """The console script puts its own directory first on sys.path, not the working directory as ``python -m
+    pytest`` does: the tests' imports of tests.* and bench.* need pyproject's ``pythonpath``."""
+    bare = _collected([str(Path(sys.executable).with_name("pytest"))])
+    assert len(bare) > 900 and bare == _collected([sys.executable, "-m", "pytest"])
+
+
+def test_make_test_runs_the_tests_in_parallel_and_the_contract_suite_alongside() -> None:
+    make = (ROOT / "Makefile").read_text()
+    recipe = make[make.index("\ntest: "):].split("\n\n", 1)[0]
+    assert "-m pytest -q $(PYTEST_PARALLEL)" in recipe and "-m contract_tests --report reports/contract" in recipe
+    assert re.search(r"^PYTEST_PARALLEL := -n \$\(TEST_JOBS\) --dist loadfile --no-loadscope-reorder$", make, re.M)
+    assert "make test" in (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r'^addopts = ".*--durations=10.*"$', pyproject, re.M), "every run prints its ten slowest tests"
