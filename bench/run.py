@@ -591,7 +591,8 @@ class Bench:
     def startup(self) -> None:
         """Start-up to the first answer, as shipped and, alternated with it, with connexion's spec check that
         ``emulator/app.py`` skips (a private internal: what it buys)."""
-        times, checked = [], []
+        times: list[float] = []
+        checked: list[float] = []
         for i in range(self.args.startup_runs):
             for label, args, out in (("startup", ["-m", "emulator", "serve", "--host", "127.0.0.1", "--port", "0"], times),
                                      ("startup-spec-checked",

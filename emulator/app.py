@@ -62,7 +62,6 @@ from emulator.http.validation import FastRequestValidationMiddleware
 from emulator.runtime import Runtime
 from emulator.ui import Dashboard, is_dashboard_path
 
-
 # connexion 3.3 (pinned by tests/test_dependency_internals.py): Specification.__init__ checks every spec
 # against the OpenAPI schema through the classmethod _validate_spec, ~0.085 s of a 0.44 s start-up
 # (BENCHMARKS.md, "Private internals"). Ours are packaged files that tests/test_spec.py checks with that
