@@ -166,6 +166,9 @@ def test_system_clock_statuses_move_on_screen_and_the_page_stops_the_clock(syste
 
     page.locator("#clock-mode-input").select_option("manual")
     page.locator("#clock-speed-input").fill("2")
+    # The running clock is heard of while the form is being filled in: what the user chose stays.
+    shown = page.locator("#clock-now").inner_text()
+    expect(page.locator("#clock-now")).not_to_have_text(shown)
     page.get_by_role("button", name="Set").click()
     expect(page.locator("#clock-mode")).to_have_text("manual")
     expect(page.locator("#clock-speed")).to_have_text("2")

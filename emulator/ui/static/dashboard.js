@@ -407,6 +407,7 @@
   // A tenant with a clock of its own shows that clock; the buttons still move the global one, which such a
   // tenant does not follow (move its clock with /_emulator/clock and X-Emulator-Tenant).
   const ownClock = () => state.clock && state.clock.scope === "tenant";
+  const clockEdits = new Set();  // ids of the clock form's fields changed since it was last set
 
   function showClock(clock) {
     state.clock = clock;
@@ -416,8 +417,11 @@
     $("clock-mode").textContent = clock.mode;
     $("clock-speed").textContent = String(clock.speed);
     document.body.dataset.clock = clock.now;
-    if (document.activeElement !== $("clock-mode-input")) $("clock-mode-input").value = clock.mode;
-    if (document.activeElement !== $("clock-speed-input")) $("clock-speed-input").value = String(clock.speed);
+    // The form follows the clock, but a field the user changed keeps its value until the form is set: with
+    // a running clock the page hears of it many times a second, and focus moves on between the fields.
+    for (const [id, value] of [["clock-mode-input", clock.mode], ["clock-speed-input", String(clock.speed)]]) {
+      if (!clockEdits.has(id) && document.activeElement !== $(id)) $(id).value = value;
+    }
   }
 
   async function advance(seconds) {
@@ -582,8 +586,10 @@
       if ($("advance-seconds").value === "" || !(seconds >= 0)) { say("seconds must be a number >= 0", true); return; }
       advance(seconds).catch(fail);
     });
+    for (const id of ["clock-mode-input", "clock-speed-input"]) $(id).addEventListener("input", () => clockEdits.add(id));
     $("clock-form").addEventListener("submit", (ev) => {
       ev.preventDefault();
+      clockEdits.clear();
       const body = {mode: $("clock-mode-input").value};
       if ($("clock-speed-input").value !== "") body.speed = Number($("clock-speed-input").value);
       call("POST", `${ADMIN}/clock`, body).then((clock) => { if (!ownClock()) showClock(clock); refresh(); }).catch(fail);
