@@ -26,12 +26,13 @@ cluster: $(STAMP)
 
 # pytest-xdist workers of make test and make unit, each running whole modules (tests/conftest.py hands out
 # the slowest first). Most tests wait (on servers, subprocesses, the SDK) rather than compute, so more
-# workers than cores pay; RELIABILITY.md has the measurements.
+# workers than cores pay; RELIABILITY.md has the measurements. Tests marked `alone` bound a wall time: they
+# run afterwards, by themselves.
 TEST_JOBS ?= 4
-PYTEST_PARALLEL := -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
+PYTEST_PARALLEL := -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder -m "not alone"
 
 # Every suite: unit + API + SDK end-to-end tests, and alongside them the contract suite against a fresh
-# emulator (its output follows the tests'; the exit status is non-zero when either failed).
+# emulator (its output follows the tests'), then the tests marked alone. Fails when any of them failed.
 test: $(STAMP)
 	@mkdir -p reports
 	@$(BIN)/python -m contract_tests --report reports/contract > reports/contract.log 2>&1 & contract=$$!; \
@@ -39,10 +40,13 @@ test: $(STAMP)
 	wait $$contract; suite=$$?; \
 	echo "--- python -m contract_tests --report reports/contract (ran alongside; exit status $$suite)"; \
 	cat reports/contract.log; \
-	[ $$unit -eq 0 ] && [ $$suite -eq 0 ]
+	echo "--- the tests marked alone"; \
+	$(BIN)/python -m pytest -q -m alone; alone=$$?; \
+	[ $$unit -eq 0 ] && [ $$suite -eq 0 ] && [ $$alone -eq 0 ]
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
+	$(BIN)/python -m pytest -q -m alone
 
 contract: $(STAMP)
 	$(BIN)/python -m contract_tests --report reports/contract

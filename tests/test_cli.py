@@ -111,6 +111,7 @@ def test_examples_lists_and_copies_without_overwriting(tmp_path: Path) -> None:
     assert "already there" in again.stderr and (tmp_path / "ex" / "supervised.py").read_text() == "# mine\n"
 
 
+@pytest.mark.alone
 def test_ctrl_c_stops_within_a_second_with_a_dashboard_stream_open() -> None:
     proc = subprocess.Popen([sys.executable, "-m", "emulator", "serve", "--port", "0"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -31,7 +31,9 @@ def test_make_test_runs_the_tests_in_parallel_and_the_contract_suite_alongside()
     make = (ROOT / "Makefile").read_text()
     recipe = make[make.index("\ntest: "):].split("\n\n", 1)[0]
     assert "-m pytest -q $(PYTEST_PARALLEL)" in recipe and "-m contract_tests --report reports/contract" in recipe
-    assert re.search(r"^PYTEST_PARALLEL := -n \$\(TEST_JOBS\) --dist loadfile --no-loadscope-reorder$", make, re.M)
+    assert recipe.index("wait $$contract") < recipe.index("-m pytest -q -m alone"), "alone: after the others"
+    assert re.search(r'^PYTEST_PARALLEL := -n \$\(TEST_JOBS\) --dist loadfile --no-loadscope-reorder -m "not alone"$',
+                     make, re.M)
     assert "make test" in (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert re.search(r'^addopts = ".*--durations=10.*"$', pyproject, re.M), "every run prints its ten slowest tests"

@@ -313,6 +313,7 @@ def test_the_principal_cache_is_bounded_in_bytes_not_entries() -> None:
 
 # --- 11. slow readers ---------------------------------------------------------------------------------
 
+@pytest.mark.alone
 def test_clients_that_never_read_are_dropped_after_the_send_timeout(tmp_path: Path) -> None:
     limits = tmp_path / "limits.yaml"
     limits.write_text("session_metadata_kib: 4096\n")

@@ -133,6 +133,7 @@ def test_pacing_waits_for_the_manual_replay_clock(tmp_path: Path) -> None:
             assert done and done[0].json() == seen[1]
 
 
+@pytest.mark.alone
 def test_pacing_at_a_speed_takes_the_recorded_span_divided_by_it(tmp_path: Path) -> None:
     path, seen = record_at_run_time(tmp_path, seconds_between=20)
     entries = [e for e in load_recording(str(path)) if not e["request"]["path"].startswith("/_emulator")]
