@@ -110,3 +110,11 @@ def test_an_empty_status_filter_is_an_empty_list_that_filters_nothing(client: Te
     assert client.get(f"{RL}/training-sessions?status=").json()["data"] == []
     err = assert_error(client.get(f"{RL}/model-resources?status=MODEL_RESOURCES_STATUS_READY,"), 400)
     assert err["param"] == "status"  # an empty item in a list is no status
+    # the SDK's own encoding of the comma; a status with a final newline (which Python's `$` would let through
+    # the spec's pattern) or the protobuf zero value is no status
+    both = "MODEL_RESOURCES_STATUS_PENDING%2CMODEL_RESOURCES_STATUS_READY"
+    assert [x["id"] for x in client.get(f"{RL}/model-resources?status={both}").json()["data"]] == [r["id"]]
+    for bad in ("model-resources?status=MODEL_RESOURCES_STATUS_PENDING%0A",
+                "training-sessions?status=TRAINING_SESSION_STATUS_UNSPECIFIED",
+                "training-sessions?status=TRAINING_SESSION_STATUS_RUNNING%0A"):
+        assert assert_error(client.get(f"{RL}/{bad}"), 400)["param"] == "status", bad

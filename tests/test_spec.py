@@ -5,7 +5,7 @@
 - every `example` / `default` validates against its schema (OpenAPI 3.0 semantics, $refs resolved);
 - every operation has the ErrorData error responses, bearer auth, a summary and a description;
 - the conventions the emulator and the SDK rely on (Idempotency-Key, body-less POSTs, int64 encoding,
-  comma-separated array filters, links) hold;
+  comma-separated list filters written as strings, links) hold;
 - the vendor's own defaults and W&B field lengths (docs/api-surface.md, section G) stand in it, with their
   source, and are the values the emulator uses (emulator/defaults.py).
 
@@ -48,7 +48,7 @@ BODYLESS_POSTS = {
 # that are not a JSON 200: the upload's 302 (to the presigned URL) and a file's bytes.
 FORM_BODIES = {"uploadFile": "multipart/form-data"}
 NON_JSON_SUCCESS = {"uploadFile": ("302", "application/json"), "getFileContent": ("200", "application/octet-stream")}
-ARRAY_FILTERS = {("listModelResources", "status"), ("listSessions", "status")}
+LIST_FILTERS = {("listModelResources", "status"), ("listSessions", "status")}
 # The Files API's schemas (SDK: together.types.file_*), whose integers are plain JSON numbers.
 FILES_SCHEMAS = {"FileResponse", "FileValidationReport"}
 
@@ -476,17 +476,33 @@ def test_timestamps_are_date_time(spec):
             assert node.get("type") == "string" and node.get("format") == "date-time", ptr
 
 
-def test_array_query_filters_use_comma_form(spec):
+def test_list_filters_are_comma_lists_written_as_on_the_wire(spec):
+    """The filters of several values take the SDK's comma format (`status=A,B`; `status=` for an empty list). No
+    query parameter is an array: in form style `[]` and `[""]` are one request, `status=`, so a valid empty list
+    and an invalid one could not be told apart (stock Schemathesis' ST201 on a random seed). Each is a string whose
+    pattern (ECMA `$`: the end of the text) takes exactly the comma-joined lists of its statuses, none included."""
     for _path, _method, item, op in iter_operations(spec):
         for (where, name), p in operation_parameters(spec, item, op).items():
-            schema = resolve(spec, p.get("schema", {}))
-            if where == "query" and schema.get("type") == "array":
-                assert (op["operationId"], name) in ARRAY_FILTERS
-                assert p.get("style") == "form" and p.get("explode") is False, (op["operationId"], name)
-                assert resolve(spec, schema["items"]).get("enum")
-    sessions_filter = resolve(spec, spec["paths"]["/v1/rl/training-sessions"]["get"]["parameters"][-1])
-    assert sessions_filter["name"] == "status"
-    assert "TRAINING_SESSION_STATUS_UNSPECIFIED" not in sessions_filter["schema"]["items"]["enum"]
+            if where == "query":
+                assert resolve(spec, p.get("schema", {})).get("type") != "array", (op["operationId"], name)
+    statuses = {"listModelResources": resolve(spec, {"$ref": "#/components/schemas/ModelResourcesStatus"})["enum"],
+                "listSessions": [s for s in resolve(spec, {"$ref": "#/components/schemas/SessionStatus"})["enum"]
+                                 if s != "TRAINING_SESSION_STATUS_UNSPECIFIED"]}
+    ops = {op["operationId"]: (item, op) for _p, _m, item, op in iter_operations(spec)}
+    for op_id, name in LIST_FILTERS:
+        param = operation_parameters(spec, *ops[op_id])[("query", name)]
+        schema = param["schema"]
+        assert schema["type"] == "string" and "style" not in param and "explode" not in param, param
+        # (none of these texts ends with a newline, where Python's `$` and ECMA's differ)
+        takes = re.compile(schema["pattern"]).search
+        valid = statuses[op_id]
+        one = valid[0]
+        for text in ["", *valid, ",".join(valid), f"{one},{one}", param["example"]]:
+            assert takes(text), (op_id, text)
+        for text in [f"{one},", f",{one}", f"{one},,{one}", f"{one} ", one.lower(), one[:-1], "x",
+                     one.rsplit("_", 1)[0] + "_UNSPECIFIED", f"{one},{one}x"]:
+            assert not takes(text), (op_id, text)
+        assert f"`{name}=`" in param["description"] and "comma" in param["description"], param["description"]
 
 
 def test_list_limits(spec):

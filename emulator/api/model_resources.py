@@ -13,7 +13,7 @@ def create_model_resources(req: Request) -> Reply:
 
 def list_model_resources(req: Request) -> Reply:
     limit = req.query_int("limit", 20)
-    items, has_more = domain.list_(req.tenant, req.ctx, status=req.query_set("status"),
+    items, has_more = domain.list_(req.tenant, req.ctx, status=req.query_set("status", domain.FILTER_STATUSES),
                                    created_by=req.query_str("created_by"), after=req.query_str("after"), limit=limit)
     return 200, render.list_page([render.model_resources(req.tenant, r) for r in items], has_more, limit,
                                  items[-1].id if items else None)

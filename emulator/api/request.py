@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from emulator.domain.context import Ctx, Principal
-from emulator.errors import Invalid
+from emulator.errors import Invalid, shorten
 from emulator.store import Tenant
 
 if TYPE_CHECKING:
@@ -82,11 +82,16 @@ class Request:
         except ValueError as exc:
             raise Invalid(f"{name}: query parameter must be an integer", param=name) from exc
 
-    def query_set(self, name: str) -> set[str] | None:
+    def query_set(self, name: str, allowed: frozenset[str] | None = None) -> set[str] | None:
+        """A comma-separated list (the SDK's comma format); empty or omitted: None (no filter). Each value must be
+        one of ``allowed``: the spec's pattern says so too, but Python's ``$`` also matches before a final newline."""
         raw = self.query.get(name)
         if not raw:
             return None
-        return {v for v in raw.split(",") if v}
+        values = {v for v in raw.split(",") if v}
+        if allowed is not None and (bad := sorted(values - allowed)):
+            raise Invalid(f"{name}: {shorten(repr(bad[0]), 80)} is not one of {sorted(allowed)}", param=name)
+        return values
 
     def query_bool(self, name: str) -> bool:
         return self.query.get(name, "").lower() == "true"

@@ -13,7 +13,7 @@ def create_session(req: Request) -> Reply:
 
 def list_sessions(req: Request) -> Reply:
     limit = req.query_int("limit", 20)
-    items, has_more = domain.list_(req.tenant, req.ctx, status=req.query_set("status"),
+    items, has_more = domain.list_(req.tenant, req.ctx, status=req.query_set("status", domain.FILTER_STATUSES),
                                    model_resources_id=req.query_str("model_resources_id"),
                                    created_by=req.query_str("created_by"), after=req.query_str("after"), limit=limit)
     cache = req.runtime.rendered

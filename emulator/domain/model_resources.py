@@ -133,6 +133,10 @@ def get(tenant: Tenant, resource_id: str) -> ModelResource:
     return lookup(tenant.resources, resource_id, "model resource", "model_resources_id")
 
 
+# What the list's `status` filter takes: every status.
+FILTER_STATUSES = frozenset(s.value for s in ResourceStatus)
+
+
 def list_(tenant: Tenant, ctx: Ctx, *, status: set[str] | None, created_by: str | None,
           after: str | None, limit: int) -> tuple[list[ModelResource], bool]:
     creator = ctx.principal.user if created_by == "me" else created_by

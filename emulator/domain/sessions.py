@@ -196,6 +196,10 @@ def get(tenant: Tenant, session_id: str) -> Session:
     return lookup(tenant.sessions, session_id, "training session", "session_id")
 
 
+# What the list's `status` filter takes: every status (UNSPECIFIED, the protobuf zero value, is none of them).
+FILTER_STATUSES = frozenset(s.value for s in SessionStatus)
+
+
 def list_(tenant: Tenant, ctx: Ctx, *, status: set[str] | None, model_resources_id: str | None,
           created_by: str | None, after: str | None, limit: int) -> tuple[list[Session], bool]:
     creator = ctx.principal.user if created_by == "me" else created_by

@@ -10,8 +10,9 @@ or not, within the size limit of the outermost layer) and parsed once with orjso
 accepted where ``requestBody.required`` is false; and operations that cannot fail validation (no body,
 no query or header parameters, only unconstrained string path parameters, which the router already
 guarantees) skip it entirely. An array query parameter sent empty (``status=``) is the empty array, as
-OpenAPI's form style writes it; a refused body holding an integer too large for orjson (which reads it as
-a float) is judged again on an exact reading, so it is refused for its bound, not as a non-integer.
+OpenAPI's form style writes it (openapi.yaml has none: its lists are strings, as on the wire); a refused
+body holding an integer too large for orjson (which reads it as a float) is judged again on an exact
+reading, so it is refused for its bound, not as a non-integer.
 
 Every refusal is an :class:`~emulator.errors.Invalid` with one sentence naming the field, e.g.
 ``limit: 0 is less than the minimum of 1`` with ``param`` set to ``limit`` (a body field's ``param`` is
