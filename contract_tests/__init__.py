@@ -27,7 +27,11 @@ prints and stops it at the end; ``--emulator-arg=ARG`` (repeatable) is passed th
 The report (``--report DIR``, default ``reports/contract`` for ``python -m contract_tests``):
 ``junit.xml`` (one test case per test, one per operation for the generated tests), ``summary.json``
 (every operationId x every check: passed/failed counts and the first failure messages) and
-``summary.md`` (the same as readable tables, plus notes, failures and skips).
+``summary.md`` (the same as readable tables, plus notes, failures and skips). Checks a run cannot make
+against its target are listed in all three as "not run", with the flag that would run them: the
+realistic-profile checks need an emulator on the realistic profile, which the suite starts only when it
+starts the main emulator itself (or finds on an emulator target that gives tenants timing profiles of their
+own); otherwise ``--realistic-base-url URL`` names one.
 
 The run and the verdict
 =======================
@@ -101,7 +105,7 @@ step and optimizer as ``load_optimizer`` says; what cannot resume is refused; ch
 the session caps), ``test_moe_payloads`` (routed-experts keys, payload ownership), ``test_failures``
 (emulator only: failures injected by named fault rules, as the API shows them) and ``test_realistic``
 (emulator only: lifecycles on the ``realistic`` timing profile, driven by a manual clock, on a second
-emulator the suite starts itself or ``--realistic-base-url``). What the API cannot tell a client they read
+emulator the suite starts itself or ``--realistic-base-url``; "not run" in the report without either). What the API cannot tell a client they read
 from the named tables of :mod:`contract_tests.capabilities`.
 
 ``tests/test_contract_selftest.py`` proves the suite can fail: it runs it against every TEST-ONLY

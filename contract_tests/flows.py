@@ -24,10 +24,12 @@ from contract_tests import lifecycle as lc
 from contract_tests.capabilities import Model, supported_models
 from contract_tests.client import KIND_OPERATION_IDS, RL, Api, Reply, ce_sample, record, verify
 from contract_tests.lifecycle import OP, ContractViolation
+from contract_tests.report import RESULTS
 from contract_tests.target import EmulatorProcess, Target, TargetError
 
 SHAPING = "/v1/shaping"
 REALISTIC_ARGS = ["--profile", "realistic", "--clock", "manual"]
+REALISTIC_CHECKS = "the realistic-profile checks (test_realistic.py, the realistic case of test_shaping.py)"
 SHAPING_DONE = lc.TERMINAL["shaping job"]
 # QuantizationEvent.type of a job's steps, in the order of the pipeline they name (docs/api-surface.md B: "an
 # adapter is merged into its base and then quantized"; [inferred]: one event per step).
@@ -50,8 +52,10 @@ def realistic_target(target: Target) -> Target:
         raise _REALISTIC["error"]
     url = getattr(SETTINGS, "realistic_base_url", None)
     if not url and not target.launched:
-        pytest.skip("needs an emulator on the realistic timing profile with a manual clock: the suite starts one "
-                    "when it starts the main emulator itself; otherwise pass --realistic-base-url")
+        pytest.skip(RESULTS.skipped_checks(
+            REALISTIC_CHECKS, "they need an emulator on the realistic timing profile with a manual clock, which the "
+            "suite starts only when it starts the main emulator itself; pass --realistic-base-url URL to name one",
+            "--realistic-base-url"))
     try:
         if url:
             real = Target(url.rstrip("/"), target.token, admin_token=target.admin_token)

@@ -157,6 +157,23 @@ def check_updated_at_monotonic(kind: str, obj_id: str, previous: datetime | None
     return updated
 
 
+def check_updated_at_covers_events(kind: str, obj: Mapping[str, Any]) -> None:
+    """An event is a change of its object: ``updated_at`` is never before the newest event (a shaping job gains
+    events while it stays ``running``, and its ``updated_at`` moves with each)."""
+    events = obj.get("events")
+    if not isinstance(events, list) or "updated_at" not in obj:
+        return
+    stamps = [e["created_at"] for e in events if isinstance(e, dict) and e.get("created_at") is not None]
+    if not stamps:
+        return
+    updated = parse_time(obj["updated_at"], f"{kind} {obj.get('id')} updated_at")
+    newest = max(stamps, key=lambda s: parse_time(s, f"{kind} {obj.get('id')} event created_at"))
+    if parse_time(newest, "event") > updated:
+        raise ContractViolation("updated_at_moves", f"updated_at did not move: {kind} {obj.get('id')} "
+                                f"({obj.get('status')}) has an event of {newest}, yet its updated_at is still "
+                                f"{obj['updated_at']}")
+
+
 def same_instant(a: Any, b: Any) -> bool:
     try:
         return datetime.fromisoformat(str(a)) == datetime.fromisoformat(str(b))

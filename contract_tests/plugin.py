@@ -460,11 +460,34 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """The verdict's problems as an error test case of junit.xml (written by pytest at session finish)."""
+    """The verdict's problems as an error test case of junit.xml (written by pytest at session finish), and the
+    checks not run as properties of its test suite."""
     xmlpath = getattr(config.option, "xmlpath", None)
-    if not xmlpath or not RESULTS.problems or config.option.collectonly:
+    if not xmlpath or config.option.collectonly:
         return
-    add_junit_error(Path(xmlpath), "the run does not vouch for the target", "\n".join(RESULTS.problems))
+    if RESULTS.not_run:
+        add_junit_properties(Path(xmlpath), [("not_run", f"{n['checks']}: {n['reason']} ({n['flag']})")
+                                             for n in RESULTS.not_run])
+    if RESULTS.problems:
+        add_junit_error(Path(xmlpath), "the run does not vouch for the target", "\n".join(RESULTS.problems))
+
+
+def add_junit_properties(path: Path, properties: list[tuple[str, str]]) -> None:
+    try:
+        tree = ET.parse(path)
+    except (OSError, ET.ParseError):
+        return
+    root = tree.getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    if suite is None:
+        return
+    props = suite.find("properties")
+    if props is None:
+        props = ET.Element("properties")
+        suite.insert(0, props)
+    for name, value in properties:
+        ET.SubElement(props, "property", name=name, value=value)
+    tree.write(path, encoding="utf-8", xml_declaration=True)
 
 
 def add_junit_error(path: Path, message: str, details: str) -> None:
@@ -498,3 +521,5 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_line(f"{verdict} (seed {SETTINGS.seed}; target {RESULTS.run.get('target')})")
     for problem in RESULTS.problems:
         terminalreporter.write_line(f"  - {problem}")
+    for entry in RESULTS.not_run:
+        terminalreporter.write_line(f"  not run: {entry['checks']}: {entry['reason']}")

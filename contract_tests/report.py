@@ -7,7 +7,9 @@ their own rule names). JUnit XML comes from pytest itself (``--junitxml``), plus
 
 The verdict is honest: the target conforms only when at least one test was executed, none failed or
 errored, no check failed, and the run had no problem (the target could not be used, collection failed,
-the run was interrupted). Each problem is named in both summaries.
+the run was interrupted). Each problem is named in both summaries. Checks the run could not make against
+this target (the realistic-profile ones without an emulator to run them on) are listed as "not run", with the
+flag that would run them, in both summaries and as properties of junit.xml's test suite.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Results:
         self.tests: list[dict[str, Any]] = []
         self.notes: list[str] = []
         self.problems: list[str] = []          # why the run cannot vouch for the target
+        self.not_run: list[dict[str, str]] = []  # checks the run could not make here, why, and the flag that would
         self.seed: int | None = None
         self.run: dict[str, Any] = {}          # the banner: target, seed, spec, selection
         self.started = time.time()
@@ -68,6 +71,13 @@ class Results:
     def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
+
+    def skipped_checks(self, what: str, reason: str, flag: str) -> str:
+        """Record a group of checks this run did not make (said as "not run" in every report); its message."""
+        entry = {"checks": what, "reason": reason, "flag": flag}
+        if entry not in self.not_run:
+            self.not_run.append(entry)
+        return f"not run: {what}: {reason}"
 
     def problem(self, text: str) -> None:
         """Something that keeps the run from vouching for the target (it then does not conform)."""
@@ -106,6 +116,7 @@ class Results:
             "seed": self.seed,
             "run": self.run,
             "problems": self.problems,
+            "not_run": self.not_run,
             "conforms": self.conforms(),
         }
         json_path = directory / "summary.json"
@@ -144,6 +155,9 @@ class Results:
             "- Cells: `passed/failed` outcomes of each check against each operation; `-` not exercised.",
             "",
         ]
+        if data["not_run"]:
+            out += ["## Not run", ""] + [f"- **{n['checks']}**: not run: {n['reason']} (`{n['flag']}`)"
+                                         for n in data["not_run"]] + [""]
         if data["notes"]:
             out += ["## Notes", ""] + [f"- {n}" for n in data["notes"]] + [""]
         generated = [c for c in GENERATED_CHECKS if c in checks]

@@ -16,7 +16,9 @@ full-weight resource is created. For the default model and the models the tables
   without ``sampling_params`` and ``num_samples`` the ``sampling_defaults`` apply (``n`` completions of at
   most ``max_tokens`` tokens, exactly that many when they stop for length; greedy when ``temperature`` is 0);
 - ``compute_config.gpu_type`` takes the model's ``default_gpu_type``; with ``num_generator_replicas: 0`` a
-  resource trains but cannot sample.
+  resource trains but cannot sample;
+- LoRA ``alpha`` and a loss's params object take effect: the same step with another alpha, or other
+  ``dppo_params`` deltas, trains differently.
 """
 
 from __future__ import annotations
@@ -248,4 +250,37 @@ def test_every_loss_type_runs_with_its_params(api: Api) -> None:
                                                          "samples": [_policy_sample(loss_type)]})
         verify("getForwardBackward", "loss_types", isinstance(out.get("loss"), (int, float)),
                f"a {loss_type} forward-backward with its own params has no numeric loss: {out}")
+    api.stop_resource(r["id"], force=True)
+
+
+def _dppo_sample() -> dict[str, Any]:
+    """A policy sample whose sampler gave each target token probability 1 (``logprobs`` 0) with a negative
+    advantage: the current policy's probability is below that by almost 1, past any ``delta_low`` short of 1."""
+    tokens = [11, 12, 13, 14, 15]
+    n = len(tokens) - 1
+    return {"model_input": {"chunks": [{"encoded_text": {"tokens": tokens[:-1]}}]},
+            "loss_fn_inputs": {"target_tokens": {"data": tokens[1:], "dtype": "int64"},
+                               "logprobs": {"data": [0.0] * n, "dtype": "float32"},
+                               "advantages": {"data": [-1.0] * n, "dtype": "float32"}}}
+
+
+def test_dppo_params_take_effect(api: Api) -> None:
+    """``dppo_params`` ("each in [0, 1], measured in probability space"; docs/api-surface.md A.3.1) decide which
+    positions keep their gradient: with ``delta_low`` 0 every position of :func:`_dppo_sample` moved past the trust
+    region and gives none, with 1 none did. The same step from two sessions that differ only in the deltas sent
+    must leave them with different weights; a server that dropped the params would train both alike, whatever its
+    defaults (neither pair sent is the default)."""
+    r = api.ready_resource()
+    losses = []
+    for delta in (0.0, 1.0):
+        sid = api.running_session(r["id"], lora_config={"seed": 7})["id"]  # the same adapter initialisation
+        flows.op_ok(api, sid, "forward-backward", {
+            "loss": {"type": "LOSS_TYPE_DPPO", "dppo_params": {"delta_low": delta, "delta_high": delta}},
+            "samples": [_dppo_sample()]})
+        flows.op_ok(api, sid, "optim-step", {"adam_params": {"learning_rate": 0.05}})
+        losses.append(flows.probe_loss(api, sid))
+        api.stop_session(sid)
+    verify("getForwardBackward", "loss_params_applied", not flows.same_number(*losses),
+           f"sessions trained by the same LOSS_TYPE_DPPO step with dppo_params deltas 0 and 1 have the same loss "
+           f"afterwards ({losses}): the dppo_params are ignored")
     api.stop_resource(r["id"], force=True)

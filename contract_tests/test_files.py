@@ -139,7 +139,7 @@ FORMATS = {
 def test_preprocess_reports_each_documented_dataset_format(api: Api) -> None:
     """preprocessFile: "A jsonl file passes as a CONVERSATION (rows with messages), INSTRUCTION (prompt and
     completion) or GENERAL (text) dataset", in its ``validation_report``; a file of rows with none of those
-    (a prompt alone is not an instruction) does not pass."""
+    (a prompt alone is not an instruction) does not pass, and says why under ``error`` with its ``error_type``."""
     invalid = {"none": _rows({"question": "neither messages, prompt nor text"}),
                "prompt-only": _rows({"prompt": "a prompt without its completion"})}
     for fmt, content in {**FORMATS, **invalid}.items():
@@ -151,6 +151,11 @@ def test_preprocess_reports_each_documented_dataset_format(api: Api) -> None:
                        f"a jsonl file whose rows have no messages, prompt and completion, or text ({fmt}) "
                        f"preprocessed as {f.get('processing_status')} with validation_report {report}: it does not "
                        "pass")
+                # FileValidationReport.error: "Why validation failed; only with error_type"
+                verify("preprocessFile", "validation_error", isinstance(report.get("error"), str)
+                       and bool(report["error"].strip()) and isinstance(report.get("error_type"), str),
+                       f"the invalid {fmt} file's validation_report gives no reason under validation_report.error "
+                       f"(with its error_type), where FileValidationReport documents it: {report}")
                 continue
             rows, nlines = content.count(b"\n"), report.get("nlines")
             verify("preprocessFile", "dataset_format",

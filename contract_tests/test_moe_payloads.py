@@ -9,7 +9,8 @@ a longer sample is refused; "training fails if the key is no longer available" (
 Payloads (A.4): the body uploaded to a session's ``upload_url`` is what the operation runs (its result is
 the result of the same body sent inline, though the inline body is the SDK's truncated stand-in); a payload
 belongs to the session it was created for: that session's operation runs it, another session's is refused
-[inferred: the SDK only ever submits a payload to the session it got the URL from].
+[inferred: the SDK only ever submits a payload to the session it got the URL from]; one not uploaded yet has no
+download URL (400, as the spec says).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import requests
 
 from contract_tests import capabilities as caps
 from contract_tests import flows
-from contract_tests.client import Api, verify
+from contract_tests.client import RL, Api, verify
 
 pytestmark = [pytest.mark.real_safe, pytest.mark.creates_resources]
 
@@ -121,4 +122,20 @@ def test_payloads_run_on_their_own_session_only(api: Api) -> None:
     verify("getForwardBackward", "payload_used", flows.same_number(uploaded["loss"], inline["loss"]),
            f"an operation submitted with payload_id must run the uploaded body: its loss {uploaded['loss']} differs "
            f"from the same body sent inline ({inline['loss']})")
+    api.stop_resource(r["id"], force=True)
+
+
+def test_a_payload_not_uploaded_has_no_download_url(api: Api) -> None:
+    """createPayloadDownloadUrl: "A payload that has not been uploaded yet ... is a 400": an upload URL was granted,
+    nothing was PUT to it, so there is nothing to download (a 200 would hand out a URL that serves nothing)."""
+    r = api.ready_resource()
+    sid = api.running_session(r["id"])["id"]
+    grant = api.call("createPayloadUploadUrl", "POST", f"{RL}/training-sessions/{sid}/payloads/upload-url",
+                     empty_body=True).ok()
+    reply = api.call("createPayloadDownloadUrl", "POST",
+                     f"{RL}/training-sessions/{sid}/payloads/{grant['payload_id']}/download-url", empty_body=True)
+    if reply.status == 200 and isinstance(reply.body, dict) and reply.body.get("download_url"):
+        fetched = requests.get(reply.body["download_url"], timeout=60)
+        reply.body = {**reply.body, "the URL answered": fetched.status_code}
+    api.expect(reply, (400,), "a download URL for a payload not uploaded yet", "payload_download")
     api.stop_resource(r["id"], force=True)

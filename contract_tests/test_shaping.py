@@ -8,7 +8,8 @@ the same in ``GET /v1/shaping/{id}`` and ``/events``; it is listed. A cancel eit
 that name a model outside the project's registry are 400 at once; unknown jobs are 404.
 
 On the realistic profile (emulator only: each phase takes virtual minutes) the job is seen in each status
-in turn, and a cancel while it runs ends ``cancelled`` without results.
+in turn, its ``updated_at`` moves with each status and with each event it gains while it stays ``running``
+(every read: never before its newest event), and a cancel while it runs ends ``cancelled`` without results.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 from contract_tests import flows
+from contract_tests import lifecycle as lc
 from contract_tests.client import Api, verify
 from contract_tests.target import Target
 from contract_tests.test_files import FORMATS, upload
@@ -190,12 +192,21 @@ def test_shaping_phases_on_the_realistic_profile(realistic: Target) -> None:
     job = flows.create_shaping(api, {"model_object_id": model_id}).ok()
     seen = [job["status"]]
     updated = [job["updated_at"]]
-    while seen[-1] not in flows.SHAPING_DONE and len(seen) < 500:
+    last, reads = job, 0
+    while seen[-1] not in flows.SHAPING_DONE and reads < 500:
         api.target.advance(30)
+        reads += 1
         now = flows.get_shaping(api, job["id"])
         if now["status"] != seen[-1]:
             seen.append(now["status"])
             updated.append(now["updated_at"])
+        elif len(now.get("events") or []) > len(last.get("events") or []):  # e.g. running, a step further
+            verify("getShapingJob", "updated_at_moves",
+                   lc.parse_time(now["updated_at"], "updated_at") > lc.parse_time(last["updated_at"], "updated_at"),
+                   f"updated_at did not move: shaping job {job['id']} stayed {now['status']} and gained events "
+                   f"{[e.get('type') for e in now['events'][len(last.get('events') or []):]]}, yet its updated_at "
+                   f"is still {now['updated_at']}")
+        last = now
     verify("getShapingJob", "shaping_completes", seen == ["pending", "queued", "running", "completed"],
            f"a shaping job taking minutes per phase must be seen pending, queued, running, completed in turn; "
            f"seen {seen}")

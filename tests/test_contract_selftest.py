@@ -37,6 +37,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "error_not_envelope": ("error_bodies or stateless", ("error body is not ErrorData",)),
     "missing_required_field": ("create_session or state_machine", ('"policy_state" is a required property',)),
     "ignore_idempotency": ("idempotency", ("Idempotency-Key replay created a new operation",)),
+    "shaping_updated_at_frozen": ("shaping_phases_on_the_realistic_profile", ("updated_at did not move",)),
+    "dppo_params_dropped": ("dppo_params_take_effect", ("the dppo_params are ignored",)),
+    "preprocess_error_key": ("preprocess_reports_each_documented_dataset_format",
+                             ("gives no reason under validation_report.error",)),
+    "payload_download_before_upload": ("payload_not_uploaded", ("answered 200, expected 400",)),
 }
 
 

@@ -218,3 +218,31 @@ def test_progress_reaches_the_terminal_while_output_is_captured(tmp_path: Path) 
     proc = with_plugin(["-q", "test_p.py"], tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "[contract] waiting for model resource X: 120 s" in proc.stdout and "captured" not in proc.stdout
+
+
+def test_realistic_checks_without_an_emulator_to_run_them_are_reported_not_run(tmp_path: Path) -> None:
+    """Against a target the suite did not start and whose tenants it cannot put on the realistic profile (here an
+    emulator that maps tokens with a tokens file), without --realistic-base-url, the realistic-profile checks are
+    skipped: every report says "not run" and names the flag that would run them. With the flag they run."""
+    with EmulatorServer("subprocess", ["--tokens-file", "team", "--clock", "manual"]) as team, \
+            EmulatorServer("subprocess", ["--profile", "realistic", "--clock", "manual"]) as realistic:
+        base = ["--base-url", team.url, "--token", "alice-key", "--second-token", "carol-key", *FAST]
+        select = ["-k", "stopping_holds_the_slot or unknown_ids_are_404"]
+        proc = suite([*base, "--report", str(tmp_path / "r"), *select], tmp_path)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-3000:]  # what ran conforms; what did not run is said, not failed
+        data, md, root = verdict(tmp_path / "r")
+        [entry] = data["not_run"]
+        assert "realistic-profile checks" in entry["checks"] and entry["flag"] == "--realistic-base-url", entry
+        assert "## Not run" in md and "not run:" in md and "`--realistic-base-url`" in md, md[:3000]
+        props = [p.get("value", "") for p in root.iter("property") if p.get("name") == "not_run"]
+        assert len(props) == 1 and "--realistic-base-url" in props[0], ET.tostring(root)[:2000]
+        skipped = [c for c in root.iter("testcase") if c.find("skipped") is not None]
+        assert any("not run:" in (c.find("skipped").get("message") or "") for c in skipped), ET.tostring(root)[:3000]
+        assert "not run: the realistic-profile checks" in out
+        ran = suite([*base, "--report", str(tmp_path / "r2"), "--realistic-base-url", realistic.url, *select],
+                    tmp_path)
+        assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+        data, md, _ = verdict(tmp_path / "r2")
+        assert data["not_run"] == [] and "## Not run" not in md
+        assert any("stopping_holds_the_slot" in t["nodeid"] and t["outcome"] == "passed" for t in data["tests"]["items"])

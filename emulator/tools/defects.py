@@ -34,6 +34,14 @@ DEFECTS: MappingProxyType[str, str] = MappingProxyType({
     "error_not_envelope": "error bodies are {\"detail\": ...} instead of ErrorData",
     "missing_required_field": "training sessions are rendered without the required policy_state",
     "ignore_idempotency": "a repeated Idempotency-Key submits a new operation instead of returning the original",
+    "shaping_updated_at_frozen": "a shaping job's updated_at stays where it was when the job started running, "
+                                 "while it stays running and gains events",
+    "dppo_params_dropped": "a forward-backward's LOSS_TYPE_DPPO loss runs without its dppo_params (the default "
+                           "deltas instead of the ones sent)",
+    "preprocess_error_key": "preprocessing an invalid file reports why under validation_report.reason instead of "
+                            "the documented validation_report.error",
+    "payload_download_before_upload": "a download URL for a payload not uploaded yet answers 200 with a URL that "
+                                      "404s, instead of 400",
 })
 
 RL = "/v1/rl"
@@ -42,6 +50,10 @@ SESSION = re.compile(rf"^{RL}/training-sessions(/[^/]+(/stop)?)?$")
 RESOURCE = re.compile(rf"^{RL}/model-resources/[^/]+$")
 OPERATION = re.compile(rf"^{RL}/training-sessions/[^/]+/operations/([a-z-]+)(/[^/]+)?$")
 STOP_RESOURCE = re.compile(rf"^{RL}/model-resources/[^/]+/stop$")
+SHAPING_JOB = re.compile(r"^/v1/shaping/(shp-[^/]+)$")
+FORWARD_BACKWARD = re.compile(rf"^{RL}/training-sessions/[^/]+/operations/forward-backward$")
+PAYLOAD_DOWNLOAD = re.compile(rf"^{RL}/training-sessions/[^/]+/payloads/[^/]+/download-url$")
+FILES = re.compile(r"^/v1/files(/[^/]+(/preprocess)?)?$")
 
 
 def unknown(names: tuple[str, ...] | list[str]) -> list[str]:
@@ -62,6 +74,7 @@ class DefectsApp:
         self._keys = itertools.count(1)
         self._reads: dict[tuple[str, str], int] = {}
         self._items: OrderedDict[str, Any] = OrderedDict()   # list items served, by id (for repeated pages)
+        self._running_since: dict[str, Any] = {}             # shaping job -> the updated_at it showed on starting
 
     def on(self, name: str) -> bool:
         return name in self.defects
@@ -71,6 +84,8 @@ class DefectsApp:
             await self.app(scope, receive, send)
             return
         scope = self._rewrite_request(scope)
+        if self.on("dppo_params_dropped") and scope["method"] == "POST" and FORWARD_BACKWARD.match(scope["path"]):
+            scope, receive = await self._without_dppo_params(scope, receive)
         start: Message | None = None
         chunks: list[bytes] = []
 
@@ -108,6 +123,36 @@ class DefectsApp:
             scope["headers"] = [(k, v + suffix if k == b"idempotency-key" else v) for k, v in scope["headers"]]
         return scope
 
+    async def _without_dppo_params(self, scope: Scope, receive: Receive) -> tuple[Scope, Receive]:
+        """The request body, read whole, with ``loss.dppo_params`` dropped (the rest as sent)."""
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            payload = None
+        if isinstance(payload, dict) and isinstance(payload.get("loss"), dict) and "dppo_params" in payload["loss"]:
+            del payload["loss"]["dppo_params"]
+            body = orjson.dumps(payload)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
+        return {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}, replay
+
     # --- responses ------------------------------------------------------------------------------------
 
     def _rewrite_response(self, scope: Scope, status: int, body: bytes) -> tuple[int, bytes]:
@@ -120,6 +165,10 @@ class DefectsApp:
         method, path = scope["method"], scope["path"]
         error = payload.get("error") if status >= 400 else None
         if isinstance(error, dict):
+            if (self.on("payload_download_before_upload") and status == 400 and method == "POST"
+                    and PAYLOAD_DOWNLOAD.match(path) and "not been uploaded" in str(error.get("message"))):
+                host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "127.0.0.1")
+                return 200, orjson.dumps({"download_url": f"http://{host}/_files/payloads/not-uploaded-yet"})
             if (self.on("unknown_id_200") and status == 404 and method == "GET" and error.get("code") == "not_found"
                     and path.startswith("/v1/")):
                 return 200, orjson.dumps({"id": path.rstrip("/").rsplit("/", 1)[-1]})
@@ -137,11 +186,25 @@ class DefectsApp:
         op = OPERATION.match(path)
         if op:
             self._operation(scope, op.group(1), payload)
+        if self.on("shaping_updated_at_frozen") and method == "GET" and SHAPING_JOB.match(path):
+            self._frozen_updated_at(payload)
+        if self.on("preprocess_error_key") and FILES.match(path):
+            for item in (payload.get("data") or []) if path == "/v1/files" else [payload]:
+                report = item.get("validation_report") if isinstance(item, dict) else None
+                if isinstance(report, dict) and "error" in report:
+                    report["reason"] = report.pop("error")
         if self.on("status_backwards") and method == "GET" and RESOURCE.match(path):
             if payload.get("status") == "MODEL_RESOURCES_STATUS_READY" and self._second_read(scope, payload):
                 payload["status"] = "MODEL_RESOURCES_STATUS_CREATING"  # a stale replica answers
                 payload.pop("expires_at", None)
         return status, orjson.dumps(payload)
+
+    def _frozen_updated_at(self, job: dict[str, Any]) -> None:
+        """While a job runs, its updated_at stays at the first value it showed running."""
+        if job.get("status") != "running":
+            return
+        first = self._running_since.setdefault(str(job.get("id")), job.get("updated_at"))
+        job["updated_at"] = first
 
     def _second_read(self, scope: Scope, payload: dict[str, Any]) -> bool:
         token = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), "")
