@@ -59,8 +59,9 @@ $(VENV)/.bench-installed: $(STAMP)
 bench: $(VENV)/.bench-installed
 	$(BIN)/python -m bench
 
-# Mutation score of the contract suite: seeded mutants of the emulator, each run against the whole suite
-# (35-45 minutes on 2 shared cores); writes bench/mutation.json and MUTATION.md. ARGS: e.g. --sample 20 --jobs 2.
+# Mutation scores: seeded mutants of the emulator's vendor API, each run against the whole contract suite, and
+# of its control plane, each against its unit tests (35-50 minutes on 2 shared cores); writes
+# bench/mutation.json and MUTATION.md. ARGS: e.g. --sample 20 --control-plane-sample 5 --jobs 2.
 mutation: $(STAMP)
 	$(BIN)/python -m bench.mutation $(ARGS)
 

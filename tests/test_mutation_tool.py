@@ -1,10 +1,11 @@
 """The mutation tool of ``make mutation`` (``bench/mutation``): its mutants, its table, and a smoke run.
 
-The full run (a sample of 135 mutants, each against the whole contract suite) takes 35-45 minutes and is
-not part of ``make test``; the smoke runs the tool end to end on three fixed mutants with the suite
-narrowed to one test: one that test kills, one it cannot notice (survives), one the table of known
-equivalents names (not run). They are named by what they change, so they outlive edits elsewhere; if the
-code they change goes, the tool says "no mutant matches" and this test names which.
+The full run (a sample of 135 mutants of the vendor API, each against the whole contract suite, and the 39 of the
+control plane, each against its unit tests) takes 35-50 minutes and is not part of ``make test``; the smoke runs
+the tool end to end on four fixed mutants, the suite narrowed to one test: one that test kills, one it cannot
+notice (survives), one the table of known equivalents names (not run), and one of the control plane, which a unit
+test of the limits file kills. Both figures are reported. They are named by what they change, so they outlive edits
+elsewhere; if the code they change goes, the tool says "no mutant matches" and this test names which.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ KILLED = "emulator/domain/model_resources.py::<module>::constant::3600 -> 3599" 
 SURVIVES = "emulator/domain/shaping.py::estimate::constant::price_usd=12.5 -> price_usd=11.5"  # a price
 EQUIVALENT = "emulator/domain/timing.py::Timing::constant::queue_slot_seconds=0.0"  # an instant-profile duration
 SELECT = "test_inactive_timeout_default_and_bounds"
+CONTROL = "emulator/domain/limits.py::_count::drop raise::"   # a limits file's count of 0 would be taken
+UNIT_SELECT = "bad_limits_file"
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +77,18 @@ def test_every_equivalent_row_matches_a_candidate(candidates: tuple[list, object
     assert all(row.reason.strip() for row in equivalent.TABLE)
 
 
+def test_control_plane_rows_match_candidates_that_no_equivalent_row_excuses(candidates: tuple[list, object]) -> None:
+    """Control-plane mutants are not equivalents: they are counted, against the unit tests each row names."""
+    mutants, _ = candidates
+    for row in equivalent.CONTROL_PLANE:
+        matched = [m for m in mutants if row.matches(m)]
+        assert matched, f"a control-plane row matches no mutant (the code moved): {row}"
+        assert not [m for m in matched if equivalent.match(m)], f"{row} overlaps the table of equivalents"
+        assert row.tests and all((ROOT / test).is_file() for test in row.tests), row
+    areas = {row.area for row in equivalent.CONTROL_PLANE}
+    assert areas >= {"fault rules", "state export and import", "limits file"}, areas
+
+
 def _tree_digest() -> str:
     digest = hashlib.sha256()
     for path in sorted((ROOT / "emulator").rglob("*.py")):
@@ -86,8 +101,8 @@ def test_smoke_run_of_three_fixed_mutants(tmp_path: Path) -> None:
     before = _tree_digest()
     out = tmp_path / "mutation.json"
     cmd = [sys.executable, "-m", "bench.mutation", "--only", KILLED, "--only", SURVIVES, "--only", EQUIVALENT,
-           "--skip-baseline", "--jobs", "2", "--suite-arg=-k", f"--suite-arg={SELECT}", "--json", str(out),
-           "--markdown", str(tmp_path / "MUTATION.md")]
+           "--only", CONTROL, "--skip-baseline", "--jobs", "2", "--suite-arg=-k", f"--suite-arg={SELECT}",
+           "--unit-arg=-k", f"--unit-arg={UNIT_SELECT}", "--json", str(out), "--markdown", str(tmp_path / "MUTATION.md")]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert _tree_digest() == before, "the mutation tool changed the working tree"
@@ -99,4 +114,10 @@ def test_smoke_run_of_three_fixed_mutants(tmp_path: Path) -> None:
     assert by_key[SURVIVES]["status"] == "survived", by_key[SURVIVES]
     assert by_key[EQUIVALENT]["status"] == "equivalent" and by_key[EQUIVALENT]["how"], by_key[EQUIVALENT]
     assert result["summary"]["kill_rate_percent"] == 50.0
-    assert "| 1 | 1 | 1 | 0 |" in (tmp_path / "MUTATION.md").read_text()
+    [plane] = result["control_plane"]["results"]
+    assert CONTROL in plane["key"] and plane["status"] == "killed" and UNIT_SELECT in plane["test"], plane
+    assert result["control_plane"]["summary"]["kill_rate_percent"] == 100.0
+    md = (tmp_path / "MUTATION.md").read_text()
+    assert "| the contract suite | 1 | 1 | 1 | 0 | **50.0%** of 2 |" in md, md[:3000]
+    assert "| its unit tests | 1 | 0 | - | 0 | **100.0%** of 1 |" in md, md[:3000]
+    assert "kill rate 50.0%" in proc.stdout and "kill rate 100.0%" in proc.stdout, proc.stdout[-2000:]

@@ -1,20 +1,25 @@
-"""Known mutants that no client of the API can tell apart from the healthy emulator, each with its reason.
+"""Known mutants that no client of the API can tell apart from the healthy emulator, each with its reason; and
+the mutants of the emulator's own control plane, which its unit tests (``tests/``) must catch instead.
 
 A row matches a mutant by file, the enclosing function or class (``scope``, an ``fnmatch`` pattern),
 its kind, and optionally text that its code before / after must contain. Rows are as narrow as the
 reason: "this number is not part of the contract" covers every number of that table, "this check
-is a cache" covers that cache only. Matched mutants are reported as *equivalent* and left out of the
-kill rate; ``--run-equivalent`` runs them anyway, and a matched mutant that the suite kills means the
-row is wrong.
+is a cache" covers that cache only. Mutants matched by :data:`TABLE` are reported as *equivalent* and left
+out of the kill rate; ``--run-equivalent`` runs them anyway, and a matched mutant that the suite kills means
+the row is wrong.
 
 Three reasons recur:
 
 - **same behaviour**: the mutant changes code whose result the API never shows (a cache, an
   optimisation, bookkeeping only the dashboard or the event log reads);
-- **not reachable from the API**: start-up configuration (``--limits-file``, ``--profile-file``), state
-  documents written before a field existed, code only a control-plane fault rule reaches;
+- **not reachable from the API**: code only the emulator's own failures reach (a bug of its model);
 - **not part of the contract**: numbers the real service does not publish and the emulator chose
   (timing durations, prices): any value conforms, so no contract check can fix one.
+
+What only the emulator's control plane reaches (:data:`CONTROL_PLANE`: fault rules, state export and import,
+the ``--limits-file`` and timing-profile overrides) is real behaviour all the same, just not the vendor API's:
+the contract suite cannot judge it, so those mutants run against the unit tests each row names, and count in a
+figure of their own.
 """
 
 from __future__ import annotations
@@ -36,16 +41,37 @@ class Equivalent:
     line: str | None = None       # text the source line it is on must contain
 
     def matches(self, m: Mutant) -> bool:
-        return (m.file == self.file and fnmatchcase(m.scope, self.scope)
-                and (self.kind is None or m.kind == self.kind)
-                and (self.before is None or self.before in m.before)
-                and (self.after is None or self.after in m.after)
-                and (self.line is None or self.line in m.context))
+        return _matches(self, m)
+
+
+@dataclass(frozen=True)
+class ControlPlane:
+    """Mutants of behaviour only the emulator's control plane reaches; ``tests`` are the unit test files
+    (repository-relative) that must catch them."""
+
+    file: str
+    scope: str
+    kind: str | None
+    area: str
+    tests: tuple[str, ...]
+    before: str | None = None
+    after: str | None = None
+    line: str | None = None
+
+    def matches(self, m: Mutant) -> bool:
+        return _matches(self, m)
+
+
+def _matches(row: Equivalent | ControlPlane, m: Mutant) -> bool:
+    return (m.file == row.file and fnmatchcase(m.scope, row.scope)
+            and (row.kind is None or m.kind == row.kind)
+            and (row.before is None or row.before in m.before)
+            and (row.after is None or row.after in m.after)
+            and (row.line is None or row.line in m.context))
 
 
 TIMING = "not part of the contract: the durations of the timing profiles are the emulator's [inferred] orders " \
          "of magnitude (the real ones are unpublished); any value conforms"
-CONFIG = "not reachable from the API: parses a start-up file ({}) the contract suite never passes"
 SHOWN = "the API answers the changed number and enforces it alike (GET /v1/rl/supported-models shows it, the " \
         "trainer applies it): no client can tell it from the catalog's"
 PRICE = "not part of the contract: prices are the emulator's illustration (estimate-cost answers some USD price)"
@@ -58,16 +84,11 @@ OPERATIONS = "not part of the contract: acts only once a session has more than t
              "service's retention is undocumented)"
 METADATA = "not part of the contract: how large a session's metadata may be is undocumented for the real service; " \
            "the emulator's 16 KiB is its own bound on memory, far above what a contract run sends"
-STATE = "not reachable from the API: state export / import (GET/PUT /_emulator/state, --state-file) only; " \
-        "tests/test_recording_persistence.py covers them"
+
 
 TABLE: tuple[Equivalent, ...] = (
     Equivalent("emulator/domain/timing.py", "<module>", "constant", TIMING),
     Equivalent("emulator/domain/timing.py", "Timing", "constant", TIMING),
-    Equivalent("emulator/domain/timing.py", "Timing.with_overrides", None, CONFIG.format("--profile-file")),
-    Equivalent("emulator/domain/limits.py", "Limits.from_mapping", None, CONFIG.format("--limits-file")),
-    Equivalent("emulator/domain/limits.py", "_known", None, CONFIG.format("--limits-file")),
-    Equivalent("emulator/domain/limits.py", "_count", None, CONFIG.format("--limits-file")),
     Equivalent("emulator/domain/limits.py", "Limits", "constant",
                "not part of the contract: how many routed-experts keys a session keeps (1024), how much large "
                "output a tenant keeps (256 MiB) and how many finished operations a session keeps (1,000) are the "
@@ -94,21 +115,12 @@ TABLE: tuple[Equivalent, ...] = (
                "token's log-probability whatever it says)", before="logprobs="),
     Equivalent("emulator/domain/model_resources.py", "estimate_cost", None, PRICE, line="gpus ="),
     Equivalent("emulator/domain/model_resources.py", "estimate_cost", None, PRICE, line="round(gpus"),
-    Equivalent("emulator/store/records.py", "to_dict", None, STATE),
-    Equivalent("emulator/store/records.py", "from_dict", None, STATE),
     Equivalent("emulator/domain/common.py", "release_inputs", "delete assignment",
                "same behaviour: drops a finished forward-backward's request body to bound memory; no answer shows "
                "an operation's request", before="op.body = {}"),
     *(Equivalent(f"emulator/domain/{name}.py", "*", "delete assignment",
                  "same behaviour: Session.busy_until is bookkeeping nothing reads (only a state export shows it)",
                  before="s.busy_until =") for name in ("operations", "cascade")),
-    *(Equivalent("emulator/domain/fault_effects.py", "apply", "comparison",
-                 "not reachable from the API, only from the emulator's own control plane: which resource a "
-                 "resource_error rule fired on a session's request fails (faults.py names the path, the body and the "
-                 "created object)" + extra, before=before, line="if resource_id is None and s is not None")
-      for before, extra in (("resource_id is None", ""),
-                            ("s is not None", "; flipped, it also breaks a rule fired on a request that names neither "
-                                              "a session nor a resource, which only a fault rule reaches"))),
     *(Equivalent("emulator/domain/cascade.py", scope, "delete assignment",
                  "same behaviour: expires_at is shown, extended and acted on only while a resource is READY, and a "
                  "stopping or failed resource never is again", before="r.expires_at = None")
@@ -119,8 +131,6 @@ TABLE: tuple[Equivalent, ...] = (
                  "changes nothing", before=before)
       for kind, before in (("drop raise", None), ("early return", None),
                            ("and/or", "allowed is None or new not in allowed"))),
-    Equivalent("emulator/store/records.py", "<module>", "enum swap", STATE + " (the state document's schema is the "
-               "only reader of FILE_STATUSES)", line="FILE_STATUSES ="),
     # An operation whose model raised an unexpected exception (a bug of the emulator) fails with INTERNAL_ERROR
     # rather than wedging its session's queue; no request reaches that in a healthy emulator.
     *(Equivalent("emulator/domain/operations.py", "on_complete", "delete assignment",
@@ -251,5 +261,30 @@ TABLE: tuple[Equivalent, ...] = (
 )
 
 
+STATE_TESTS = ("tests/test_recording_persistence.py", "tests/test_import_fuzz.py", "tests/test_journal.py")
+CONTROL_PLANE: tuple[ControlPlane, ...] = (
+    # --limits-file (and EMULATOR_LIMITS_FILE): parsed at start-up; tests/test_limits.py serves with bad and good files.
+    *(ControlPlane("emulator/domain/limits.py", scope, None, "limits file", ("tests/test_limits.py",))
+      for scope in ("Limits.from_mapping", "_known", "_count")),
+    # Timing overrides: --profile-file at start-up, and a tenant's POST /_emulator/profile {"overrides": ...}.
+    ControlPlane("emulator/domain/timing.py", "Timing.with_overrides", None, "timing overrides",
+                 ("tests/test_tenant_control.py",)),
+    # State export / import (GET/PUT /_emulator/state, --state-file): the records' own (de)serialisation, and the
+    # file statuses only the state document's schema reads.
+    ControlPlane("emulator/store/records.py", "to_dict", None, "state export and import", STATE_TESTS),
+    ControlPlane("emulator/store/records.py", "from_dict", None, "state export and import", STATE_TESTS),
+    ControlPlane("emulator/store/records.py", "<module>", "enum swap", "state export and import", STATE_TESTS,
+                 line="FILE_STATUSES ="),
+    # Fault rules (POST /_emulator/faults): which resource a resource_error rule fired on a session's request fails.
+    ControlPlane("emulator/domain/fault_effects.py", "apply", "comparison", "fault rules", ("tests/test_faults.py",),
+                 line="if resource_id is None and s is not None"),
+)
+
+
 def match(m: Mutant) -> Equivalent | None:
     return next((row for row in TABLE if row.matches(m)), None)
+
+
+def control_plane(m: Mutant) -> ControlPlane | None:
+    """The control-plane row of a mutant (its unit tests), or None for a mutant of the vendor API."""
+    return next((row for row in CONTROL_PLANE if row.matches(m)), None)
