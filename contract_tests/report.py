@@ -44,7 +44,7 @@ class Results:
         self.tests: list[dict[str, Any]] = []
         self.notes: list[str] = []
         self.problems: list[str] = []          # why the run cannot vouch for the target
-        self.not_run: list[dict[str, str]] = []  # checks the run could not make here, why, and the flag that would
+        self.not_run: list[dict[str, str]] = []  # checks this run could not make: which, why, the flag that runs them
         self.seed: int | None = None
         self.run: dict[str, Any] = {}          # the banner: target, seed, spec, selection
         self.started = time.time()

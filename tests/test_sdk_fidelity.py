@@ -294,7 +294,8 @@ def spec_query_fields(spec: dict, operation_id: str) -> dict[str, FieldInfo]:
     out = {}
     for p in _parameters(spec, item, op):
         if p["in"] == "query":
-            shape, values = describe_spec_schema(spec, p["schema"])
+            # a list in the SDK's comma format is a string on the wire; `x-comma-separated` is the list it is
+            shape, values = describe_spec_schema(spec, p.get("x-comma-separated", p["schema"]))
             out[p["name"]] = FieldInfo(bool(p.get("required")), shape, values)
     return out
 
@@ -475,7 +476,7 @@ def test_self_test_comparator_catches_mutations():
     schemas["SamplingParams"]["properties"]["top_p"] = {"type": "number"}       # unchanged: no report
     for p in broken["paths"]["/v1/rl/training-sessions"]["get"]["parameters"]:
         if p.get("name") == "status":
-            p["schema"]["items"]["enum"].append("TRAINING_SESSION_STATUS_UNSPECIFIED")  # extra filter value
+            p["x-comma-separated"]["items"]["enum"].append("TRAINING_SESSION_STATUS_UNSPECIFIED")  # extra filter value
     op = broken["paths"]["/v1/rl/training-sessions/{session_id}/operations/sample"]["post"]
     op["parameters"] = []                                                      # Idempotency-Key dropped
     del schemas["OperationSampleParams"]["properties"]["payload_id"]           # exempted field removed

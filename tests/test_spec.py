@@ -480,7 +480,8 @@ def test_list_filters_are_comma_lists_written_as_on_the_wire(spec):
     """The filters of several values take the SDK's comma format (`status=A,B`; `status=` for an empty list). No
     query parameter is an array: in form style `[]` and `[""]` are one request, `status=`, so a valid empty list
     and an invalid one could not be told apart (stock Schemathesis' ST201 on a random seed). Each is a string whose
-    pattern (ECMA `$`: the end of the text) takes exactly the comma-joined lists of its statuses, none included."""
+    pattern (ECMA `$`: the end of the text) takes exactly the comma-joined lists of its statuses, none included;
+    `x-comma-separated` says which list it is."""
     for _path, _method, item, op in iter_operations(spec):
         for (where, name), p in operation_parameters(spec, item, op).items():
             if where == "query":
@@ -493,6 +494,8 @@ def test_list_filters_are_comma_lists_written_as_on_the_wire(spec):
         param = operation_parameters(spec, *ops[op_id])[("query", name)]
         schema = param["schema"]
         assert schema["type"] == "string" and "style" not in param and "explode" not in param, param
+        listed = param["x-comma-separated"]  # the list it is (tests/test_sdk_fidelity.py holds it to the SDK's)
+        assert listed["type"] == "array" and sorted(resolve(spec, listed["items"])["enum"]) == sorted(statuses[op_id])
         # (none of these texts ends with a newline, where Python's `$` and ECMA's differ)
         takes = re.compile(schema["pattern"]).search
         valid = statuses[op_id]
