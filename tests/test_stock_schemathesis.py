@@ -9,6 +9,9 @@ shipped `schemathesis.toml`. That run must pass with every check:
 - in the any-token default, where a made-up token is a new tenant, the documented command (no `--checks`)
   passes, and `--checks all`, which outranks the file that turns the auth check off for this mode, fails it.
 
+Both commands run as written, with the default case count, on three fresh random seeds (two for the first, one
+for the second), each printed with the command that repeats it.
+
 The file itself is checked against the spec: every relaxation names operations whose descriptions state a
 rule the schema cannot, and which declare the status the relaxation accepts; no such operation lacks one.
 `make bench` runs the `--tokens-file` command again with another seed and more cases and records how many
@@ -19,11 +22,14 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shlex
 import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -87,15 +93,6 @@ def at(run: list[str], url: str) -> list[str]:
 
 
 @pytest.fixture
-def tokens_mode() -> Iterator[tuple[str, list[str]]]:
-    args, run = readme_mode(tokens=True)
-    tokens = yaml.safe_load((ROOT / "fixtures" / "tokens" / f"{args[args.index('--tokens-file') + 1]}.yaml").read_text())
-    assert run[run.index("-H") + 1].removeprefix("Authorization: Bearer ") in tokens["tokens"]
-    for url in serve(args):
-        yield url, at(run, url)
-
-
-@pytest.fixture
 def any_token_mode() -> Iterator[tuple[str, list[str]]]:
     args, run = readme_mode(tokens=False)
     for url in serve(args):
@@ -106,15 +103,40 @@ def summary(out: str) -> str:
     return out[out.rfind("SUMMARY"):] if "SUMMARY" in out else out[-4000:]
 
 
+# Fresh random seeds every run: any seed must pass (issue 37: ST201 on `status=` for 7 of 10 seeds). Each runs one of
+# README's two commands as written (the default case count): the `--tokens-file` one with every check twice, the
+# any-token default once. They run at once, each against an emulator of its own: the fuzzing phase is nearly all of
+# a run's time (about 50 CPU seconds), and the seed only matters there.
+SEEDS = (True, True, False)  # tokens mode of each seed's run
+
+
 @pytest.mark.slow
-def test_stock_schemathesis_with_every_check_passes_with_a_tokens_file(tokens_mode: tuple[str, list[str]]) -> None:
-    _, command = tokens_mode
+def test_stock_schemathesis_passes_as_the_readme_runs_it_on_random_seeds() -> None:
+    modes = {tokens: readme_mode(tokens) for tokens in set(SEEDS)}
+    args, command = modes[True]
+    tokens = yaml.safe_load((ROOT / "fixtures" / "tokens" / f"{args[args.index('--tokens-file') + 1]}.yaml").read_text())
+    assert command[command.index("-H") + 1].removeprefix("Authorization: Bearer ") in tokens["tokens"]
     assert command[:2] == ["run", "openapi.yaml"] and command[command.index("--checks") + 1] == "all"
-    run = st(*command, "-n", "5", "--seed", "7")
-    assert f"Configuration:    {CONFIG}" in run.stdout, run.stdout[:2000]  # found as a user's run finds it
-    assert run.returncode == 0, f"stock Schemathesis failed:\n{summary(run.stdout)}\n{run.stderr[-2000:]}"
-    generated = re.search(r"(\d+) generated, (\d+) passed", run.stdout)
-    assert generated and int(generated.group(1)) > 500 and generated.group(1) == generated.group(2), summary(run.stdout)
+    assert all("-n" not in c and "--seed" not in c for _, c in modes.values())  # README's default case count
+    jobs = [(modes[tokens], secrets.randbelow(2**31)) for tokens in SEEDS]
+    repeat = [f"st {shlex.join(c)} --seed {seed} --suppress-health-check=too_slow" for (_, c), seed in jobs]
+    print("stock Schemathesis on random seeds; repeat one with:\n  " + "\n  ".join(repeat))
+
+    def run(command: list[str], seed: int, url: str) -> subprocess.CompletedProcess[str]:
+        # Hypothesis' too_slow health check times generation on the wall clock: under load (seen at load 14 on 2
+        # cores, for createSample) it ends a run that found nothing. The README names the flag for that case.
+        return st(*at(command, url), "--seed", str(seed), "--suppress-health-check=too_slow", timeout=900)
+
+    with ExitStack() as stack:
+        urls = [stack.enter_context(contextmanager(serve)(serve_args)) for (serve_args, _), _ in jobs]
+        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+            runs = list(pool.map(run, [c for (_, c), _ in jobs], [seed for _, seed in jobs], urls))
+    for where, done in zip(repeat, runs, strict=True):
+        assert f"Configuration:    {CONFIG}" in done.stdout, done.stdout[:2000]  # found as a user's run finds it
+        assert done.returncode == 0, f"stock Schemathesis failed: {where}\n{summary(done.stdout)}\n{done.stderr[-2000:]}"
+        generated = re.search(r"(\d+) generated, (\d+) passed", done.stdout)
+        assert generated and int(generated.group(1)) > 3000 and generated.group(1) == generated.group(2), (
+            f"{where}\n{summary(done.stdout)}")
 
 
 def test_any_token_default_passes_as_documented_and_fails_the_auth_check_it_breaks(
