@@ -7,8 +7,10 @@ sits in a temporary directory that comes first on ``PYTHONPATH``, so the emulato
 imports it. **The emulator's control plane** (fault rules, state export and import, the limits file, timing
 overrides: :data:`bench.mutation.equivalent.CONTROL_PLANE`), which no contract check can reach: every such
 mutant (or ``--control-plane-sample`` of them) runs against the unit test files its row names, from a copy of
-``tests/`` beside the mutated package, and counts in a figure of its own. The suite runs with ``-x`` (a mutant's run ends at its first failure), in two stages that
-together are the whole suite: every module but the generated Schemathesis ones (``test_stateless``,
+``tests/`` beside the mutated package, and counts in a figure of its own.
+
+The suite runs with ``-x`` (a mutant's run ends at its first failure), in two stages that together are the
+whole suite: every module but the generated Schemathesis ones (``test_stateless``,
 ``test_stateful``: most of the suite's time, and most of its start-up, which builds their strategies),
 then, only for a mutant the first stage lets through, those two (:data:`STAGES`). Within a stage the
 quicker tests go first (:mod:`bench.mutation.ordering`).
