@@ -97,7 +97,7 @@ def _tree_digest() -> str:
 
 
 @pytest.mark.slow
-def test_smoke_run_of_three_fixed_mutants(tmp_path: Path) -> None:
+def test_smoke_run_of_four_fixed_mutants(tmp_path: Path) -> None:
     before = _tree_digest()
     out = tmp_path / "mutation.json"
     cmd = [sys.executable, "-m", "bench.mutation", "--only", KILLED, "--only", SURVIVES, "--only", EQUIVALENT,
