@@ -357,11 +357,12 @@ def test_a_tokenizer_size_must_fit_the_vocabulary_and_hold_the_end_tokens() -> N
 def _catalog_model(name: str, seed: int, trained: bool) -> tuple[SessionModel, list[list[int]]]:
     """A session model of catalog model ``name`` as the domain builds it, and 100 prompts (some ending in a
     padding id). ``trained``: taught that padding ids follow the prompts' last tokens."""
+    from emulator.defaults import LORA
     from emulator.domain.catalog import BY_NAME
     from emulator.domain.session_models import _spec
 
     cat = BY_NAME[name]
-    spec = _spec(seed, name, 8, 16.0, True, "adam")
+    spec = _spec(seed, name, int(LORA["rank"]), float(LORA["alpha"]), True, "adam")  # the vendor's LoRA defaults
     assert spec.sampled_vocab == cat.tokenizer_size < cat.vocab_size
     rng = np.random.default_rng(seed)
     padding = rng.integers(spec.sampled_vocab, spec.vocab_size, 100)

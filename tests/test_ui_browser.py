@@ -422,8 +422,8 @@ def test_a_memorised_sequence_shows_its_small_losses(instant: tuple[str, Runtime
     expect(page.locator("#loss-chart")).to_have_attribute("data-points", "80")
     expect(page.locator("#operations")).to_contain_text("e-6")
     results = page.locator("#operations td:nth-child(5)").all_inner_texts()
-    assert "loss 1.39e-6" in results and not [r for r in results if r.startswith("loss 0.0000")]
-    expect(page.locator("#loss-chart .u-legend")).to_contain_text("sweep-lr-3e-4  (last 1.39e-6)")
+    assert "loss 1.36e-6" in results and not [r for r in results if r.startswith("loss 0.0000")]
+    expect(page.locator("#loss-chart .u-legend")).to_contain_text("sweep-lr-3e-4  (last 1.36e-6)")
 
 
 def test_the_replay_server_shows_the_replayed_run_and_rewinds_from_the_page(browser: Any, tmp_path: Any) -> None:
