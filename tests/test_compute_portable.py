@@ -1,15 +1,29 @@
-"""``emulator.compute.portable``: exp and log whose bits do not depend on the CPU, within 1 ulp of the true
-value, with numpy's results at the edges."""
+"""The simulated model's numbers are the same on every CPU (emulator/compute/README.md, "Portable numbers").
+
+``emulator.compute.portable`` replaces numpy's and libm's exp/log, whose last bit depends on the CPU's SIMD
+features: here its accuracy (within 1 ulp of the true value, numpy's results at the edges), and, in
+subprocesses with numpy's SIMD code paths switched off (``NPY_DISABLE_CPU_FEATURES``), that a representative
+workload (tests/simd_workload.py) gives the same bytes whatever code numpy runs.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
+import os
+import subprocess
+import sys
 from decimal import Decimal, localcontext
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 
 from emulator.compute import portable
 
+ROOT = Path(__file__).resolve().parent.parent
 RNG_SEED = 20_260_504
 
 
@@ -111,3 +125,40 @@ def test_power_int_squares_and_multiplies() -> None:
                 got, want = portable.power_int(b, t), Decimal(b) ** t
                 if want > Decimal("1e-300"):  # (below, it underflows, and 1 - b^t is 1 either way)
                     assert abs(Decimal(got) - want) / want <= t * Decimal(2) ** -53, (b, t)
+
+
+# --- the same numbers whatever SIMD code numpy runs ----------------------------------------------------
+
+def run_workload(disable: list[str] | None) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if k != "NPY_DISABLE_CPU_FEATURES"}
+    if disable:
+        env["NPY_DISABLE_CPU_FEATURES"] = " ".join(disable)
+    out = subprocess.run([sys.executable, "-m", "tests.simd_workload"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return dict(json.loads(out.stdout))
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[str, Any]:
+    if importlib.util.find_spec("numpy.lib.introspect") is None:
+        pytest.skip("numpy.lib.introspect.opt_func_info (numpy >= 2.0) is needed to see which SIMD code numpy runs")
+    return run_workload(None)
+
+
+# Which of the dispatch targets numpy uses on this machine to switch off: its AVX512 code (what made the
+# recordings differ between hosts), then everything above its baseline (an old x86-64, or a bare arm64).
+MODES = {"no AVX512": lambda targets: [t for t in targets if "AVX512" in t or t == "X86_V4"],
+         "baseline only": lambda targets: list(targets)}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_every_number_is_the_same_whatever_simd_code_numpy_runs(mode: str, reference: dict[str, Any]) -> None:
+    in_use = [t for t in reference["targets"] if not t.startswith("baseline")]
+    disable = MODES[mode](in_use)
+    if not disable:
+        pytest.skip(f"nothing to switch off for '{mode}': numpy runs {reference['targets']} on this machine")
+    other = run_workload(disable)
+    assert other["targets"] != reference["targets"] and not set(disable) & set(other["targets"]), other["targets"]
+    assert set(other["digests"]) == set(reference["digests"])
+    assert [part for part, digest in reference["digests"].items() if other["digests"][part] != digest] == []

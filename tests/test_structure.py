@@ -3,6 +3,7 @@ in an import cycle, time and randomness stay injected, no test code in productio
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 import re
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import grimp
+import numpy as np
 import pytest
 
 from emulator import spec
@@ -204,3 +206,101 @@ def test_only_the_unit_of_work_hands_out_tenants() -> None:
 def test_the_tenant_access_rule_sees_a_direct_access() -> None:
     assert TENANT_ACCESS.search("state = req.runtime.store.get(project)")
     assert not TENANT_ACCESS.search("with runtime.unit_of_work(project, write=False) as (tenant, ctx):")
+
+
+# The simulated model's numbers are the same on every CPU (emulator/compute/README.md, "Portable numbers"):
+# emulator/compute uses IEEE-exact operations only (one rounding each, the same everywhere) and takes exp and
+# log from emulator/compute/portable.py. numpy's and libm's transcendental functions, pow, BLAS products and
+# the random distributions built on them round differently on different CPUs.
+EXACT_UFUNCS = frozenset({
+    "abs", "absolute", "fabs", "add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "negative",
+    "positive", "sqrt", "square", "reciprocal", "maximum", "minimum", "fmax", "fmin", "rint", "floor", "ceil",
+    "trunc", "sign", "signbit", "copysign", "nextafter", "spacing", "ldexp", "frexp", "modf", "fmod", "remainder",
+    "mod", "divmod", "isfinite", "isinf", "isnan", "isnat", "equal", "not_equal", "less", "less_equal", "greater",
+    "greater_equal", "logical_and", "logical_or", "logical_not", "logical_xor", "bitwise_and", "bitwise_or",
+    "bitwise_xor", "bitwise_not", "bitwise_invert", "invert", "bitwise_count", "left_shift", "right_shift",
+    "bitwise_left_shift", "bitwise_right_shift", "gcd", "lcm", "conj", "conjugate", "heaviside"})
+INEXACT_NUMPY = frozenset({"dot", "vdot", "inner", "einsum", "tensordot", "linalg", "fft", "polynomial", "polyval",
+                           "polyfit", "interp", "sinc", "i0", "emath", "logspace", "geomspace", "convolve",
+                           "correlate", "cov", "corrcoef", "kaiser", "hanning", "hamming", "blackman", "bartlett"})
+EXACT_MATH = frozenset({"isfinite", "isnan", "isinf", "ceil", "floor", "trunc", "sqrt", "isqrt", "fabs", "copysign",
+                        "ldexp", "frexp", "fmod", "modf", "nextafter", "ulp", "fsum", "prod", "gcd", "lcm", "comb",
+                        "perm", "factorial", "isclose", "inf", "nan"})
+# Methods that compute with libm or BLAS: array products, and every random distribution but the uniform ones.
+INEXACT_METHODS = frozenset({"dot", "power", "__pow__", "__rpow__", "__ipow__"} | {
+    m for m in dir(np.random.Generator) if not m.startswith("_")} - {
+    "random", "integers", "uniform", "bytes", "choice", "permutation", "permuted", "shuffle", "spawn",
+    "bit_generator"})
+
+
+def inexact_operations(source: str, name: str) -> list[str]:
+    """Where ``source`` computes a float by something other than an IEEE-exact operation."""
+    found = []
+
+    def note(node: ast.AST, what: str) -> None:
+        found.append(f"{name}:{getattr(node, 'lineno', 0)}: {what}")
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in (
+                "np", "numpy", "math"):
+            module, attr = node.value.id, node.attr
+            if module == "math":
+                if attr not in EXACT_MATH:
+                    note(node, f"math.{attr}")
+            elif attr in INEXACT_NUMPY or (isinstance(getattr(np, attr, None), np.ufunc) and attr not in EXACT_UFUNCS):
+                note(node, f"np.{attr}")
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+            note(node, "@ (a matrix product)")
+        elif isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.Pow):
+            operands = (node.left, node.right) if isinstance(node, ast.BinOp) else (node.target, node.value)
+            if not all(isinstance(o, ast.Constant) and type(o.value) is int for o in operands):
+                note(node, "** (pow; portable.power_int, or x * x)")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "pow":
+            note(node, "pow()")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in INEXACT_METHODS:
+            note(node, f".{node.func.attr}()")
+        elif isinstance(node, ast.ImportFrom) and node.module in ("numpy", "math"):
+            allowed = EXACT_MATH if node.module == "math" else EXACT_UFUNCS
+            found.extend(f"{name}:{node.lineno}: from {node.module} import {a.name}" for a in node.names
+                         if a.name not in allowed)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for module in modules:
+                if module.split(".")[0] in ("scipy", "numexpr", "numba", "torch", "cmath"):
+                    note(node, f"import {module}")
+            if isinstance(node, ast.Import):
+                found.extend(f"{name}:{node.lineno}: import {a.name} as {a.asname}" for a in node.names
+                             if a.name in ("numpy", "math") and a.asname not in (None, "np"))
+    return found
+
+
+def test_the_simulated_model_computes_with_ieee_exact_operations_only() -> None:
+    offenders = []
+    for path in sorted((EMULATOR / "compute").rglob("*.py")):
+        offenders += inexact_operations(path.read_text(), path.relative_to(ROOT).as_posix())
+    assert offenders == [], "use emulator/compute/portable.py (emulator/compute/README.md, 'Portable numbers')"
+
+
+def test_the_exact_operations_rule_sees_what_it_forbids() -> None:
+    bad = """
+import scipy.special
+import numpy as xp
+from math import exp
+from numpy import log1p
+y = np.exp(x) + np.log(x) + math.log(v) + np.tanh(x) + np.power(x, 2) + np.logaddexp(x, x) + np.linalg.norm(x)
+z = x ** 2 + 2.0 ** t + pow(b, t) + a @ b + a.dot(b) + rng.standard_normal(3) + np.matmul(a, b)
+z **= 2
+"""
+    found = [line.split(": ", 1)[1] for line in inexact_operations(bad, "bad.py")]
+    assert set(found) == {
+        "import scipy.special", "import numpy as xp", "from math import exp", "from numpy import log1p", "np.exp",
+        "np.log", "math.log", "np.tanh", "np.power", "np.logaddexp", "np.linalg", "** (pow; portable.power_int, or x * x)",
+        "pow()", "@ (a matrix product)", ".dot()", ".standard_normal()", "np.matmul", ".power()"}, found
+    good = """
+import math
+import numpy as np
+from emulator.compute.portable import exp, log
+y = exp(x - np.maximum.reduceat(x, o)) / np.add.reduceat(e, o) + math.sqrt(v) + np.sqrt(x) + x * x
+n = 2**53 + v * v + math.isfinite(y) + np.ldexp(y, k) + rng.random(4) + np.clip(x, 0, 1)
+"""
+    assert inexact_operations(good, "good.py") == []

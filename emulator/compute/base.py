@@ -24,7 +24,6 @@ results are bit-identical.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from emulator.compute.bases import BaseModels
+from emulator.compute.portable import exp, log, log_float
 from emulator.compute.spec import EOS_ROW_PERIOD, EOS_SLOT, NUM_PREFERRED, PREF_JITTER, PREF_LADDER
 
 _U64 = np.uint64
@@ -84,7 +84,7 @@ class BaseModel:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "k", min(NUM_PREFERRED, self.vocab_size))
-        object.__setattr__(self, "log_v", math.log(self.vocab_size))
+        object.__setattr__(self, "log_v", log_float(float(self.vocab_size)))
         object.__setattr__(self, "_s", mix64(np.array([seed_to_u64(self.seed)], dtype=_U64)))
         object.__setattr__(self, "_ladder", np.asarray(PREF_LADDER[: self.k], dtype=np.float64))
         object.__setattr__(self, "_rows", _RowCache(self.k))
@@ -109,7 +109,7 @@ class BaseModel:
     def untrained(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`prefs` plus each row's normalisation while untrained (its tail logit 0): log-partition
         ``(n,)``, probabilities of the preferred tokens ``(n, k)`` and of each tail token ``(n,)``, as
-        :func:`log_partition` and :func:`probabilities` give them."""
+        :func:`normalise` gives them."""
         cols, logits, logz, probs, tail_p = self._cached(rows, 5, self._compute_untrained)
         return cols, logits, logz, probs, tail_p
 
@@ -131,8 +131,7 @@ class BaseModel:
             return cols, logits, np.empty(0), np.empty((0, k)), np.empty(0)
         offsets, seg, tail_n, tail_logit = untrained_layout(n, k, v)
         flat = logits.reshape(-1)
-        logz = log_partition(flat, offsets, seg, tail_n, tail_logit, k < v)
-        probs, tail_p = probabilities(flat, seg, tail_n, tail_logit, logz, k < v)
+        logz, probs, tail_p = normalise(flat, offsets, seg, tail_n, tail_logit, k < v)
         return cols, logits, logz, probs.reshape(n, k), tail_p
 
     def _compute(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -168,30 +167,27 @@ def untrained_layout(n: int, k: int, v: int) -> tuple[np.ndarray, np.ndarray, np
             np.full(n, v - k, dtype=np.int64), np.zeros(n, dtype=np.float64))
 
 
-def log_partition(logits: np.ndarray, offsets: np.ndarray, seg: np.ndarray, tail_n: np.ndarray,
-                  tail_logit: np.ndarray, all_tails: bool) -> np.ndarray:
-    """Exact ``log Z`` of rows laid out flat (see :class:`emulator.compute.weights.RowSet`): explicit
-    logits ``logits[offsets[r]:offsets[r+1]]`` plus ``tail_n[r]`` columns of logit ``tail_logit[r]``.
+def normalise(logits: np.ndarray, offsets: np.ndarray, seg: np.ndarray, tail_n: np.ndarray,
+              tail_logit: np.ndarray, all_tails: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exact ``log Z`` of rows laid out flat (see :class:`emulator.compute.weights.RowSet`: explicit logits
+    ``logits[offsets[r]:offsets[r+1]]`` plus ``tail_n[r]`` columns of logit ``tail_logit[r]``), the probability
+    of each explicit column and that of one tail column per row (0 for a row without tail columns).
     ``all_tails``: every row has tail columns (else a row without leaves the tail out of its max and sum).
-    Rows are computed independently, so a row's value does not depend on the other rows passed."""
+    Rows are computed independently, so a row's values do not depend on the other rows passed. One
+    exponential per column and one logarithm per row: the probabilities are ``exp(logit - max) / sum``."""
     seg_max = np.maximum.reduceat(logits, offsets[:-1])
     if all_tails:  # the masks below would select everything
         m = np.maximum(seg_max, tail_logit)
     else:
         has_tail = tail_n > 0
         m = np.where(has_tail, np.maximum(seg_max, tail_logit), seg_max)
-    s = np.add.reduceat(np.exp(logits - m[seg]), offsets[:-1])
-    tail_mass = tail_n * np.exp(tail_logit - m)
-    s = s + (tail_mass if all_tails else np.where(has_tail, tail_mass, 0.0))
-    return m + np.log(s)
-
-
-def probabilities(logits: np.ndarray, seg: np.ndarray, tail_n: np.ndarray, tail_logit: np.ndarray,
-                  logz: np.ndarray, all_tails: bool) -> tuple[np.ndarray, np.ndarray]:
-    """P of each explicit column and of one tail column per row, laid out as for :func:`log_partition`
-    (a row without tail columns has tail probability 0)."""
-    p = np.exp(tail_logit - logz)
-    return np.exp(logits - logz[seg]), (p if all_tails else np.where(tail_n > 0, p, 0.0))
+    n = logits.size
+    e = exp(np.concatenate((logits - m[seg], tail_logit - m)))
+    explicit, tail = e[:n], e[n:]
+    if not all_tails:
+        tail = np.where(has_tail, tail, 0.0)
+    s = np.add.reduceat(explicit, offsets[:-1]) + tail_n * tail
+    return m + log(s), explicit / s[seg], tail / s
 
 
 ROW_CACHE_ROWS = 1 << 15     # rows remembered per base model (~200 bytes each with their normalisation)
@@ -264,5 +260,4 @@ def base_model(seed: int, vocab_size: int, eos: int, bases: BaseModels | None = 
     return model
 
 
-__all__ = ["BaseModel", "base_model", "hash_tokens", "log_partition", "mix64", "probabilities", "seed_to_u64",
-           "untrained_layout"]
+__all__ = ["BaseModel", "base_model", "hash_tokens", "mix64", "normalise", "seed_to_u64", "untrained_layout"]

@@ -53,6 +53,7 @@ import numpy as np
 from emulator import defaults
 from emulator.compute.errors import invalid
 from emulator.compute.inputs import LOSS_REQUIRED, PARAMS_KEY, Batch, number_param
+from emulator.compute.portable import exp
 
 AGG_TYPES = ("GRPO_LOSS_AGGREGATION_TYPE_UNSPECIFIED", "GRPO_LOSS_AGGREGATION_TYPE_FIXED_HORIZON",
              "GRPO_LOSS_AGGREGATION_TYPE_TOKEN_MEAN", "GRPO_LOSS_AGGREGATION_TYPE_SEQUENCE_MEAN")
@@ -210,7 +211,7 @@ def _policy(cfg: LossConfig, batch: Batch, lp: np.ndarray) -> LossResult:
     m = counted_mask(batch)
     q = batch.tensors["logprobs"]
     adv = batch.tensors["advantages"]
-    r = np.exp(lp - q)
+    r = exp(lp - q)
     metrics: dict[str, float] = {"loss/ratio/mean": _mean(r, m), "loss/kl_sample/mean": _mean(q - lp, m)}
     if cfg.type == "LOSS_TYPE_IMPORTANCE_SAMPLING":
         per = r * adv
@@ -230,12 +231,13 @@ def _policy(cfg: LossConfig, batch: Batch, lp: np.ndarray) -> LossResult:
         metrics["loss/clip/high_fraction"] = _mean((r > cfg.clip_high).astype(np.float64), m)
         metrics["loss/clip/low_fraction"] = _mean((r < cfg.clip_low).astype(np.float64), m)
     elif cfg.type == "LOSS_TYPE_DRO":
-        pen = 0.5 * cfg.beta * (lp - q) ** 2
+        d = lp - q
+        pen = 0.5 * cfg.beta * (d * d)
         per = lp * adv - pen
-        dlp = -_masked(adv - cfg.beta * (lp - q), m)
+        dlp = -_masked(adv - cfg.beta * d, m)
         metrics["loss/penalty/mean"] = _mean(pen, m)
     elif cfg.type == "LOSS_TYPE_DPPO":
-        moved = np.exp(lp) - np.exp(q)
+        moved = exp(lp) - exp(q)
         high = (adv > 0) & (moved > cfg.delta_high)
         low = (adv < 0) & (-moved > cfg.delta_low)
         per = r * adv
@@ -270,9 +272,9 @@ def _grpo(cfg: LossConfig, batch: Batch, lp: np.ndarray) -> LossResult:
     d = lp - q
     if cfg.ratio_type == "GRPO_LOSS_RATIO_TYPE_SEQUENCE":
         mean_d = np.bincount(sid, weights=_masked(d, m), minlength=nb) / np.maximum(n_i, 1.0)
-        rho = np.exp(mean_d)[sid]
+        rho = exp(mean_d)[sid]
     else:
-        rho = np.exp(d)
+        rho = exp(d)
     clipped = np.clip(rho, cfg.clip_low, cfg.clip_high)
     high = (adv > 0) & (rho > cfg.clip_high)
     low = (adv < 0) & (rho < cfg.clip_low)
@@ -291,11 +293,12 @@ def _grpo(cfg: LossConfig, batch: Batch, lp: np.ndarray) -> LossResult:
     metrics: dict[str, float] = {}
     if "reference_logprobs" in batch.tensors:
         ref = batch.tensors["reference_logprobs"]
-        k3 = np.exp(ref - lp) - (ref - lp) - 1.0
+        e_ref = exp(ref - lp)
+        k3 = e_ref - (ref - lp) - 1.0
         metrics["loss/kl_ref/mean"] = _mean(k3, m)
         if cfg.beta > 0:
             per = per + cfg.beta * k3
-            dlp = dlp + _masked(w * cfg.beta * (1.0 - np.exp(ref - lp)), m)
+            dlp = dlp + _masked(w * cfg.beta * (1.0 - e_ref), m)
     loss = float(_masked(w * per, m).sum())
     metrics = {"loss:sum": loss, "loss/num_tokens": float(m.sum()), "loss/ratio/mean": _mean(rho, m),
                "loss/clip/high_fraction": _mean(high.astype(np.float64), m),

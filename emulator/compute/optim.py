@@ -34,6 +34,7 @@ import numpy as np
 
 from emulator.compute.errors import RESOURCE_EXHAUSTED, ComputeError, invalid
 from emulator.compute.inputs import parse_float, parse_int, state_int
+from emulator.compute.portable import power_int
 from emulator.compute.spec import (
     ADAM_DEFAULTS,
     MAX_ENTRIES,
@@ -188,8 +189,8 @@ def _adam(theta: np.ndarray, m: np.ndarray, v: np.ndarray, g: np.ndarray, t: int
     b1, b2 = hp["beta1"], hp["beta2"]
     m = b1 * m + (1.0 - b1) * g
     v = b2 * v + (1.0 - b2) * g * g
-    m_hat = m / (1.0 - b1 ** t)
-    v_hat = v / (1.0 - b2 ** t)
+    m_hat = m / (1.0 - power_int(b1, t))
+    v_hat = v / (1.0 - power_int(b2, t))
     lr = hp["learning_rate"]
     theta = theta * (1.0 - lr * hp["weight_decay"]) - (lr * mult) * m_hat / (np.sqrt(v_hat) + hp["eps"])
     return theta, m, v

@@ -45,6 +45,7 @@ import numpy as np
 from emulator.compute.base import hash_tokens, seed_to_u64
 from emulator.compute.errors import invalid
 from emulator.compute.inputs import parse_float, parse_int
+from emulator.compute.portable import exp
 from emulator.compute.spec import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P
 from emulator.compute.tokenizers import TokenBytes, numeric_piece
 from emulator.compute.weights import RowSet, Weights, tail_tokens, unique_inverse
@@ -128,21 +129,27 @@ def decodable(rs: RowSet, limit: int) -> RowSet:
     """The rows as the generator sees them: without the ids at or above ``limit`` (the embedding's padding
     past the tokenizer). Padding ids are the highest, so they leave the explicit columns and the top of each
     tail block, and the r-th tail token of what remains is the model's r-th (``tail_token_per_row``). The
-    log-partitions stay the model's, so log-probs read from the result are the model's own."""
+    log-partitions and probabilities stay the model's, so log-probs read from the result are the model's own."""
     v = rs.vocab_size
     if limit >= v:
         return rs
     pad = rs.cols >= limit
     if not pad.any():  # (nearly always: a row rarely prefers a padding id) every padding id is a tail token
-        tail_n = rs.tail_n - (v - limit)
-        return replace(rs, tail_n=tail_n, all_tails=bool((tail_n > 0).all()), probs=None, tail_p=None)
+        return _with_tails(rs, rs.tail_n - (v - limit))
     n = rs.uprevs.size
     tail_n = rs.tail_n - ((v - limit) - np.bincount(rs.seg[pad], minlength=n))
     keep = ~pad
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(rs.seg[keep], minlength=n), out=offsets[1:])
-    return replace(rs, offsets=offsets, seg=rs.seg[keep], cols=rs.cols[keep], logits=rs.logits[keep],
-                   tail_n=tail_n, all_tails=bool((tail_n > 0).all()), probs=None, tail_p=None)
+    return _with_tails(rs, tail_n, offsets=offsets, seg=rs.seg[keep], cols=rs.cols[keep], logits=rs.logits[keep],
+                       probs=rs.probs[keep])
+
+
+def _with_tails(rs: RowSet, tail_n: np.ndarray, **changes: Any) -> RowSet:
+    """``rs`` with ``tail_n`` tail columns per row (a row left without any has tail probability 0)."""
+    all_tails = bool((tail_n > 0).all())
+    tail_p = rs.tail_p if all_tails else np.where(tail_n > 0, rs.tail_p, 0.0)
+    return replace(rs, tail_n=tail_n, all_tails=all_tails, tail_p=tail_p, **changes)
 
 
 def _explicit_max(rs: RowSet) -> np.ndarray:
@@ -161,23 +168,34 @@ def _row_max(rs: RowSet) -> np.ndarray:
     return np.where(rs.tail_n > 0, np.maximum(seg_max, rs.tail_logit), seg_max)
 
 
-def ranked_row(rs: RowSet, r: int) -> tuple[np.ndarray, np.ndarray, int, int, float, np.ndarray]:
+def ranked_row(rs: RowSet, r: int) -> tuple[np.ndarray, np.ndarray, int, int, float, np.ndarray, np.ndarray]:
     """Row ``r`` in sampling order: explicit tokens by (logit desc, id asc) with the tail block inserted
     after every explicit token whose logit is >= the tail's. Returns (cols, logits, tail position,
-    tail count, tail logit, the row's sorted explicit cols)."""
+    tail count, tail logit, the row's sorted explicit cols, the order that sorts them so)."""
     cols, logits, tn, tl, _ = rs.row(r)
     order = np.lexsort((cols, -logits))
     c, lg = cols[order], logits[order]
     pos = int(np.count_nonzero(lg >= tl)) if tn > 0 else c.size
-    return c, lg, pos, tn, tl, cols
+    return c, lg, pos, tn, tl, cols, order
 
 
-def _truncate_row(rs: RowSet, r: int, cfg: SamplingConfig) -> tuple[np.ndarray, np.ndarray, int, float]:
-    c, lg, pos, tn, tl, _ = ranked_row(rs, r)
-    top = lg[0] if (pos > 0 or tn == 0) else tl
-    inv_t = 1.0 / cfg.temperature
-    w = np.exp((lg - top) * inv_t)
-    tw = math.exp((tl - top) * inv_t) if tn > 0 else 0.0
+def token_weights(rs: RowSet, temperature: float) -> tuple[np.ndarray, np.ndarray]:
+    """The unnormalised sampling weight of each explicit column and of each row's tail tokens (0 for a row
+    without): the model's probabilities at temperature 1, else ``exp((logit - row max) / temperature)``."""
+    if temperature == 1.0:
+        return rs.probs, rs.tail_p
+    top = _row_max(rs)
+    inv_t = 1.0 / temperature
+    n = rs.logits.size
+    e = exp(np.concatenate(((rs.logits - top[rs.seg]) * inv_t, (rs.tail_logit - top) * inv_t)))
+    return e[:n], np.where(rs.tail_n > 0, e[n:], 0.0)
+
+
+def _truncate_row(rs: RowSet, r: int, cfg: SamplingConfig, row_w: np.ndarray, tw: float
+                  ) -> tuple[np.ndarray, np.ndarray, int, float]:
+    """Row ``r``'s kept tokens under top-k / top-p, given its explicit columns' weights and its tail's."""
+    c, lg, pos, tn, tl, _, order = ranked_row(rs, r)
+    w = row_w[order]
     # blocks in order: explicit[:pos], tail (tn tokens), explicit[pos:]
     blk_w = np.concatenate([w[:pos], [tw], w[pos:]])
     blk_n = np.concatenate([np.ones(pos, dtype=np.int64), [tn], np.ones(c.size - pos, dtype=np.int64)])
@@ -206,21 +224,20 @@ def _truncate_row(rs: RowSet, r: int, cfg: SamplingConfig) -> tuple[np.ndarray, 
             keep_n[cut + 1:] = 0
     kept_explicit = (blk_tok >= 0) & (keep_n > 0)
     tail_m = int(keep_n[pos])
-    return blk_tok[kept_explicit], blk_w[kept_explicit], tail_m, float(tw)
+    return blk_tok[kept_explicit], blk_w[kept_explicit], tail_m, tw
 
 
 def build_tables(rs: RowSet, cfg: SamplingConfig) -> Tables:
     n = rs.uprevs.size
+    w, tw = token_weights(rs, cfg.temperature)
     if not cfg.truncates:
-        top = _row_max(rs)
-        inv_t = 1.0 / cfg.temperature
-        w = np.exp((rs.logits - top[rs.seg]) * inv_t)
-        tw = np.where(rs.tail_n > 0, np.exp((rs.tail_logit - top) * inv_t), 0.0)
         return Tables(rs.offsets, rs.cols, w, rs.tail_n.copy(), tw)
     cols_l, w_l, tail_m, tail_w = [], [], np.zeros(n, dtype=np.int64), np.zeros(n)
     lengths = np.zeros(n, dtype=np.int64)
+    bounds = rs.offsets.tolist()
+    tails = tw.tolist()
     for r in range(n):
-        c, kept_w, m, t_w = _truncate_row(rs, r, cfg)
+        c, kept_w, m, t_w = _truncate_row(rs, r, cfg, w[bounds[r]:bounds[r + 1]], tails[r])
         cols_l.append(c)
         w_l.append(kept_w)
         tail_m[r], tail_w[r], lengths[r] = m, t_w, c.size
@@ -353,7 +370,7 @@ def _group(prompts: list[np.ndarray], num_samples: int, toks: list[list[int]], r
 def topk_row(rs: RowSet, r: int, k: int) -> tuple[list[int], list[float]]:
     """The ``k`` most likely next tokens of row ``r`` with log-probs, in sampling order (of the ids ``rs``
     holds: pass :func:`decodable` rows to list only the tokenizer's)."""
-    c, lg, pos, tn, tl, explicit = ranked_row(rs, r)
+    c, lg, pos, tn, tl, explicit, _ = ranked_row(rs, r)
     logz = float(rs.logz[r])
     ids: list[int] = [int(x) for x in c[: min(pos, k)]]
     lps: list[float] = [float(x - logz) for x in lg[: min(pos, k)]]

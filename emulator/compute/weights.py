@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from emulator.compute.base import BaseModel, base_model, log_partition, untrained_layout
+from emulator.compute.base import BaseModel, base_model, normalise, untrained_layout
 from emulator.compute.bases import BaseModels
 from emulator.compute.errors import invalid
 from emulator.compute.inputs import state_int
@@ -178,8 +178,9 @@ class RowSet:
 
     Row ``r`` (``uprevs[r]``) owns ``cols[offsets[r]:offsets[r+1]]`` (sorted) with logits in the same
     slice, plus ``tail_n[r]`` further columns that all have logit ``tail_logit[r]``. ``all_tails``: every
-    row has tail columns (always, unless the vocabulary is tiny). ``probs``/``tail_p``, when given, are
-    what :meth:`explicit_probs`/:meth:`tail_probs` compute (rows no session trained: from the base model).
+    row has tail columns (always, unless the vocabulary is tiny). ``logz``, ``probs`` and ``tail_p`` are
+    what :func:`~emulator.compute.base.normalise` gives (rows no session trained: remembered by the base
+    model): log-partition, probability of each explicit column and of one tail column (0 without tail).
     """
 
     uprevs: np.ndarray
@@ -190,10 +191,10 @@ class RowSet:
     tail_n: np.ndarray
     tail_logit: np.ndarray
     logz: np.ndarray
+    probs: np.ndarray
+    tail_p: np.ndarray
     vocab_size: int
     all_tails: bool
-    probs: np.ndarray | None = None
-    tail_p: np.ndarray | None = None
 
     @property
     def flatkey(self) -> np.ndarray:
@@ -201,17 +202,6 @@ class RowSet:
 
     def logit_of(self, ridx: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         return lookup_or(self.flatkey, self.logits, ridx * self.vocab_size + tokens, self.tail_logit[ridx])
-
-    def explicit_probs(self) -> np.ndarray:
-        if self.probs is not None:
-            return self.probs
-        return np.exp(self.logits - self.logz[self.seg])  # (as base.probabilities(), without the tail)
-
-    def tail_probs(self) -> np.ndarray:
-        if self.tail_p is not None:
-            return self.tail_p
-        p = np.exp(self.tail_logit - self.logz)  # (as base.probabilities(), without the explicit columns)
-        return p if self.all_tails else np.where(self.tail_n > 0, p, 0.0)
 
     def row(self, r: int) -> tuple[np.ndarray, np.ndarray, int, float, float]:
         a, b = int(self.offsets[r]), int(self.offsets[r + 1])
@@ -346,8 +336,8 @@ class Weights:
             offsets, seg, tail_n, tail_logit = _small_layout(n, k, v) if n <= 256 else untrained_layout(n, k, v)
             cols, logits = pc.reshape(-1), pl.reshape(-1)
             note_sizes(cols, logits, seg)
-            return RowSet(uprevs, offsets, seg, cols, logits, tail_n, tail_logit, logz, v, k < v,
-                          probs.reshape(-1), tail_p)
+            return RowSet(uprevs, offsets, seg, cols, logits, tail_n, tail_logit, logz, probs.reshape(-1), tail_p,
+                          v, k < v)
         trained, tidx = self.row_index(uprevs)
         lengths = np.full(n, k, dtype=_I64)
         t_pos = trained.nonzero()[0]
@@ -376,9 +366,12 @@ class Weights:
         tail_n = v - lengths
         seg = np.arange(n, dtype=_I64).repeat(lengths)
         all_tails = n == 0 or bool(lengths.max() < v)
-        logz = log_partition(logits, offsets, seg, tail_n, tail_logit, all_tails) if n else EMPTY_F64
+        if n:
+            logz, probs, tail_p = normalise(logits, offsets, seg, tail_n, tail_logit, all_tails)
+        else:
+            logz = probs = tail_p = EMPTY_F64
         note_sizes(cols, logits, seg)
-        return RowSet(uprevs, offsets, seg, cols, logits, tail_n, tail_logit, logz, v, all_tails)
+        return RowSet(uprevs, offsets, seg, cols, logits, tail_n, tail_logit, logz, probs, tail_p, v, all_tails)
 
     def token_logprobs(self, prevs: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, RowSet, np.ndarray]:
         """log p(target | prev) per position, plus the row set and each position's row index."""
@@ -426,7 +419,7 @@ class Weights:
         if not (_flat(self.keys, self.base_vals, self.theta, self.rows, self.beta) and self.base_vals.size == n
                 and self.theta.size == n and self.beta.size == self.rows.size):
             raise invalid("malformed weights: misaligned arrays")
-        if not _sorted_unique(self.keys, self.vocab_size ** 2):
+        if not _sorted_unique(self.keys, self.vocab_size * self.vocab_size):
             raise invalid("malformed weights: entries are not sorted and unique")
         if not _sorted_unique(self.rows, self.vocab_size):
             raise invalid("malformed weights: rows are not sorted and unique")
@@ -471,8 +464,8 @@ def backward(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray)
     touched = np.bincount(r, minlength=n) > 0
     in_touched = touched[rs.seg]
     e_keys = (rs.uprevs[rs.seg] * v + rs.cols)[in_touched]
-    e_vals = (neg_s[rs.seg] * rs.explicit_probs())[in_touched]
-    p_tail = rs.tail_probs()
+    e_vals = (neg_s[rs.seg] * rs.probs)[in_touched]
+    p_tail = rs.tail_p
     t_keys_all = rs.uprevs[r] * v + y
     t_keys, inv = unique_inverse(t_keys_all)
     t_vals = np.bincount(inv, weights=g, minlength=t_keys.size)
