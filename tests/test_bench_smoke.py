@@ -336,3 +336,14 @@ def test_the_plugins_sdk_file_and_its_targets() -> None:
     rows = {name: verdict for name, _, verdict in report.target_rows(r, ["100", "100k"]) if "SDK file" in name
             or "realistic profile" in name}
     assert list(rows.values()) == ["PASS", "MISS"], rows
+
+
+def test_compute_bench_times_every_case(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench import compute
+
+    monkeypatch.setattr(compute, "BATCH", 4)  # (the cases' sizes are the bench's business: here, that they run)
+    monkeypatch.setattr(compute, "LENGTH", 100)
+    assert compute.main(["--repeat", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == list(compute.CASES)
+    assert all(0 < float(line.split()[1]) < 10_000 for line in lines), lines  # ms of CPU: measured, not absurd
