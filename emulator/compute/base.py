@@ -109,7 +109,7 @@ class BaseModel:
     def untrained(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`prefs` plus each row's normalisation while untrained (its tail logit 0): log-partition
         ``(n,)``, probabilities of the preferred tokens ``(n, k)`` and of each tail token ``(n,)``, as
-        :func:`normalise` gives them."""
+        :func:`normalise` and :func:`log_partition` give them."""
         cols, logits, logz, probs, tail_p = self._cached(rows, 5, self._compute_untrained)
         return cols, logits, logz, probs, tail_p
 
@@ -131,8 +131,8 @@ class BaseModel:
             return cols, logits, np.empty(0), np.empty((0, k)), np.empty(0)
         offsets, seg, tail_n, tail_logit = untrained_layout(n, k, v)
         flat = logits.reshape(-1)
-        logz, probs, tail_p = normalise(flat, offsets, seg, tail_n, tail_logit, k < v)
-        return cols, logits, logz, probs.reshape(n, k), tail_p
+        m, s, probs, tail_p = normalise(flat, offsets, seg, tail_n, tail_logit, k < v)
+        return cols, logits, log_partition(m, s), probs.reshape(n, k), tail_p
 
     def _compute(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         v = self.vocab_size
@@ -168,13 +168,14 @@ def untrained_layout(n: int, k: int, v: int) -> tuple[np.ndarray, np.ndarray, np
 
 
 def normalise(logits: np.ndarray, offsets: np.ndarray, seg: np.ndarray, tail_n: np.ndarray,
-              tail_logit: np.ndarray, all_tails: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Exact ``log Z`` of rows laid out flat (see :class:`emulator.compute.weights.RowSet`: explicit logits
-    ``logits[offsets[r]:offsets[r+1]]`` plus ``tail_n[r]`` columns of logit ``tail_logit[r]``), the probability
-    of each explicit column and that of one tail column per row (0 for a row without tail columns).
-    ``all_tails``: every row has tail columns (else a row without leaves the tail out of its max and sum).
-    Rows are computed independently, so a row's values do not depend on the other rows passed. One
-    exponential per column and one logarithm per row: the probabilities are ``exp(logit - max) / sum``."""
+              tail_logit: np.ndarray, all_tails: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The exact normalisation of rows laid out flat (see :class:`emulator.compute.weights.RowSet`: explicit
+    logits ``logits[offsets[r]:offsets[r+1]]`` plus ``tail_n[r]`` columns of logit ``tail_logit[r]``): each
+    row's largest logit ``m`` and ``s``, the sum of ``exp(logit - m)`` over its columns (``log Z = m + log(s)``:
+    :func:`log_partition`), the probability ``exp(logit - m) / s`` of each explicit column and that of one
+    tail column per row (0 for a row without tail columns). ``all_tails``: every row has tail columns (else a
+    row without leaves the tail out of its max and sum). One exponential per column; rows are computed
+    independently, so a row's values do not depend on the other rows passed."""
     seg_max = np.maximum.reduceat(logits, offsets[:-1])
     if all_tails:  # the masks below would select everything
         m = np.maximum(seg_max, tail_logit)
@@ -187,7 +188,12 @@ def normalise(logits: np.ndarray, offsets: np.ndarray, seg: np.ndarray, tail_n: 
     if not all_tails:
         tail = np.where(has_tail, tail, 0.0)
     s = np.add.reduceat(explicit, offsets[:-1]) + tail_n * tail
-    return m + log(s), explicit / s[seg], tail / s
+    return m, s, explicit / s[seg], tail / s
+
+
+def log_partition(m: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """``log Z`` of rows from their :func:`normalise` max and sum."""
+    return m + log(s)
 
 
 ROW_CACHE_ROWS = 1 << 15     # rows remembered per base model (~200 bytes each with their normalisation)
@@ -260,4 +266,5 @@ def base_model(seed: int, vocab_size: int, eos: int, bases: BaseModels | None = 
     return model
 
 
-__all__ = ["BaseModel", "base_model", "hash_tokens", "mix64", "normalise", "seed_to_u64", "untrained_layout"]
+__all__ = ["BaseModel", "base_model", "hash_tokens", "log_partition", "mix64", "normalise", "seed_to_u64",
+           "untrained_layout"]

@@ -172,7 +172,7 @@ def ranked_row(rs: RowSet, r: int) -> tuple[np.ndarray, np.ndarray, int, int, fl
     """Row ``r`` in sampling order: explicit tokens by (logit desc, id asc) with the tail block inserted
     after every explicit token whose logit is >= the tail's. Returns (cols, logits, tail position,
     tail count, tail logit, the row's sorted explicit cols, the order that sorts them so)."""
-    cols, logits, tn, tl, _ = rs.row(r)
+    cols, logits, tn, tl = rs.row(r)
     order = np.lexsort((cols, -logits))
     c, lg = cols[order], logits[order]
     pos = int(np.count_nonzero(lg >= tl)) if tn > 0 else c.size

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from emulator.compute.base import BaseModel, base_model, normalise, untrained_layout
+from emulator.compute.base import BaseModel, base_model, log_partition, normalise, untrained_layout
 from emulator.compute.bases import BaseModels
 from emulator.compute.errors import invalid
 from emulator.compute.inputs import state_int
@@ -178,9 +178,11 @@ class RowSet:
 
     Row ``r`` (``uprevs[r]``) owns ``cols[offsets[r]:offsets[r+1]]`` (sorted) with logits in the same
     slice, plus ``tail_n[r]`` further columns that all have logit ``tail_logit[r]``. ``all_tails``: every
-    row has tail columns (always, unless the vocabulary is tiny). ``logz``, ``probs`` and ``tail_p`` are
-    what :func:`~emulator.compute.base.normalise` gives (rows no session trained: remembered by the base
-    model): log-partition, probability of each explicit column and of one tail column (0 without tail).
+    row has tail columns (always, unless the vocabulary is tiny). ``probs`` and ``tail_p``: the probability
+    of each explicit column and of one tail column (0 without tail), as
+    :func:`~emulator.compute.base.normalise` gives them with each row's max and sum (``row_max``,
+    ``row_sum``), from which :attr:`logz` is computed when first read; rows no session trained come with
+    all of it remembered by the base model (``known_logz``).
     """
 
     uprevs: np.ndarray
@@ -190,11 +192,21 @@ class RowSet:
     logits: np.ndarray
     tail_n: np.ndarray
     tail_logit: np.ndarray
-    logz: np.ndarray
     probs: np.ndarray
     tail_p: np.ndarray
     vocab_size: int
     all_tails: bool
+    row_max: np.ndarray | None = None
+    row_sum: np.ndarray | None = None
+    known_logz: np.ndarray | None = None
+
+    @functools.cached_property
+    def logz(self) -> np.ndarray:
+        """Each row's log-partition (a logarithm per row, taken when first asked: sampling does without)."""
+        if self.known_logz is not None:
+            return self.known_logz
+        assert self.row_max is not None and self.row_sum is not None
+        return log_partition(self.row_max, self.row_sum)
 
     @property
     def flatkey(self) -> np.ndarray:
@@ -203,10 +215,9 @@ class RowSet:
     def logit_of(self, ridx: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         return lookup_or(self.flatkey, self.logits, ridx * self.vocab_size + tokens, self.tail_logit[ridx])
 
-    def row(self, r: int) -> tuple[np.ndarray, np.ndarray, int, float, float]:
+    def row(self, r: int) -> tuple[np.ndarray, np.ndarray, int, float]:
         a, b = int(self.offsets[r]), int(self.offsets[r + 1])
-        return (self.cols[a:b], self.logits[a:b], int(self.tail_n[r]), float(self.tail_logit[r]),
-                float(self.logz[r]))
+        return self.cols[a:b], self.logits[a:b], int(self.tail_n[r]), float(self.tail_logit[r])
 
 
 def tail_tokens(explicit_sorted: np.ndarray, ranks: np.ndarray) -> np.ndarray:
@@ -336,8 +347,8 @@ class Weights:
             offsets, seg, tail_n, tail_logit = _small_layout(n, k, v) if n <= 256 else untrained_layout(n, k, v)
             cols, logits = pc.reshape(-1), pl.reshape(-1)
             note_sizes(cols, logits, seg)
-            return RowSet(uprevs, offsets, seg, cols, logits, tail_n, tail_logit, logz, probs.reshape(-1), tail_p,
-                          v, k < v)
+            return RowSet(uprevs, offsets, seg, cols, logits, tail_n, tail_logit, probs.reshape(-1), tail_p, v, k < v,
+                          known_logz=logz)
         trained, tidx = self.row_index(uprevs)
         lengths = np.full(n, k, dtype=_I64)
         t_pos = trained.nonzero()[0]
@@ -366,12 +377,12 @@ class Weights:
         tail_n = v - lengths
         seg = np.arange(n, dtype=_I64).repeat(lengths)
         all_tails = n == 0 or bool(lengths.max() < v)
-        if n:
-            logz, probs, tail_p = normalise(logits, offsets, seg, tail_n, tail_logit, all_tails)
-        else:
-            logz = probs = tail_p = EMPTY_F64
         note_sizes(cols, logits, seg)
-        return RowSet(uprevs, offsets, seg, cols, logits, tail_n, tail_logit, logz, probs, tail_p, v, all_tails)
+        if not n:
+            return RowSet(uprevs, offsets, seg, cols, logits, tail_n, tail_logit, EMPTY_F64, EMPTY_F64, v, all_tails,
+                          known_logz=EMPTY_F64)
+        m, s, probs, tail_p = normalise(logits, offsets, seg, tail_n, tail_logit, all_tails)
+        return RowSet(uprevs, offsets, seg, cols, logits, tail_n, tail_logit, probs, tail_p, v, all_tails, m, s)
 
     def token_logprobs(self, prevs: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, RowSet, np.ndarray]:
         """log p(target | prev) per position, plus the row set and each position's row index."""
