@@ -1,9 +1,9 @@
 """A representative run of the simulated model, reduced to digests: ``python -m tests.simd_workload`` prints one
-JSON object (each part's SHA-256, and the numpy dispatch targets this process ran with).
+JSON object (each part's SHA-256, the numpy dispatch targets this process ran with, a fingerprint of libm).
 
 tests/test_compute_portable.py runs it under several ``NPY_DISABLE_CPU_FEATURES`` settings (numpy's SIMD
-code paths on this CPU) and requires the same digests from every one: every number the model computes must
-be the same on every CPU. It covers the seven losses (both GRPO ratio types, with a KL penalty), custom
+code paths on this CPU; glibc's non-FMA libm too) and requires the same digests from every one: every number
+the model computes must be the same on every CPU. It covers the seven losses (both GRPO ratio types, with a KL penalty), custom
 gradients, Adam and Muon steps, LoRA and full-weight sessions, sampling (temperature 1 and 0.7, top-k/top-p,
 greedy) with sampled, prompt and top-k prompt log-probs, the model state, both checkpoint exports, and the
 portable functions themselves over their whole range.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -132,6 +133,13 @@ def digests(parts: dict[str, Any]) -> dict[str, str]:
             for name, value in parts.items()}
 
 
+def libm_fingerprint() -> str:
+    """A digest of libm's exp and log on a few thousand values: it changes when libm takes another code path
+    (glibc has FMA and non-FMA variants), which tells the test that switching one took effect."""
+    values = [i / 7.0 - 300.0 for i in range(4200)]
+    return hashlib.sha256(repr([(math.exp(v), math.log(abs(v) + 1e-3)) for v in values]).encode()).hexdigest()
+
+
 def dispatch_targets() -> list[str]:
     """The SIMD targets numpy's dispatched functions run on in this process (numpy >= 2.0)."""
     from numpy.lib.introspect import opt_func_info
@@ -140,7 +148,8 @@ def dispatch_targets() -> list[str]:
 
 
 def main() -> None:
-    print(json.dumps({"digests": digests({**model_outputs(), **portable_outputs()}), "targets": dispatch_targets()}))
+    print(json.dumps({"digests": digests({**model_outputs(), **portable_outputs()}), "targets": dispatch_targets(),
+                      "libm": libm_fingerprint()}))
 
 
 if __name__ == "__main__":

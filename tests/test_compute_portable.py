@@ -2,8 +2,9 @@
 
 ``emulator.compute.portable`` replaces numpy's and libm's exp/log, whose last bit depends on the CPU's SIMD
 features: here its accuracy (within 1 ulp of the true value, numpy's results at the edges), and, in
-subprocesses with numpy's SIMD code paths switched off (``NPY_DISABLE_CPU_FEATURES``), that a representative
-workload (tests/simd_workload.py) gives the same bytes whatever code numpy runs.
+subprocesses with numpy's SIMD code paths switched off (``NPY_DISABLE_CPU_FEATURES``) and glibc's non-FMA
+libm chosen (``GLIBC_TUNABLES``), that a representative workload (tests/simd_workload.py) gives the same
+bytes whatever code numpy and libm run.
 """
 
 from __future__ import annotations
@@ -129,10 +130,12 @@ def test_power_int_squares_and_multiplies() -> None:
 
 # --- the same numbers whatever SIMD code numpy runs ----------------------------------------------------
 
-def run_workload(disable: list[str] | None) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k != "NPY_DISABLE_CPU_FEATURES"}
+def run_workload(disable: list[str] | None, libm_without_fma: bool = False) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if k not in ("NPY_DISABLE_CPU_FEATURES", "GLIBC_TUNABLES")}
     if disable:
         env["NPY_DISABLE_CPU_FEATURES"] = " ".join(disable)
+    if libm_without_fma:  # glibc's exp, log and pow have FMA variants, picked at load time (ignored elsewhere)
+        env["GLIBC_TUNABLES"] = "glibc.cpu.hwcaps=-AVX2,-FMA"
     out = subprocess.run([sys.executable, "-m", "tests.simd_workload"], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -147,9 +150,11 @@ def reference() -> dict[str, Any]:
 
 
 # Which of the dispatch targets numpy uses on this machine to switch off: its AVX512 code (what made the
-# recordings differ between hosts), then everything above its baseline (an old x86-64, or a bare arm64).
+# recordings differ between hosts), then everything above its baseline (an old x86-64, or a bare arm64), then
+# that with glibc's libm on its non-FMA code too (a CPU without FMA; numpy's baseline exp and log are libm's).
 MODES = {"no AVX512": lambda targets: [t for t in targets if "AVX512" in t or t == "X86_V4"],
-         "baseline only": lambda targets: list(targets)}
+         "baseline only": lambda targets: list(targets),
+         "baseline only, libm without FMA": lambda targets: list(targets)}
 
 
 @pytest.mark.parametrize("mode", list(MODES))
@@ -158,7 +163,10 @@ def test_every_number_is_the_same_whatever_simd_code_numpy_runs(mode: str, refer
     disable = MODES[mode](in_use)
     if not disable:
         pytest.skip(f"nothing to switch off for '{mode}': numpy runs {reference['targets']} on this machine")
-    other = run_workload(disable)
+    no_fma = mode.endswith("without FMA")
+    other = run_workload(disable, libm_without_fma=no_fma)
     assert other["targets"] != reference["targets"] and not set(disable) & set(other["targets"]), other["targets"]
+    if no_fma and other["libm"] == reference["libm"]:
+        pytest.skip("libm answered the same without FMA (not glibc, or no FMA variant on this CPU)")
     assert set(other["digests"]) == set(reference["digests"])
     assert [part for part, digest in reference["digests"].items() if other["digests"][part] != digest] == []
