@@ -1,12 +1,11 @@
 """A representative run of the simulated model, reduced to digests: ``python -m tests.simd_workload`` prints one
 JSON object (each part's SHA-256, the numpy dispatch targets this process ran with, a fingerprint of libm).
 
-tests/test_compute_portable.py runs it under several ``NPY_DISABLE_CPU_FEATURES`` settings (numpy's SIMD
-code paths on this CPU; glibc's non-FMA libm too) and requires the same digests from every one: every number
-the model computes must be the same on every CPU. It covers the seven losses (both GRPO ratio types, with a KL penalty), custom
-gradients, Adam and Muon steps, LoRA and full-weight sessions, sampling (temperature 1 and 0.7, top-k/top-p,
-greedy) with sampled, prompt and top-k prompt log-probs, the model state, both checkpoint exports, and the
-portable functions themselves over their whole range.
+tests/test_compute_portable.py runs it with numpy's SIMD code paths switched off (``NPY_DISABLE_CPU_FEATURES``)
+and glibc's non-FMA libm chosen, and requires the same digests every time. It covers the seven losses (both
+GRPO ratio types, with a KL penalty), custom gradients, Adam and Muon, LoRA and full-weight sessions, sampling
+(temperature 1 and 0.7, top-k/top-p, greedy) with sampled, prompt and top-k prompt log-probs, the model state,
+both checkpoint exports, and the portable functions over their whole range.
 """
 
 from __future__ import annotations
