@@ -10,6 +10,7 @@ are part of exported state, so a restored store never reuses an id.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 _ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -30,12 +31,16 @@ def derive_int(seed: int, *parts: object, bits: int = 32) -> int:
 
 
 class IdFactory:
-    __slots__ = ("seed", "scope", "counter", "_prefixes")
+    """Ids from the seed, the scope and a counter. ``taken``, when set, names ids in use: one of them is never
+    handed out again (the counter moves on), whatever the counter a state document brought."""
+
+    __slots__ = ("seed", "scope", "counter", "taken", "_prefixes")
 
     def __init__(self, seed: int, scope: str, counter: int = 0) -> None:
         self.seed = seed
         self.scope = scope
         self.counter = counter
+        self.taken: Callable[[str], bool] | None = None
         self._prefixes: dict[str, Any] = {}
 
     def _digest(self, kind: str) -> bytes:
@@ -52,13 +57,25 @@ class IdFactory:
     def uuid(self, kind: str = "") -> str:
         """What ``str(uuid.UUID(bytes=digest[:16], version=4))`` gives, formatted directly (it runs for
         every object created, and the uuid module's checks cost more than the hash)."""
+        made = self._uuid(kind)
+        while self.taken is not None and self.taken(made):
+            made = self._uuid(kind)
+        return made
+
+    def token(self, prefix: str, length: int = 21, kind: str = "") -> str:
+        made = self._token(prefix, length, kind)
+        while self.taken is not None and self.taken(made):
+            made = self._token(prefix, length, kind)
+        return made
+
+    def _uuid(self, kind: str) -> str:
         raw = bytearray(self._digest(kind)[:16])
         raw[6] = (raw[6] & 0x0F) | 0x40   # version 4
         raw[8] = (raw[8] & 0x3F) | 0x80   # RFC 4122 variant
         h = raw.hex()
         return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
-    def token(self, prefix: str, length: int = 21, kind: str = "") -> str:
+    def _token(self, prefix: str, length: int, kind: str) -> str:
         n = int.from_bytes(self._digest(kind or prefix), "big")
         chars = []
         for _ in range(length):

@@ -34,6 +34,7 @@ from emulator.store.records import (
     OperationStatus,
     ResourceStatus,
     SessionStatus,
+    ShapingStatus,
 )
 from emulator.store.snapshot import StateError
 
@@ -170,6 +171,8 @@ class _Check:
             if r.status == ResourceStatus.PENDING and r.queue_exit_at is None:
                 raise self.fail(f"{what} is PENDING with no queue_exit_at")
             self.error(r.error, "resource", what)
+            if len(set(r.session_ids)) != len(r.session_ids):
+                raise self.fail(f"{what} lists a session twice in session_ids")
             for sid in r.session_ids:
                 if self.t.sessions.peek(sid).model_resources_id != r.id:
                     raise self.fail(f"{what} lists session {sid}, which belongs to another resource")
@@ -194,6 +197,10 @@ class _Check:
             if s.metadata is not None:
                 self.valid(self.v.metadata, s.metadata, f"{what}.metadata")
             self.error(s.error, "session", what)
+            for name in ("inference_checkpoint_ids", "training_checkpoint_ids"):
+                ids = getattr(s, name) or []
+                if len(set(ids)) != len(ids):
+                    raise self.fail(f"{what} lists a checkpoint twice in {name}")
             self.queue(s, what)
 
     def queue(self, s: Any, what: str) -> None:
@@ -266,6 +273,11 @@ class _Check:
             self.valid(self.v.shaping["events"], job.events, f"{what}.events")
             if job.results is not None:
                 self.valid(self.v.shaping["results"], job.results, f"{what}.results")
+            if (job.results is not None) != (job.status == ShapingStatus.COMPLETED):
+                raise self.fail(f"{what} is {job.status}: a job has results exactly once it has completed")
+            if job.results is not None and not all(isinstance(job.results.get(k), str) and job.results[k]
+                                                   for k in ("model_object_id", "model_revision_id")):
+                raise self.fail(f"{what}.results must name the model it made (model_object_id, model_revision_id)")
             if not 0 <= job.phase <= len(shaping.PHASES):
                 raise self.fail(f"{what}: phase {job.phase} is not within 0-{len(shaping.PHASES)}")
             configuration = job.params.get("configuration") or {}

@@ -1,14 +1,16 @@
 """An import is valid exactly when the emulator could have produced it (issue 26, item 8).
 
-Hypothesis mutates an exported state (one value anywhere in a tenant replaced by another of any JSON kind,
-or a key dropped) and imports it. A refused import must be a 400 that changed nothing; an accepted one must
-then serve every read without a 5xx (responses validated against the spec), survive the clock moving on, and
-export a document that imports again.
+Hypothesis mutates an exported state (one value anywhere in a tenant replaced by another of any JSON kind, a
+key or list item dropped, or one duplicated) and imports it. A refused import must be a 400 that changed
+nothing; an accepted one must then serve every read without a 5xx (responses validated against the spec),
+take new objects beside the imported ones, survive the clock moving on, and export a document that imports
+again.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -18,7 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from emulator.config import Config
+from emulator.config import Config, ConfigError
 from emulator.runtime import Runtime
 from tests.conftest import make_client
 from tests.helpers import RL, advance, ce_sample, create_resource, submit
@@ -94,14 +96,20 @@ JSON = st.recursive(JSON_LEAVES, lambda inner: st.one_of(st.lists(inner, max_siz
                     max_leaves=6)
 
 
-def _mutate(doc: dict[str, Any], path: tuple[Any, ...], value: Any, drop: bool) -> dict[str, Any]:
+def _mutate(doc: dict[str, Any], path: tuple[Any, ...], value: Any, drop: bool, dup: bool = False) -> dict[str, Any]:
+    """``doc`` with the value at ``path`` replaced by ``value``, dropped (a key deleted, a list item removed) or
+    duplicated (a list item twice in a row, a key's value under a second key)."""
     out = copy.deepcopy(doc)
     if not path:
         return out
     parent: Any = out
     for part in path[:-1]:
         parent = parent[part]
-    if drop and isinstance(parent, dict):
+    if dup and isinstance(parent, list):
+        parent.insert(path[-1], copy.deepcopy(parent[path[-1]]))
+    elif dup and isinstance(parent, dict):
+        parent[f"{path[-1]}-again"] = copy.deepcopy(parent[path[-1]])
+    elif drop and isinstance(parent, dict):
         parent.pop(path[-1], None)
     elif drop and isinstance(parent, list):
         del parent[path[-1]]
@@ -166,9 +174,9 @@ def test_an_accepted_import_serves_every_read_and_exports_what_imports(exported:
     project = next(iter(exported["tenants"]))
     paths = [("tenants", project, *p) for p in _paths(exported["tenants"][project]) if p]
     path = data.draw(st.sampled_from(paths), label="path")
-    drop = data.draw(st.booleans(), label="drop") and data.draw(st.booleans())
-    value = None if drop else data.draw(JSON, label="value")
-    doc = _mutate(exported, path, value, drop)
+    how = data.draw(st.sampled_from(["set", "set", "drop", "dup"]), label="how")
+    value = data.draw(JSON, label="value") if how == "set" else None
+    doc = _mutate(exported, path, value, how == "drop", how == "dup")
     runtime = Runtime(Config(clock="manual", profile="realistic", validate_responses=True))
     with make_client(runtime) as client:
         answered = client.put("/_emulator/state", json=doc)
@@ -179,14 +187,20 @@ def test_an_accepted_import_serves_every_read_and_exports_what_imports(exported:
         assert answered.status_code == 200, answered.text
         event("accepted")
         failures = [(what, status) for what, status in _reads(client, doc) if status >= 500]
+        # New objects next to the imported ones (their ids must be new), then the clock moves on.
+        made = client.post(f"{RL}/model-resources", json={"base_model": "Qwen/Qwen3.8-27B"})
+        failures += [("create a resource", made.status_code)] if made.status_code >= 500 else []
+        if made.status_code == 200:
+            session = client.post(S, json={"model_resources_id": made.json()["id"]})
+            failures += [("create a session", session.status_code)] if session.status_code >= 500 else []
         for seconds in (1, 120, 3600):
             advance(client, seconds)
             failures += [(what, status) for what, status in _reads(client, doc) if status >= 500]
         again = client.get("/_emulator/state")
         assert again.status_code == 200, again.text
         reimported = client.put("/_emulator/state", json=again.json())
-        assert reimported.status_code == 200, reimported.text
-    assert failures == [], f"imported with {path} = {value!r} (dropped: {drop}), then: {failures[:5]}"
+        assert reimported.status_code == 200, f"imported with {path} ({how}: {value!r}): {reimported.text}"
+    assert failures == [], f"imported with {path} ({how}: {value!r}), then: {failures[:5]}"
 
 
 def test_the_unmutated_export_imports_and_serves(exported: dict[str, Any]) -> None:
@@ -230,3 +244,75 @@ def test_a_queue_naming_a_finished_operation_and_a_bad_pending_body_are_refused(
         for doc, message in ((bad_queue, "queue"), (bad_body, "body"), (bad_output, "output")):
             resp = client.put("/_emulator/state", json=doc)
             assert resp.status_code == 400 and message in resp.json()["error"]["message"], resp.text
+
+
+# --- issue 39, items 2 and 3: checked completely before anything changes ---------------------------------
+
+def _journaled(tmp_path: Any) -> Runtime:
+    return Runtime(Config(clock="manual", profile="realistic", state_file=str(tmp_path / "state.jsonl")))
+
+
+@pytest.mark.parametrize("now", ["9999-01-01T00:00:00.001Z", "9999-06-01T00:00:00Z", "9999-12-31T23:59:59Z"])
+def test_an_import_with_a_clock_past_the_end_of_time_changes_nothing_on_disk_or_in_memory(
+        exported: dict[str, Any], tmp_path: Any, now: str) -> None:
+    runtime = _journaled(tmp_path)
+    path = tmp_path / "state.jsonl"
+    with make_client(runtime) as client:
+        create_resource(client)
+        before, held = path.read_bytes(), client.get("/_emulator/state").json()
+        doc = copy.deepcopy(exported)
+        doc["clock"]["now"] = now
+        resp = client.put("/_emulator/state", json=doc)
+        assert resp.status_code == 400 and "clock.now" in resp.json()["error"]["message"], resp.text
+        assert path.read_bytes() == before
+        assert client.get("/_emulator/state").json() == held
+        create_resource(client)  # later writes are journaled, and the file loads
+    restored = _journaled(tmp_path)
+    assert len(restored.export_state()["tenants"]) == 1
+
+
+def test_starting_from_a_document_with_a_clock_past_the_end_of_time_says_one_sentence(
+        exported: dict[str, Any], tmp_path: Any) -> None:
+    doc = copy.deepcopy(exported)
+    doc["clock"]["now"] = "9999-06-01T00:00:00Z"
+    (tmp_path / "state.jsonl").write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match="clock.now") as caught:
+        _journaled(tmp_path)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_document_without_ids_counter_never_lets_an_id_come_back(exported: dict[str, Any]) -> None:
+    project = next(iter(exported["tenants"]))
+    doc = _mutate(exported, ("tenants", project, "ids_counter"), None, True)
+    runtime = Runtime(Config(clock="manual", profile="realistic"))
+    with make_client(runtime) as client:
+        assert client.put("/_emulator/state", json=doc).status_code == 200
+        held = {r["id"] for r in exported["tenants"][project]["resources"]}
+        made = create_resource(client)["id"]
+        assert made not in held
+        s = client.post(S, json={"model_resources_id": made})
+        assert s.status_code == 200 and s.json()["id"] not in {x["id"] for x in exported["tenants"][project]["sessions"]}
+        again = client.get("/_emulator/state").json()
+        assert client.put("/_emulator/state", json=again).status_code == 200
+
+
+def test_a_duplicated_session_id_of_a_resource_is_refused(exported: dict[str, Any]) -> None:
+    project = next(iter(exported["tenants"]))
+    i, r = next((i, r) for i, r in enumerate(exported["tenants"][project]["resources"]) if r["session_ids"])
+    doc = _mutate(exported, ("tenants", project, "resources", i, "session_ids"), r["session_ids"] * 2, False)
+    runtime = Runtime(Config(clock="manual", profile="realistic"))
+    with make_client(runtime) as client:
+        resp = client.put("/_emulator/state", json=doc)
+        assert resp.status_code == 400 and "twice" in resp.json()["error"]["message"], resp.text
+
+
+@pytest.mark.parametrize("part", ["models", "published"])
+def test_a_boolean_among_a_model_s_numbers_is_refused(exported: dict[str, Any], part: str) -> None:
+    project = next(iter(exported["tenants"]))
+    sid = next(iter(exported["tenants"][project][part]))
+    where = ("state", "weights", "rows", 0) if part == "models" else ("weights", "rows", 0)
+    doc = _mutate(exported, ("tenants", project, part, sid, *where), False, False)
+    runtime = Runtime(Config(clock="manual", profile="realistic"))
+    with make_client(runtime) as client:
+        resp = client.put("/_emulator/state", json=doc)
+        assert resp.status_code == 400 and "rows" in resp.json()["error"]["message"], resp.text

@@ -28,7 +28,7 @@ import orjson
 from jsonschema import Draft7Validator
 
 from emulator import compute
-from emulator.clock import MAX_TIME
+from emulator.clock import MAX_TIME, parse_rfc3339
 from emulator.store import records
 from emulator.store.blobs import BlobStore
 from emulator.store.memory import Store
@@ -453,6 +453,15 @@ class Checker:
         error = next(iter(sorted(errors, key=lambda e: list(e.absolute_path))), None)
         if error is not None:
             raise StateError(f"{_where(error.absolute_path)}: {_short(error.message)}")
+        now = (doc.get("clock") or {}).get("now")
+        if now is not None:  # (the clock's own bounds: a time it could not be set to is no state it had)
+            try:
+                at = parse_rfc3339(now)
+            except ValueError as exc:
+                raise StateError(f"clock.now: {now[:40]!r} is not an RFC 3339 time") from exc
+            if not 0 <= at <= MAX_TIME:
+                raise StateError(f"clock.now: {now[:40]!r} is outside what the clock can show (1970-01-01 to "
+                                 "9999-01-01)")
 
 
 def _where(path: Any) -> str:
@@ -539,6 +548,13 @@ def store_inline_bytes(doc: Any, blobs: BlobStore) -> Any:
 def import_state(store: Store, doc: Any, checker: Checker, verify: Callable[[Tenant], None] | None = None) -> None:
     """Replace the store's content with ``doc``; on any problem nothing changes (:class:`StateError`).
     ``verify`` holds each built tenant to the rules of the layers above (it raises :class:`StateError`)."""
+    install(store, built_state(store, doc, checker, verify))
+
+
+def built_state(store: Store, doc: Any, checker: Checker,
+                verify: Callable[[Tenant], None] | None = None) -> tuple[int, list[Tenant], str | None]:
+    """``doc`` checked completely and built (the seed, the tenants, the URL secret), with nothing in the store
+    changed: :class:`StateError` naming the first problem. :func:`install` puts it in place."""
     doc = store_inline_bytes(upgrade(doc), store.blobs)
     checker.check(doc)
     seed = int(doc.get("seed", store.seed))
@@ -546,11 +562,16 @@ def import_state(store: Store, doc: Any, checker: Checker, verify: Callable[[Ten
     if verify is not None:
         for tenant in built:
             verify(tenant)
+    return seed, built, doc.get("secret") or None
+
+
+def install(store: Store, built: tuple[int, list[Tenant], str | None]) -> None:
+    seed, tenants, secret = built
     store.reset(None, seed=seed)
-    for tenant in built:
+    for tenant in tenants:
         store.put(tenant)
-    if doc.get("secret"):
-        store.presigner = type(store.presigner)(doc["secret"])
+    if secret:
+        store.presigner = type(store.presigner)(secret)
 
 
 def build_tenant(store: Store, project: str, data: dict[str, Any], seed: int | None = None) -> Tenant:
@@ -583,6 +604,12 @@ def build_tenant(store: Store, project: str, data: dict[str, Any], seed: int | N
     tenant.timeline.load(entries, int(data.get("timeline_seq", 0)))
     tenant.registry.load(data.get("registry") or {})
     tenant.gpu_queue_tail = dict(data.get("gpu_queue_tail") or {})
+    # A document's counter may be missing or behind its ids (written by hand, or edited): an id the tenant
+    # holds is never handed out again, whatever the counter says.
+    tenant.ids.taken = _in_use(tenant)
+    for part in ("models", "published", "staged"):
+        for sid, entry in (data.get(part) or {}).items():
+            _numbers_only(entry, f"tenants.{project}.{part}.{sid}")
     try:
         for sid, entry in (data.get("models") or {}).items():
             tenant.models.live[sid] = compute.SessionModel.from_state(compute.ModelSpec(**entry["spec"]),
@@ -594,6 +621,41 @@ def build_tenant(store: Store, project: str, data: dict[str, Any], seed: int | N
     except (compute.ComputeError, TypeError, KeyError, ValueError, OverflowError) as exc:
         raise StateError(f"tenants.{project}: a session model cannot be restored: {exc}") from exc
     return tenant
+
+
+def _in_use(tenant: Tenant) -> Callable[[str], bool]:
+    """Whether an id the tenant's factory makes is one it holds already (a record's, a Files API file's
+    ``file-`` form of it, a registry key's)."""
+    tables = list(tenant.tables())
+    files, registry = tenant.files, tenant.registry
+
+    def taken(made: str) -> bool:
+        return any(made in table for table in tables) or f"file-{made}" in files or made in registry
+
+    return taken
+
+
+# The model state's arrays of whole numbers (rows and columns of entries): what JSON parsing into numpy would
+# otherwise take from a float (truncated) or a boolean.
+_WHOLE = frozenset({"rows", "entry_rows", "entry_cols"})
+
+
+def _numbers_only(value: Any, where: str, key: str = "") -> None:
+    """A session model's numbers are numbers: a boolean among them (which numpy reads as 0 or 1), or a
+    fraction among whole numbers, is nothing the emulator wrote."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _numbers_only(v, f"{where}.{k}", k)
+    elif isinstance(value, list):
+        whole = key in _WHOLE
+        kinds = set(map(type, value))  # (at C speed: a model's arrays hold up to millions of numbers)
+        if bool in kinds or (whole and kinds - {int}):
+            i, v = next((i, v) for i, v in enumerate(value) if type(v) is bool or (whole and type(v) is not int))
+            raise StateError(f"{where}[{i}]: {v!r} is not {'a whole number' if whole else 'a number'}")
+        if dict in kinds or list in kinds:
+            for i, v in enumerate(value):
+                if isinstance(v, (dict, list)):
+                    _numbers_only(v, f"{where}[{i}]")
 
 
 def _check_references(tenant: Tenant, project: str, data: dict[str, Any]) -> None:
@@ -634,5 +696,5 @@ def _check_references(tenant: Tenant, project: str, data: dict[str, Any]) -> Non
 
 
 __all__ = ["RECORD_TYPES", "STATE_FORMAT", "STATE_VERSION", "Checker", "StateError", "TenantMemo", "TenantReplay",
-           "build_tenant", "export_state", "export_tenant", "import_state", "memo_of", "state_schema",
-           "store_inline_bytes", "tenant_change", "upgrade"]
+           "build_tenant", "built_state", "export_state", "export_tenant", "import_state", "install", "memo_of",
+           "state_schema", "store_inline_bytes", "tenant_change", "upgrade"]
