@@ -10,7 +10,7 @@ and in the dashboard's ``?api_key=``; a key that is not UTF-8 is refused (401).
 
 from __future__ import annotations
 
-from emulator.domain.context import Principal
+from emulator.api.request import Principal
 from emulator.errors import Invalid
 from emulator.http.access_log import RECORD, note
 from emulator.http.asgi import ASGIApp, Receive, Scope, Send, operation_id, text_header

@@ -17,10 +17,9 @@ from typing import Any
 
 import orjson
 
-from emulator.api import handler_for
+from emulator.api import faults, handler_for
 from emulator.api.request import READ_METHODS, Request
 from emulator.clock import rfc3339
-from emulator.domain import fault_effects
 from emulator.errors import Invalid, NotFound
 from emulator.http.access_log import note
 from emulator.http.asgi import (
@@ -140,7 +139,7 @@ class Dispatcher:
                 if effect is not None and result[0] < 400:
                     # Not settled first: under the instant profile what the request made is already due, and
                     # must be marked (an operation to fail, a resource to hold in the queue) before it happens.
-                    fault_effects.apply(tenant, ctx, effect, op, request.path, body, payload)
+                    faults.apply(tenant, ctx, effect, op, request.path, body, payload)
         status = result[0]
         extra: Mapping[str, str | list[str]] | None = result[2] if len(result) > 2 else None  # type: ignore[misc]
         if request.ctx is not None and request.ctx.warnings:

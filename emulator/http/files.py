@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from emulator.domain import checkpoints, files, payloads
+from emulator.api import presigned
 from emulator.errors import NotFound, Unavailable
 from emulator.http.asgi import Receive, Scope, Send, header, send_file, send_json
 from emulator.http.envelope import BodyCut, Forbidden, MethodNotAllowed
@@ -87,7 +87,7 @@ class FileServer:
                 raise Forbidden("this upload URL was already used; request a new one", code="url_refused")
 
         await self._store(grant, scope, receive, target,
-                          lambda tenant, writer, blob: payloads.put(tenant, grant.object_id, blob, writer.size))
+                          lambda tenant, writer, blob: presigned.keep_payload(tenant, grant.object_id, blob, writer.size))
         await send_json(send, 200, b"{}")
 
     async def _upload_file(self, token: str, scope: Scope, receive: Receive, send: Send) -> None:
@@ -101,7 +101,7 @@ class FileServer:
                 raise Forbidden("this upload URL was already used; request a new one", code="url_refused")
 
         await self._store(grant, scope, receive, target,
-                          lambda tenant, writer, blob: files.upload(tenant, grant.object_id, blob, writer.size))
+                          lambda tenant, writer, blob: presigned.keep_file(tenant, grant.object_id, blob, writer.size))
         await send_json(send, 200, b"{}")
 
     async def _store(self, grant: Grant, scope: Scope, receive: Receive, target: Any, keep: Any) -> None:
@@ -114,9 +114,9 @@ class FileServer:
             with runtime.unit_of_work(project, write=False) as (tenant, _ctx):  # refuse before receiving
                 self._check_tenant(tenant, grant)
                 target(tenant)
-                held = files.stored_bytes(tenant)
+                held = presigned.stored_bytes(tenant)
             length = header(scope, b"content-length")
-            files.check_room(limits, int(length) if length and length.isdigit() else 0,
+            presigned.check_room(limits, int(length) if length and length.isdigit() else 0,
                              held + self.receiving.get(project, 0))
             try:
                 writer = runtime.store.blobs.writer()
@@ -127,7 +127,7 @@ class FileServer:
                 with runtime.unit_of_work(project, write=True) as (tenant, _ctx):
                     self._check_tenant(tenant, grant)
                     target(tenant)
-                    files.check_room(limits, writer.size, files.stored_bytes(tenant))
+                    presigned.check_room(limits, writer.size, presigned.stored_bytes(tenant))
                     try:
                         blob = runtime.store.blobs.commit(writer)
                     except OSError as exc:
@@ -155,7 +155,7 @@ class FileServer:
                 if chunk:
                     size += len(chunk)
                     receiving[project] = receiving.get(project, 0) + len(chunk)
-                    files.check_room(limits, 0, held + receiving[project])  # (a chunked body declares no size)
+                    presigned.check_room(limits, 0, held + receiving[project])  # (a chunked body declares no size)
                     try:
                         await writer.write(chunk)
                     except OSError as exc:
@@ -179,7 +179,7 @@ class FileServer:
             self._check_tenant(tenant, grant)
             payload = tenant.payloads.get(grant.object_id)
             blob = payload.blob if payload is not None else None
-            released = payloads.released_message(payload) if payload is not None and payload.released_by else None
+            released = presigned.released_message(payload) if payload is not None and payload.released_by else None
             opened = blob.open() if blob is not None else None  # type: ignore[attr-defined]
         if opened is None:
             raise NotFound(released or "no such object", code="no_such_object")
@@ -189,8 +189,8 @@ class FileServer:
         grant = self._grant(token, ("checkpoint",))
         with self.runtime.unit_of_work(grant.project, write=False) as (tenant, _ctx):
             self._check_tenant(tenant, grant)
-            _, _, files = checkpoints.files(tenant, grant.object_id, grant.variant or "")
-        for filename, blob in files:
+            _, _, named = presigned.checkpoint_files(tenant, grant.object_id, grant.variant or "")
+        for filename, blob in named:
             if filename == name:
                 await _send_bytes(send, blob, b"application/octet-stream", method)
                 return
