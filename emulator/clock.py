@@ -94,6 +94,16 @@ class Clock:
             if speed is not None:
                 self._speed = float(speed)
 
+    def state(self) -> tuple[str, float, float, float]:
+        """Everything the clock is, for :meth:`restore` (a change the journal refused is put back whole)."""
+        with self._lock:
+            return (self._mode, self._speed, self._anchor_virtual, self._anchor_real)
+
+    def restore(self, state: tuple[str, float, float, float]) -> None:
+        """Back to a :meth:`state`: a system clock then reads as if it had never been changed."""
+        with self._lock:
+            self._mode, self._speed, self._anchor_virtual, self._anchor_real = state
+
     def _rebase(self) -> None:
         # Freeze the current virtual time as the new anchor, so mode/speed changes never jump.
         self._anchor_virtual = self.now()

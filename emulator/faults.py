@@ -43,6 +43,10 @@ class FaultError(ValueError):
     pass
 
 
+# FaultSet.save(): the rules, and the requests each matched and fired on, by (tenant, name).
+SavedFaults = tuple[list[dict[str, Any]], dict[tuple[str | None, str], int], dict[tuple[str | None, str], int]]
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -183,8 +187,33 @@ class FaultSet:
             return [{**rule, "matched": self.counts.get(_key(rule), 0), "fired": self.fired.get(_key(rule), 0)}
                     for rule in self.rules if tenant is None or rule["match"].get("tenant") == tenant]
 
+    def save(self) -> SavedFaults:
+        """The rules and their counters, for :meth:`put_back` (a change the journal refused is undone)."""
+        with self._lock:
+            return list(self.rules), dict(self.counts), dict(self.fired)
+
+    def put_back(self, saved: SavedFaults) -> None:
+        with self._lock:
+            self.rules[:] = saved[0]
+            self.counts, self.fired = dict(saved[1]), dict(saved[2])
+
+    def give_back(self, taken: list[tuple[str, tuple[str | None, str]]]) -> None:
+        """Undo what :meth:`pick` counted for a request that was then refused (the disk would not keep it): a
+        ``first_n`` trigger it used is there for the next request."""
+        with self._lock:
+            for what, key in taken:
+                counters = self.counts if what == "matched" else self.fired
+                n = counters.get(key, 0) - 1
+                if n > 0:
+                    counters[key] = n
+                else:
+                    counters.pop(key, None)
+
     def pick(self, operation_id: str | None, method: str, path: str, token: str | None,
-             forced: str | None) -> dict[str, Any] | None:
+             forced: str | None, taken: list[tuple[str, tuple[str | None, str]]] | None = None
+             ) -> dict[str, Any] | None:
+        """The rule that acts on this request, if any, counting the requests each rule matched. ``taken``
+        collects what was counted, for :meth:`give_back`."""
         with self._lock:
             if forced:
                 # The caller's own rule of that name first, then a rule of no tenant; never another tenant's.
@@ -192,7 +221,7 @@ class FaultSet:
                          and rule["match"].get("tenant") in (token, None)]
                 named.sort(key=lambda rule: rule["match"].get("tenant") is None)
                 if named:
-                    self._fire(named[0])
+                    self._fire(named[0], taken)
                     return named[0]
                 raise Invalid(f"X-Emulator-Fault names no fault rule {forced!r}", param="X-Emulator-Fault")
             for rule in self.rules:
@@ -208,14 +237,18 @@ class FaultSet:
                 key = _key(rule)
                 n = self.counts.get(key, 0) + 1
                 self.counts[key] = n
+                if taken is not None:
+                    taken.append(("matched", key))
                 if self._fires(rule, n):
-                    self._fire(rule)
+                    self._fire(rule, taken)
                     return rule
         return None
 
-    def _fire(self, rule: dict[str, Any]) -> None:
+    def _fire(self, rule: dict[str, Any], taken: list[tuple[str, tuple[str | None, str]]] | None) -> None:
         key = _key(rule)
         self.fired[key] = self.fired.get(key, 0) + 1
+        if taken is not None:
+            taken.append(("fired", key))
 
     def _fires(self, rule: dict[str, Any], n: int) -> bool:
         trigger = rule["trigger"]

@@ -8,9 +8,10 @@ module level, so tests build as many independent emulators in one process as the
 dispatcher, presigned files, the dashboard, the event stream) reaches a tenant: it settles the tenant's
 timeline to now, hands out the tenant and the domain's context, and on a clean exit of a write journals
 exactly what changed before the caller answers. A refused request (an exception) writes nothing; a write
-the journal cannot make durable is undone (the tenant is reloaded from the file) and refused with
-:class:`~emulator.errors.Unavailable`. Control-plane changes (clock, reset, seed, import) are methods
-here, journaled the same way.
+the journal cannot make durable is undone (:class:`Undo`: the tenant reloaded from the file, the events it
+logged, the fault rules and clocks it moved) and refused with :class:`~emulator.errors.Unavailable`. A
+control-plane change (clock, profile, reset, seed, fault rules, import) is a unit of work too
+(:meth:`Runtime.control`): one line, and refused, nothing of it stays.
 
 Concurrency: the server is one event loop and a unit of work never awaits, so units of work never
 interleave. :attr:`Runtime.lock` serialises them anyway, for callers in other threads (a server run in a
@@ -19,8 +20,10 @@ thread by tests or the pytest plugin, while the test thread reads the runtime).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -35,15 +38,16 @@ from emulator.domain.limits import DEFAULT_LIMITS, Limits
 from emulator.domain.timing import Timing, load_timing
 from emulator.domain.upcoming import Upcoming
 from emulator.errors import Invalid, Misdirected, NotFound, Unavailable
-from emulator.faults import FaultError, FaultSet, validate_rule
+from emulator.faults import FaultError, FaultSet, SavedFaults, validate_rule
 from emulator.integrity import Integrity
 from emulator.sharding import shard_of
 from emulator.store import Store, Tenant, snapshot
 from emulator.store.blobs import BlobStore
+from emulator.store.memory import SavedStore
 from emulator.store.persistence import Persistence, StateFileError
-from emulator.store.records import ActionKind, ScheduledAction
+from emulator.store.records import ActionKind, ActionStatus, ScheduledAction
 from emulator.tenancy import Tenancy
-from emulator.tenant_clocks import TenantClocks
+from emulator.tenant_clocks import SavedClocks, TenantClocks
 
 # Error codes a fault effect may name: the API's own enums, so a typo cannot load silently.
 FAULT_CODES = MappingProxyType({"operation_fails": "OperationErrorCode", "resource_error": "ModelResourcesErrorCode",
@@ -55,6 +59,18 @@ log = logging.getLogger("emulator")
 MAX_STEPS = 10_000
 DEFAULT_RUN_SECONDS = 86_400.0
 MAX_WAITS = 4096   # tenants whose client's last request was a poll of a waiting object (see Runtime.polled)
+
+
+@dataclass(frozen=True, slots=True)
+class _Quiet:
+    """An event log that logs nothing (a tenant settled again to where it was: its events are logged)."""
+
+    def transition(self, at: float, project: str, kind: str, obj_id: str, old: str | None, new: str,
+                   extra: dict[str, Any] | None) -> None:
+        pass
+
+
+_QUIET = _Quiet()
 
 
 @dataclass(slots=True)
@@ -103,10 +119,74 @@ class RenderCache:
         self._entries.clear()
 
 
+class Undo:
+    """What a unit of work changed beyond the records it journals, as it was before, to put back when the
+    journal refuses the change (a control-plane change: when it is refused at all). The event log's mark is
+    taken when the unit opens, the rest when the unit first changes it (a write's fault rules, a poll's
+    clock) or, on the control plane, at once. A tenant changed in place is reloaded from the file and settled
+    quietly to where it was (its events were logged already, its scheduled fault rules carried out)."""
+
+    __slots__ = ("clocks", "events", "faults", "memos", "runtime", "scheduled", "store", "tenants", "waits")
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.events = runtime.store.events.mark()
+        self.faults: SavedFaults | None = None
+        self.scheduled: dict[str, float] | None = None
+        self.clocks: SavedClocks | None = None
+        self.waits: dict[str, Wait] | None = None
+        self.store: SavedStore | None = None
+        self.memos: dict[str, snapshot.TenantMemo] | None = None
+        self.tenants: dict[str, tuple[float, Tenant | None]] = {}
+
+    def keep_faults(self) -> None:
+        if self.faults is None:
+            self.faults = self.runtime.faults.save()
+            self.scheduled = dict(self.runtime.scheduled_rules)
+
+    def keep_clocks(self) -> None:
+        if self.clocks is None:
+            self.clocks = self.runtime.clocks.save()
+            self.waits = dict(self.runtime.waits)
+
+    def keep_all(self) -> None:
+        runtime = self.runtime
+        self.keep_faults()
+        self.keep_clocks()
+        self.store = runtime.store.save()
+        if runtime.persistence is not None:
+            self.memos = runtime.persistence.save()
+
+    def touch(self, project: str, at: float, tenant: Tenant | None) -> None:
+        """``project``'s tenant (the object, if it has one) is changed in place; ``at``: its time before."""
+        if project not in self.tenants:
+            self.tenants[project] = (at, tenant)
+
+    def put_back(self) -> None:
+        runtime = self.runtime
+        if self.store is not None:
+            runtime.store.put_back(self.store)
+        if self.memos is not None and runtime.persistence is not None:
+            runtime.persistence.put_back(self.memos)
+        if self.clocks is not None and self.waits is not None:
+            runtime.clocks.put_back(self.clocks)
+            runtime.waits.clear()
+            runtime.waits.update(self.waits)
+        if self.faults is not None and self.scheduled is not None:
+            runtime.faults.put_back(self.faults)
+            runtime.scheduled_rules.clear()   # (mutated, never rebound: the fault middleware holds it)
+            runtime.scheduled_rules.update(self.scheduled)
+        if self.tenants and runtime.persistence is not None and runtime.persistence.reload(sorted(self.tenants)):
+            for project, (at, before) in self.tenants.items():
+                runtime.resettle(project, at, before)
+        runtime.store.events.rollback(self.events)
+        runtime.rendered.clear()
+
+
 class UnitOfWork:
     """See :meth:`Runtime.unit_of_work`. A class rather than a generator: it runs on every request."""
 
-    __slots__ = ("creates", "principal", "runtime", "tenant", "write")
+    __slots__ = ("at", "creates", "moved", "outer", "principal", "runtime", "tenant", "undo", "write")
 
     def __init__(self, runtime: Runtime, principal: Principal, write: bool, creates: bool) -> None:
         self.runtime = runtime
@@ -114,13 +194,19 @@ class UnitOfWork:
         self.write = write
         self.creates = creates
         self.tenant: Tenant | None = None
+        self.undo: Undo | None = None   # made once the tenant is settled: what the unit itself changes
+        self.outer: ControlUnit | UnitOfWork | None = None
+        self.at = 0.0          # the tenant's time, settled to, when the unit opened
+        self.moved = False     # the unit moved a clock (a poll on the auto clock): journaled with the tenant
 
     def __enter__(self) -> tuple[Tenant, Ctx]:
         runtime = self.runtime
         runtime.lock.acquire()
         try:
-            if self.write and runtime.persistence is not None:
-                runtime.persistence.check_writable()
+            outer = self.outer = runtime.unit
+            persistence = runtime.persistence
+            if self.write and persistence is not None and outer is None:
+                persistence.check_writable()
             project = self.principal.project
             store = runtime.store
             tenant = store.get(project)
@@ -131,16 +217,30 @@ class UnitOfWork:
                     raise NotFound(f"no tenant {project!r}", code="unknown_tenant")
                 tenant = store.open(project) if self.write else store.new_tenant(project)
             ctx = runtime.ctx(self.principal)
+            if isinstance(outer, ControlUnit):  # (its clocks were kept when it opened: the time before it)
+                outer.undo.touch(project, outer.undo.clocks.now_of(project) if outer.undo.clocks else ctx.now,
+                                 store.get(project))
             engine.settle(tenant, ctx)
             if tenant.outbox:  # a scheduled fault rule fell due: the runtime's rules change now
                 runtime.carry_out(tenant)
             # Only a journal drains what the tables note: without one, noting would keep every id handed out.
             tenant.changes.noting = self.write and tenant.changes.enabled
+            if outer is None:
+                runtime.unit = self
+                self.at = ctx.now
+                if self.write and persistence is not None:  # (settling to now was no part of the change)
+                    self.undo = Undo(runtime)
         except BaseException:
             runtime.lock.release()
             raise
         self.tenant = tenant
         return tenant, ctx
+
+    def keeping(self) -> Undo | None:
+        """The unit's :class:`Undo`, made on first use (a read that moves a clock), when a journal could refuse."""
+        if self.undo is None and self.runtime.persistence is not None:
+            self.undo = Undo(self.runtime)
+        return self.undo
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         tenant = self.tenant
@@ -148,10 +248,93 @@ class UnitOfWork:
         try:
             if tenant is not None:
                 tenant.changes.noting = False
-                if self.write and exc_type is None and runtime.persistence is not None:
-                    runtime.persistence.commit(tenant)
+                persistence = runtime.persistence
+                if (self.write or self.moved) and exc_type is None and persistence is not None and (
+                        self.outer is None or self.write):
+                    try:
+                        persistence.commit(tenant, clock=self.moved)
+                    except Unavailable:
+                        self._put_back(tenant)
+                        raise
+                elif self.moved and self.outer is None and exc_type is not None:
+                    self._put_back(tenant)  # (a poll that moved the clock, then failed: as if it had not come)
         finally:
+            if self.outer is None:
+                runtime.unit = None
             self.tenant = None
+            self.undo = None
+            runtime.lock.release()
+
+    def _put_back(self, tenant: Tenant) -> None:
+        undo = self.undo
+        if undo is None:
+            return
+        undo.touch(tenant.project, self.at, tenant)
+        undo.put_back()
+
+
+class ControlUnit:
+    """See :meth:`Runtime.control`."""
+
+    __slots__ = ("after", "journal", "line", "outer", "rewrite", "runtime", "undo")
+
+    def __init__(self, runtime: Runtime, journal: bool) -> None:
+        self.runtime = runtime
+        self.journal = journal
+        self.outer: ControlUnit | None = None
+        self.undo: Undo | None = None
+        self.line: dict[str, Any] = {}   # what the line says besides the clocks: a reset, a seeded tenant
+        self.rewrite = False             # the whole file is written again instead (an import)
+        self.after: list[Callable[[], None]] = []   # what happens once the change is durable (settling)
+
+    def __enter__(self) -> ControlUnit:
+        runtime = self.runtime
+        runtime.lock.acquire()
+        try:
+            outer = runtime.unit
+            if outer is not None:
+                if not isinstance(outer, ControlUnit):
+                    raise RuntimeError("a control-plane change inside a tenant's unit of work")
+                self.outer = outer  # (one change made of several: the outermost journals it)
+                return outer
+            if self.journal and runtime.persistence is not None:
+                runtime.persistence.check_writable()
+            self.undo = Undo(runtime)
+            self.undo.keep_all()
+            runtime.unit = self
+        except BaseException:
+            runtime.lock.release()
+            raise
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        runtime = self.runtime
+        try:
+            if self.outer is not None:
+                return
+            undo = self.undo
+            assert undo is not None
+            try:
+                persistence = runtime.persistence
+                if exc_type is not None:
+                    if not (undo.tenants and persistence is None):  # (without a file, settled tenants stay)
+                        undo.put_back()
+                    return
+                if persistence is not None and (self.journal or self.line or self.rewrite):
+                    try:
+                        if self.rewrite:
+                            persistence.rewrite()
+                        else:
+                            persistence.control(**self.line)
+                    except Unavailable:
+                        undo.put_back()
+                        raise
+            finally:
+                runtime.unit = None
+                self.undo = None
+            for then in self.after:
+                then()
+        finally:
             runtime.lock.release()
 
 
@@ -204,6 +387,7 @@ class Runtime:
         # the first request after its time whatever the clock (emulator.http.faults). Mutated, never rebound.
         self.scheduled_rules: dict[str, float] = {}
         self.waits: dict[str, Wait] = {}   # the stall a test watchdog asks about (Runtime.waiting)
+        self.unit: UnitOfWork | ControlUnit | None = None   # the unit of work open now (they never interleave)
         self.faults = FaultSet(seed=config.seed, operations=spec.operation_ids(),
                                codes={k: spec.enum_values(v) for k, v in FAULT_CODES.items()})
         if config.faults_file:
@@ -224,6 +408,7 @@ class Runtime:
                     self._restore_clock(doc)
                 except snapshot.StateError as exc:
                     raise ConfigError(f"--state-file {config.state_file}: {exc}") from exc
+                self._restore_settings(doc)
             self.collect_blobs(force=True, file_matches=True)  # (just read: what a crash left behind goes)
             foreign = self.foreign_projects([*self.store.projects(), *self.clocks.tenants])
             if foreign:
@@ -308,13 +493,61 @@ class Runtime:
                 log.warning("the blob directory could not be swept: %s", exc)
                 return 0
 
-    # --- control-plane changes (each journaled) ------------------------------------------------------
+    # --- control-plane changes: each one unit of work, journaled as one line --------------------------
+
+    def control(self, *, journal: bool = True) -> ControlUnit:
+        """``with runtime.control() as unit:`` one change of the control plane, as a write is one change of a
+        tenant: it takes :attr:`lock`, refuses at once while the state file takes no writes, keeps the small
+        state it may change (the clocks and profiles, the fault rules and their counters, which tenants there
+        are, the seeds, the event log's end), and when the block ends journals one line (the clocks and
+        profiles; ``unit.line``: a reset, a seeded tenant; ``unit.rewrite``: the whole file, for an import).
+        An exception in the block, or a line the disk refuses (:class:`Unavailable`), puts back everything it
+        kept, and a tenant it settled meanwhile is reloaded from the file. ``journal=False``: nothing is
+        written (fault rules, which the file does not hold). What ``unit.after`` holds runs once the change is
+        durable. Opened inside another, it is part of that one."""
+        return ControlUnit(self, journal)
+
+    def set_clock(self, project: str | None, mode: str | None = None, speed: float | None = None,
+                  now: float | None = None) -> None:
+        """Switch a clock's mode or speed, or move it to ``now`` (the tenant's own clock, made on first use, or
+        the global one); :class:`ClockError` when not allowed (nothing changed)."""
+        with self.control() as unit:
+            if project is not None:
+                self.clocks.set_clock(project, mode=mode, speed=speed, now=now)
+            else:
+                self.clock.configure(mode=mode, speed=speed)
+                if now is not None:
+                    self.clock.set_time(now)
+                self.clocks.set_globally(mode=mode, speed=speed)
+            unit.after.append(lambda: self._moved(project))
+
+    def advance(self, project: str | None, seconds: float) -> None:
+        """Move a clock on by ``seconds`` (the tenant's own, made on first use, or the global one)."""
+        with self.control() as unit:
+            if project is not None:
+                self.clocks.advance(project, seconds)
+            else:
+                self.clock.advance(seconds)
+            unit.after.append(lambda: self._moved(project))
+
+    def drop_clock(self, project: str) -> None:
+        with self.control() as unit:
+            self.clocks.drop_clock(project)
+            unit.after.append(lambda: self._moved(project))
+
+    def set_profile(self, project: str | None, name: Any, overrides: Any = None) -> None:
+        """The timing profile of a tenant, or the global one; ValueError naming what is wrong."""
+        with self.control():
+            self.clocks.set_profile(project, name, overrides)
+
+    def drop_profile(self, project: str) -> None:
+        with self.control():
+            self.clocks.drop_profile(project)
 
     def reset(self, project: str | None = None, seed: int | None = None, *, keep_settings: bool = False) -> None:
         """Forget one project's state, or everyone's (and reseed). A project's own clock, profile and seed go
         with it, unless ``keep_settings``; ``seed`` gives it a seed of its own."""
-        with self.lock:
-            self._check_writable()
+        with self.control() as unit:
             if project is not None and keep_settings:
                 own_seed = self.store.seed_for(project)
                 seed = seed if seed is not None else (own_seed if own_seed != self.store.seed else None)
@@ -328,20 +561,56 @@ class Runtime:
             else:
                 self.scheduled_rules.pop(project, None)
                 self.waits.pop(project, None)
-            if self.persistence is not None:
-                self.persistence.record_reset(project)
-                if tenant is not None:  # a tenant with a seed of its own: written at once, with its seed
-                    self.persistence.commit(tenant)
+            # A tenant with a seed of its own is written at once, with its seed, in the reset's line.
+            unit.line.update(reset=True, project=project, tenant=tenant)
 
-    def clock_changed(self, project: str | None = None) -> None:
-        """Journal the clock after a control-plane change (a restart never goes back in virtual time), and
-        carry out the fault rules scheduled by then for the tenants whose time moved (``project``, or every
-        tenant following the global clock): the next request meets them."""
-        with self.lock:
-            if self.persistence is not None:
-                self.persistence.record_clock()
-            for p in [project] if project is not None else self._global_tenants(list(self.scheduled_rules)):
-                self.fire_due_rules(p)
+    def _moved(self, project: str | None = None) -> None:
+        """A clock moved (the tenant's, or the global one): carry out the fault rules scheduled by then for the
+        tenants whose time moved, so the next request meets them (each in a unit of work of its own)."""
+        for p in [project] if project is not None else self._global_tenants(list(self.scheduled_rules)):
+            self.fire_due_rules(p)
+
+    # --- fault rules (not in the state file: a restart starts with --faults) -------------------------------
+
+    def add_faults(self, rules: Any, tenant: str | None = None) -> list[dict[str, Any]]:
+        with self.control(journal=False):
+            return self.faults.load(rules, tenant=tenant)
+
+    def clear_faults(self, tenant: str | None = None) -> None:
+        with self.control(journal=False):
+            self.faults.clear(tenant)
+
+    def remove_fault(self, name: str, tenant: str | None = None) -> bool:
+        with self.control(journal=False):
+            return self.faults.remove(name, tenant)
+
+    def resettle(self, project: str, at: float, before: Tenant | None) -> None:
+        """A tenant just reloaded from the file (a change to it was refused), settled to ``at``, where it was
+        before: what that settles was logged already (the event log stays as it is), and a fault rule
+        scheduled by then was carried out already (its action ends as it ended then, ``before``'s)."""
+        tenant = self.store.get(project)
+        if tenant is None:
+            return
+        ctx = self.ctx(Principal(user="", project=project))
+        ctx.now = at
+        sink, tenant.events = tenant.events, _QUIET
+        try:
+            engine.settle(tenant, ctx)
+            log = tenant.changes
+            noting, log.noting = log.noting, log.enabled
+            try:
+                while tenant.outbox:
+                    record, when = tenant.outbox.pop(0)
+                    then = before.actions.read(record.id) if before is not None else None
+                    if then is not None and then.status in (ActionStatus.DONE, ActionStatus.FAILED):
+                        actions.finish(tenant, record, then.status == ActionStatus.DONE, then.result or "", when)
+                    else:
+                        tenant.outbox.insert(0, (record, when))
+                        self.carry_out(tenant)
+            finally:
+                log.noting = noting
+        finally:
+            tenant.events = sink
 
     def settle(self, project: str | None = None) -> None:
         """Bring one tenant (or every tenant) to now, for views of the whole store: a read unit of work each."""
@@ -356,12 +625,14 @@ class Runtime:
         """Those of ``projects`` that follow the global clock (no clock of their own)."""
         return [p for p in projects if self.clocks.clock_for(p) is self.clock]
 
-    def _time_scope(self, project: str | None) -> tuple[Clock, list[str]]:
-        """The clock a move acts on and the tenants whose time it moves: a tenant's own clock (made on first
-        use, from where its time is, as an advance makes it), or the global clock and its tenants."""
-        if project is not None:
-            return self.clocks.set_clock(project), [project]
-        return self.clock, self._global_tenants(self.store.projects())
+    def _scope(self, project: str | None) -> list[str]:
+        """The tenants whose time a move of ``project``'s clock (None: the global one) moves."""
+        return [project] if project is not None else self._global_tenants(self.store.projects())
+
+    def _own_clock(self, project: str | None) -> Clock:
+        """The clock a move acts on: a tenant's own (made on first use, from where its time is, as an advance
+        makes it), or the global one. Inside a control unit: making one is a change."""
+        return self.clocks.set_clock(project) if project is not None else self.clock
 
     def _pending(self, projects: list[str]) -> list[tuple[str, Upcoming]]:
         """Each tenant settled to now (a read unit of work), then what is still to come, in time order."""
@@ -377,8 +648,7 @@ class Runtime:
         of every tenant that follows the global clock."""
         with self.lock:
             clock = self.clocks.clock_for(project) if project is not None else self.clock
-            projects = [project] if project is not None else self._global_tenants(self.store.projects())
-            return clock.now(), self._pending(projects)
+            return clock.now(), self._pending(self._scope(project))
 
     def _move(self, clock: Clock, to: float, projects: list[str]) -> None:
         clock.set_time(max(to, clock.now()))
@@ -410,53 +680,66 @@ class Runtime:
         """Move the clock (the tenant's own, or the global one) to the next pending transition and let
         everything due then happen: (that transition, or None when nothing is pending; what was crossed)."""
         with self.lock:
-            clock, projects = self._time_scope(project)
-            pending = self._pending(projects)
+            projects = self._scope(project)
+            pending = self._pending(projects)  # (what is due now happens first: no part of the move)
+            mark = self.store.events.last_seq
+            with self.control():  # the move is journaled before anything happens at the new time
+                clock = self._own_clock(project)
+                if pending:
+                    clock.set_time(max(pending[0][1].at, clock.now()))
             if not pending:
                 return None, []
-            mark = self.store.events.last_seq
-            first = pending[0][1]
-            self._move(clock, first.at, projects)
+            self._move(clock, clock.now(), projects)
+            self._moved(project)
             crossed = self._crossed(mark, projects, [pu for pu in pending if pu[1].seq == upcoming.DERIVED_SEQ],
                                     clock.now())
-        self.clock_changed(project)
-        return first, crossed
+        return pending[0][1], crossed
 
     def run(self, project: str | None, until: tuple[str, str | None] | None,
             max_seconds: float = DEFAULT_RUN_SECONDS) -> list[dict[str, Any]]:
         """Move through the pending transitions in order until ``until`` holds (an object id and the status it
         must reach, None: any final status) or, without one, until nothing is pending within ``max_seconds``.
         Returns what was crossed. :class:`Invalid` when the condition cannot hold within ``max_seconds``,
-        naming the next pending transition; the clock then stays at the last transition it crossed."""
+        naming the next pending transition; the clock then stays at the last transition it crossed. One unit
+        of work: refused by the disk, nothing moved."""
         with self.lock:
-            clock, projects = self._time_scope(project)
-            start = clock.now()
-            limit = later(start, max_seconds)
+            projects = self._scope(project)
             if until is not None:
                 projects = [self._holder(projects, until[0])]
                 until = (until[0], self._status_named(projects[0], *until))
             mark = self.store.events.last_seq
+            self._pending(projects)  # (what is due now happens first: no part of the run, nor undone with it)
             derived: list[tuple[str, Upcoming]] = []
             blocked: Upcoming | None = None
             met, exhausted = until is None, False
-            for _ in range(MAX_STEPS):
-                if until is not None:
-                    met = self._check_until(projects[0], until, clock)
-                    if met:
-                        break
-                pending = self._pending(projects)
-                derived.extend(pu for pu in pending if pu[1].seq == upcoming.DERIVED_SEQ and pu not in derived)
-                if not pending:
-                    break
-                if pending[0][1].at > limit:
-                    blocked = pending[0][1]
-                    break
-                self._move(clock, pending[0][1].at, projects)
-            else:  # (the last step may have been the one that was needed)
-                met = self._check_until(projects[0], until, clock) if until is not None else True
-                exhausted = not met if until is not None else bool(self._pending(projects))
+            failed: Invalid | None = None
+            with self.control():
+                clock = self._own_clock(project)
+                start = clock.now()
+                limit = later(start, max_seconds)
+                try:
+                    for _ in range(MAX_STEPS):
+                        if until is not None:
+                            met = self._check_until(projects[0], until, clock)
+                            if met:
+                                break
+                        pending = self._pending(projects)
+                        derived.extend(pu for pu in pending if pu[1].seq == upcoming.DERIVED_SEQ and pu not in derived)
+                        if not pending:
+                            break
+                        if pending[0][1].at > limit:
+                            blocked = pending[0][1]
+                            break
+                        self._move(clock, pending[0][1].at, projects)
+                    else:  # (the last step may have been the one that was needed)
+                        met = self._check_until(projects[0], until, clock) if until is not None else True
+                        exhausted = not met if until is not None else bool(self._pending(projects))
+                except Invalid as exc:  # (a final status the condition can no longer reach: what happened stays)
+                    failed = exc
+            self._moved(project)
             crossed = self._crossed(mark, projects, derived, clock.now())
-        self.clock_changed(project)
+        if failed is not None:
+            raise failed
         if exhausted:
             raise Invalid(f"run: more than {MAX_STEPS} instants with transitions in one call; the clock stopped at "
                           f"{rfc3339(clock.now())} after crossing {len(crossed)} transition(s): run again",
@@ -541,23 +824,25 @@ class Runtime:
                     del self.waits[next(iter(self.waits))]
                 self.waits[project] = Wait(table, obj_id, record.status, ctx.now, wall(), wall())
             return
-        moved = False
+        unit = self.unit
         for _ in range(MAX_STEPS):
             nxt = upcoming.next_for(tenant, ctx.now, ids)
             if nxt is None:
                 break
+            if isinstance(unit, UnitOfWork) and not unit.moved:  # journaled with the unit, or put back with it
+                undo = unit.keeping()
+                if undo is not None:
+                    undo.keep_clocks()
+                unit.moved = True
             clock.set_time(max(nxt.at, clock.now()))
             ctx.now = clock.now()
             engine.settle(tenant, ctx)
             if tenant.outbox:
                 self.carry_out(tenant)
-            moved = True
             record = tenant.table(table).read(obj_id)
             ids = upcoming.waits_on(tenant, table, record) if record is not None else None
             if ids is None:
                 break
-        if moved and self.persistence is not None:
-            self.persistence.record_clock()
 
     def not_polling(self, project: str) -> None:
         """The client did something else than poll: it is not stuck waiting (see :meth:`polled`)."""
@@ -630,6 +915,10 @@ class Runtime:
     def carry_out(self, tenant: Tenant) -> None:
         """The fault-rule actions that settling found due (``tenant.outbox``): add or remove the rule, then
         finish the action (noted for the journal as settling notes its changes)."""
+        unit = self.unit
+        undo = unit.keeping() if isinstance(unit, UnitOfWork) else None
+        if undo is not None:  # (settling as a unit opens is no part of its change: it has no Undo yet)
+            undo.keep_faults()
         log = tenant.changes
         noting, log.noting = log.noting, log.enabled
         try:
@@ -675,16 +964,21 @@ class Runtime:
             return snapshot.export_state(self.store, self.describe_clocks(), inline_bytes=True)
 
     def describe_clocks(self) -> dict[str, Any]:
-        """The global clock, with every tenant's own clock and profile (the ``clock`` of a state document)."""
+        """The global clock, with every tenant's own clock and profile (the ``clock`` of a state document), and
+        what the control plane set globally (``settings``: the mode, speed and profile a restart restores)."""
         out = self.clock.describe()
         tenants = self.clocks.export()
         if tenants:
             out["tenants"] = tenants
+        if self.clocks.settings:
+            out["settings"] = dict(self.clocks.settings)
         return out
 
     def import_state(self, doc: Any) -> None:
-        """Replace the whole state; a bad document raises :class:`snapshot.StateError` and changes nothing."""
-        with self.lock:
+        """Replace the whole state; a bad document raises :class:`snapshot.StateError` and changes nothing. One
+        unit of work: checked and built completely first, then swapped in and the file rewritten; a rewrite
+        the disk refuses puts the old store back (:class:`Unavailable`)."""
+        with self.lock, self._refused_bytes():
             self._check_writable()
             tenant_clocks = self._tenant_clocks(doc)
             foreign = self.foreign_projects([*(doc.get("tenants") or {}), *tenant_clocks]) \
@@ -693,12 +987,24 @@ class Runtime:
                 raise snapshot.StateError(f"the document holds tenants of other shards than {self.shard} "
                                           f"({', '.join(foreign[:3])}): a shard imports its own tenants only "
                                           "(import each tenant with X-Emulator-Tenant, through the balancer)")
-            snapshot.import_state(self.store, doc, self.state_checker, self.integrity.check)
-            self.rendered.clear()
-            self._restore_clock(doc, tenant_clocks)
-            if self.persistence is not None:
-                self.persistence.rewrite()
-            self.collect_blobs(force=True, file_matches=True)  # the bytes of what the import replaced
+            built = snapshot.built_state(self.store, doc, self.state_checker, self.integrity.check)
+            with self.control() as unit:
+                unit.rewrite = True
+                snapshot.install(self.store, built)
+                self.rendered.clear()
+                self._restore_clock(doc, tenant_clocks)
+        self.collect_blobs(force=True, file_matches=True)  # the bytes of what the import replaced
+
+    @contextlib.contextmanager
+    def _refused_bytes(self) -> Iterator[None]:
+        """Uploaded bytes a document carried inline are stored as it is checked: refused, they go again."""
+        blobs = self.store.blobs
+        before = blobs.names()
+        try:
+            yield
+        except BaseException:
+            blobs.discard(blobs.names() - before - self.store.blob_names())
+            raise
 
     def export_tenant(self, project: str) -> dict[str, Any]:
         """One tenant's state document: the format of the whole state with that tenant only, its seed, and the
@@ -722,7 +1028,7 @@ class Runtime:
         """Replace one tenant with the single tenant of ``doc`` (exported from any project). The tenant's clock
         is set to the document's: its records are the document's, so no time goes back behind them. Checked
         completely first (:class:`snapshot.StateError`); nothing changes on a refusal."""
-        with self.lock:
+        with self.lock, self._refused_bytes():
             self._check_writable()
             doc = snapshot.store_inline_bytes(snapshot.upgrade(doc), self.store.blobs)
             self.state_checker.check(doc)
@@ -739,17 +1045,17 @@ class Runtime:
             clock = doc.get("clock") or {}
             entry = {k: v for k, v in clock.items() if k in ("now", "mode", "speed", "profile")}
             own = self._tenant_clocks({"clock": {"tenants": {project: entry}}}).get(project)
-            self.clocks.forget(project)
-            self.store.reset(project, None if seed == self.store.seed else seed)
-            for tenant in built:
-                self.store.put(tenant)
-            if own is not None and (own.clock is not None or own.timing is not None):
-                self.clocks.restore({project: own}, [project])
-            self.rendered.clear()
-            self._recount_rules([project])
-            if self.persistence is not None:
-                self.persistence.rewrite()
-            self.collect_blobs(force=True, file_matches=True)
+            with self.control() as unit:
+                unit.rewrite = True
+                self.clocks.forget(project)
+                self.store.reset(project, None if seed == self.store.seed else seed)
+                for tenant in built:
+                    self.store.put(tenant)
+                if own is not None and (own.clock is not None or own.timing is not None):
+                    self.clocks.restore({project: own}, [project])
+                self.rendered.clear()
+                self._recount_rules([project])
+        self.collect_blobs(force=True, file_matches=True)
 
     @staticmethod
     def _tenant_clocks(doc: Any) -> Any:
@@ -776,6 +1082,33 @@ class Runtime:
         self.waits.clear()
         self.scheduled_rules.clear()
         self._recount_rules(self.store.projects())
+
+    def _restore_settings(self, doc: dict[str, Any]) -> None:
+        """At start-up, what the control plane had set of the global clock and profile (a state file's): it
+        outlives the restart, over the command line's, which is said."""
+        settings = (doc.get("clock") or {}).get("settings")
+        if not settings:
+            return
+        where = f"--state-file {self.config.state_file}: clock.settings"
+        if not isinstance(settings, dict) or set(settings) - {"mode", "speed", "profile"}:
+            raise ConfigError(f"{where} holds what this emulator does not set (mode, speed, profile)")
+        profile = settings.get("profile")
+        try:
+            self.clock.configure(mode=settings.get("mode"), speed=settings.get("speed"))
+            if profile is not None:
+                if not isinstance(profile, dict):
+                    raise ValueError("profile must be an object {name, overrides}")
+                self.clocks.set_profile(None, profile.get("name"), profile.get("overrides"))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{where}: {exc}") from exc
+        self.clocks.set_globally(mode=settings.get("mode"), speed=settings.get("speed"))
+        told = [f"{what} {value!r} (the command line said {said!r})" for what, value, said in (
+            ("clock mode", settings.get("mode"), self.config.clock),
+            ("speed", settings.get("speed"), self.config.speed),
+            ("profile", (profile or {}).get("name"), self.config.profile)) if value is not None and value != said]
+        if told:
+            log.warning("--state-file %s: keeps what the control plane set: %s; the control plane changes it",
+                        self.config.state_file, ", ".join(told))
 
 
 def _own_rules(tenant: Tenant, api_key: str) -> None:

@@ -33,6 +33,28 @@ class TenantTime:
     profile: dict[str, Any] | None = None   # {"name", "overrides"}: how ``timing`` was made
 
 
+ClockState = tuple[str, float, float, float]
+
+
+@dataclass(slots=True, frozen=True)
+class SavedClocks:
+    """What :meth:`TenantClocks.save` keeps: each clock's state and the time it read (the clock objects are
+    kept, so whoever holds one still holds the right one), and the profiles."""
+
+    clock: ClockState
+    now: float
+    timing: Timing
+    profile: dict[str, Any]
+    settings: dict[str, Any]
+    tenants: dict[str, tuple[TenantTime, Clock | None, ClockState | None, float | None, Timing | None,
+                             dict[str, Any] | None]]
+
+    def now_of(self, project: str) -> float:
+        """The virtual time the tenant read when this was saved."""
+        own = self.tenants.get(project)
+        return own[3] if own is not None and own[3] is not None else self.now
+
+
 def make_timing(name: Any, overrides: Any = None) -> Timing:
     """A timing profile by name with overrides; ValueError naming what is wrong."""
     if name not in PROFILES:
@@ -55,6 +77,9 @@ class TenantClocks:
         self.timing = timing
         self.profile = profile   # {"name", "overrides"} of the global timing
         self.tenants: dict[str, TenantTime] = {}
+        # What the control plane set of the global clock and profile ("mode", "speed", "profile"): a state file
+        # keeps it, and a restart restores it over the command line's (the command line's is the rest).
+        self.settings: dict[str, Any] = {}
         self._has_state = has_state
         self._lock = threading.Lock()
 
@@ -134,12 +159,23 @@ class TenantClocks:
 
     # --- timing profiles ----------------------------------------------------------------------------
 
+    def set_globally(self, mode: str | None = None, speed: float | None = None) -> None:
+        """Note what the control plane set of the global clock (see :attr:`settings`)."""
+        with self._lock:
+            settings = dict(self.settings)
+            if mode is not None:
+                settings["mode"] = mode
+            if speed is not None:
+                settings["speed"] = float(speed)
+            self.settings = settings
+
     def set_profile(self, project: str | None, name: Any, overrides: Any = None) -> None:
         timing = make_timing(name, overrides)
         profile = {"name": str(name), "overrides": dict(overrides or {})}
         with self._lock:
             if project is None:
                 self.timing, self.profile = timing, profile
+                self.settings = {**self.settings, "profile": profile}
             else:
                 own = self.tenants.setdefault(project, TenantTime())
                 own.timing, own.profile = timing, profile
@@ -150,6 +186,28 @@ class TenantClocks:
             if own is not None:
                 own.timing = own.profile = None
                 self._prune(project)
+
+    # --- putting back what a refused change changed ---------------------------------------------------
+
+    def save(self) -> SavedClocks:
+        """Every clock's state and every profile, for :meth:`put_back` (a unit of work the journal refuses)."""
+        with self._lock:
+            tenants = {p: (own, own.clock, None, None, own.timing, own.profile) if own.clock is None
+                       else (own, own.clock, own.clock.state(), own.clock.now(), own.timing, own.profile)
+                       for p, own in self.tenants.items()}
+            return SavedClocks(self.clock.state(), self.clock.now(), self.timing, self.profile, self.settings, tenants)
+
+    def put_back(self, saved: SavedClocks) -> None:
+        with self._lock:
+            self.clock.restore(saved.clock)
+            self.timing, self.profile, self.settings = saved.timing, saved.profile, saved.settings
+            tenants: dict[str, TenantTime] = {}
+            for project, (own, clock, state, _now, timing, profile) in saved.tenants.items():
+                if clock is not None and state is not None:
+                    clock.restore(state)
+                own.clock, own.timing, own.profile = clock, timing, profile
+                tenants[project] = own
+            self.tenants = tenants
 
     # --- forgetting, export and import --------------------------------------------------------------
 

@@ -124,7 +124,7 @@ def test_unknown_fault_header_and_bad_rules_are_400(client: TestClient) -> None:
     assert_error(client.get(f"{RL}/supported-models", headers={"X-Emulator-Fault": "nope"}), 400)
     assert_error(client.post("/_emulator/faults", json={"effect": {"status": 200}}), 400)
     assert_error(client.post("/_emulator/faults", json={"effect": {}, "trigger": {"first_n": 1}}), 400)
-    assert client.delete("/_emulator/faults").json() == {"data": []}
+    assert client.delete("/_emulator/faults").json() == {"data": [], "persisted": False}
 
 
 def test_a_rule_whose_name_has_a_slash_is_removed_by_its_encoded_name(client: TestClient) -> None:
@@ -205,3 +205,29 @@ def test_readme_bad_day_rules_load() -> None:
 def test_fault_header_without_any_rule_is_400(client: TestClient) -> None:
     err = assert_error(client.get(f"{RL}/supported-models", headers={"X-Emulator-Fault": "missing"}), 400)
     assert err["param"] == "X-Emulator-Fault"
+
+
+def test_fault_effects_reach_the_domain_as_domain_events(realistic_runtime: Runtime) -> None:
+    """Issue 38, item 6: the domain is told what happens to which object, never the request (its operationId,
+    path parameters or rendered answer); emulator.api.faults says which objects a request names."""
+    import inspect
+
+    from emulator.api import faults as api_faults
+    from emulator.domain import fault_effects as fx
+
+    assert list(inspect.signature(fx.apply).parameters) == ["tenant", "ctx", "named", "events"]
+    runtime = realistic_runtime
+    with make_client(runtime) as client:
+        r = create_resource(client)  # PENDING: the realistic profile takes a while
+    project = runtime.tenancy.project_for_token("test-token")
+    assert project is not None
+    with runtime.unit_of_work(project, write=True) as (tenant, ctx):
+        position = fx.apply(tenant, ctx, fx.Named(resource_id=r["id"]), [fx.QueuedAt(4)])
+        assert position == 4 and tenant.resources.peek(r["id"]).queue_extra == 3
+        fx.apply(tenant, ctx, fx.Named(resource_id=r["id"]), [fx.ResourceFails("MODEL_RESOURCES_ERROR_CODE_"
+                                                                               "PROVISIONING_FAILED", "gone")])
+        assert tenant.resources.peek(r["id"]).status == "MODEL_RESOURCES_STATUS_ERROR"
+    named = api_faults.named("createSession", {}, {"model_resources_id": "r1"}, {"id": "s1"})
+    assert named == fx.Named(operation_id="s1", session_id="s1", resource_id="r1")
+    assert api_faults.events({"operation_fails": "X", "queue_position": 2, "message": "m", "session_error": "Y"}) == [
+        fx.OperationFails("X"), fx.QueuedAt(2), fx.SessionFails("Y", "m")]

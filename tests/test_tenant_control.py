@@ -146,7 +146,7 @@ def test_fault_rules_scoped_to_a_tenant_never_touch_another(client: TestClient) 
     assert client.get(f"{RL}/model-resources", headers=as_(client, A)).status_code == 200
     assert client.get(f"{RL}/model-resources", headers=as_(client, B)).status_code == 503
     assert client.delete("/_emulator/faults/down", headers=scoped(A)).status_code == 404
-    assert client.delete("/_emulator/faults/down", headers=scoped(B)).json() == {"data": []}
+    assert client.delete("/_emulator/faults/down", headers=scoped(B)).json() == {"data": [], "persisted": False}
 
 
 def test_forced_fault_header_never_fires_another_tenants_rule(client: TestClient) -> None:

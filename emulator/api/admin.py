@@ -24,6 +24,7 @@ from emulator.store import snapshot
 from emulator.store.records import ScheduledAction
 
 TENANT_HEADER = "x-emulator-tenant"
+WARNING = "X-Emulator-Warning"
 
 
 def _project(req: Request, token: str | None, param: str = "tenant") -> str | None:
@@ -74,12 +75,7 @@ def _at(value: Any, param: str = "now") -> float | None:
 def _set_clock(runtime: Runtime, project: str | None, body: dict[str, Any], where: str = "") -> None:
     at = _at(body.get("now"), f"{where}now")
     try:
-        if project is not None:
-            runtime.clocks.set_clock(project, mode=body.get("mode"), speed=body.get("speed"), now=at)
-        else:
-            runtime.clock.configure(mode=body.get("mode"), speed=body.get("speed"))
-            if at is not None:
-                runtime.clock.set_time(at)
+        runtime.set_clock(project, mode=body.get("mode"), speed=body.get("speed"), now=at)
     except ClockError as exc:
         raise Invalid(f"{where.rstrip('.') + ': ' if where else ''}{exc}") from exc
 
@@ -92,9 +88,7 @@ def admin_get_clock(req: Request) -> Reply:
 def admin_set_clock(req: Request) -> Reply:
     tenant = _tenant(req)
     project = tenant[1] if tenant else None
-    with req.runtime.lock:
-        _set_clock(req.runtime, project, req.json())
-    req.runtime.clock_changed(project)
+    _set_clock(req.runtime, project, req.json())
     return 200, req.runtime.clocks.describe(project)
 
 
@@ -111,13 +105,9 @@ def admin_advance_clock(req: Request) -> Reply:
         return 200, {**req.runtime.clocks.describe(project), "crossed": crossed}
     seconds = float(body["seconds"])
     try:
-        if tenant is not None:
-            req.runtime.clocks.advance(tenant[1], seconds)
-        else:
-            req.runtime.clock.advance(seconds)
+        req.runtime.advance(tenant[1] if tenant else None, seconds)
     except ClockError as exc:
         raise Invalid(f"seconds: {exc}", param="seconds") from exc
-    req.runtime.clock_changed(tenant[1] if tenant else None)
     return 200, req.runtime.clocks.describe(tenant[1] if tenant else None)
 
 
@@ -214,11 +204,9 @@ def admin_drop_clock(req: Request) -> Reply:
         raise Invalid("name the tenant whose own clock goes (X-Emulator-Tenant or ?tenant=); the global "
                       "clock cannot be removed", param="tenant")
     try:
-        with req.runtime.lock:
-            req.runtime.clocks.drop_clock(tenant[1])
+        req.runtime.drop_clock(tenant[1])
     except ClockError as exc:
         raise Invalid(str(exc)) from exc
-    req.runtime.clock_changed()
     return 200, req.runtime.clocks.describe(tenant[1])
 
 
@@ -228,7 +216,7 @@ def _set_profile(runtime: Runtime, project: str | None, body: Any, param: str = 
     if not isinstance(body, dict):
         raise Invalid(f"{param}: an object {{profile, overrides}}", param=param)
     try:
-        runtime.clocks.set_profile(project, body.get("profile"), body.get("overrides"))
+        runtime.set_profile(project, body.get("profile"), body.get("overrides"))
     except ValueError as exc:
         raise Invalid(f"{param}: {exc}", param=param) from exc
 
@@ -242,7 +230,6 @@ def admin_set_profile(req: Request) -> Reply:
     tenant = _tenant(req)
     project = tenant[1] if tenant else None
     _set_profile(req.runtime, project, req.json())
-    req.runtime.clock_changed()  # (profiles travel with the clocks in a state document)
     return 200, req.runtime.clocks.describe_profile(project)
 
 
@@ -251,8 +238,7 @@ def admin_drop_profile(req: Request) -> Reply:
     if tenant is None:
         raise Invalid("name the tenant whose own profile goes (X-Emulator-Tenant or ?tenant=)",
                       param="tenant")
-    req.runtime.clocks.drop_profile(tenant[1])
-    req.runtime.clock_changed()
+    req.runtime.drop_profile(tenant[1])
     return 200, req.runtime.clocks.describe_profile(tenant[1])
 
 
@@ -264,14 +250,12 @@ def _reset(runtime: Runtime, project: str | None, seed: int | None, body: dict[s
     for. Fault rules stay."""
     if body.get("clock") is not None and not isinstance(body["clock"], dict):
         raise Invalid("clock: an object {mode, speed, now}", param="clock")
-    runtime.reset(project, seed, keep_settings=bool(body.get("keep_settings")) and project is not None)
-    if body.get("clock") is not None:
-        with runtime.lock:
+    with runtime.control():  # one change: a clock or profile refused leaves the tenant as it was
+        runtime.reset(project, seed, keep_settings=bool(body.get("keep_settings")) and project is not None)
+        if body.get("clock") is not None:
             _set_clock(runtime, project, body["clock"], "clock.")
-    if body.get("profile") is not None:
-        _set_profile(runtime, project, body["profile"])
-    if body.get("clock") is not None or body.get("profile") is not None:
-        runtime.clock_changed()
+        if body.get("profile") is not None:
+            _set_profile(runtime, project, body["profile"])
 
 
 def admin_reset(req: Request) -> Reply:
@@ -346,30 +330,40 @@ def _shipped_faults(body: Any) -> Any:
         raise Invalid(str(exc), param="fixture") from exc
 
 
+def _not_kept(req: Request, answer: dict[str, Any]) -> Reply:
+    """Fault rules live in the process only (their counters move with every request): a state file does not
+    keep them, and the answer says so (``persisted``: false, and a warning with a state file)."""
+    answer["persisted"] = False
+    if req.runtime.persistence is None:
+        return 200, answer
+    return 200, answer, {WARNING: "fault rules are not kept in the state file: a restart starts with the "
+                                  "--faults rules only"}
+
+
 def admin_add_faults(req: Request) -> Reply:
     tenant = _tenant(req)
     body = req.body
     if isinstance(body, dict) and set(body) == {"fixture"}:
         body = _shipped_faults(body)
     try:
-        added = req.runtime.faults.load(body, tenant=tenant[0] if tenant else None)
+        added = req.runtime.add_faults(body, tenant=tenant[0] if tenant else None)
     except FaultError as exc:
         raise Invalid(str(exc), code="invalid_fault_rule") from exc
-    return 200, {"data": added}
+    return _not_kept(req, {"data": added})
 
 
 def admin_clear_faults(req: Request) -> Reply:
     tenant = _tenant(req)
-    req.runtime.faults.clear(tenant[0] if tenant else None)
-    return 200, {"data": []}
+    req.runtime.clear_faults(tenant[0] if tenant else None)
+    return _not_kept(req, {"data": []})
 
 
 def admin_remove_fault(req: Request) -> Reply:
     tenant = _tenant(req)
     name = req.path["name"]
-    if not req.runtime.faults.remove(name, tenant[0] if tenant else None):
+    if not req.runtime.remove_fault(name, tenant[0] if tenant else None):
         raise NotFound(f"no fault rule named {name!r}" + (" for this tenant" if tenant else ""), param="name")
-    return 200, {"data": req.runtime.faults.describe(tenant[0] if tenant else None)}
+    return _not_kept(req, {"data": req.runtime.faults.describe(tenant[0] if tenant else None)})
 
 
 # --- scenarios -------------------------------------------------------------------------------------------

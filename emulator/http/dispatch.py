@@ -20,7 +20,7 @@ import orjson
 from emulator.api import faults, handler_for
 from emulator.api.request import READ_METHODS, Request
 from emulator.clock import rfc3339
-from emulator.errors import Invalid, NotFound
+from emulator.errors import Invalid, NotFound, Unavailable
 from emulator.http.access_log import note
 from emulator.http.asgi import (
     Receive,
@@ -36,7 +36,7 @@ from emulator.http.asgi import (
     send_json,
 )
 from emulator.http.auth import principal
-from emulator.http.faults import state_effect
+from emulator.http.faults import give_back, state_effect
 from emulator.http.validation import PARSED_BODY, PARSED_QUERY, parse_json_body
 from emulator.runtime import Runtime
 
@@ -126,20 +126,24 @@ class Dispatcher:
                 result = await result
             payload = result[1]
         else:
-            with self.runtime.unit_of_work(caller, write=method not in READ_METHODS) as (tenant, ctx):
-                request.tenant, request.ctx = tenant, ctx
-                polled = getattr(handler, "polls", None)
-                if polled is not None:  # a client reads an object it may wait on (the auto clock, a stall)
-                    self.runtime.polled(tenant, ctx, polled[0], request.path.get(polled[1], ""))
-                elif self.runtime.waits:
-                    self.runtime.not_polling(caller.project)
-                result = handler(request)
-                payload = result[1]
-                effect = state_effect(scope)
-                if effect is not None and result[0] < 400:
-                    # Not settled first: under the instant profile what the request made is already due, and
-                    # must be marked (an operation to fail, a resource to hold in the queue) before it happens.
-                    faults.apply(tenant, ctx, effect, op, request.path, body, payload)
+            try:
+                with self.runtime.unit_of_work(caller, write=method not in READ_METHODS) as (tenant, ctx):
+                    request.tenant, request.ctx = tenant, ctx
+                    polled = getattr(handler, "polls", None)
+                    if polled is not None:  # a client reads an object it may wait on (the auto clock, a stall)
+                        self.runtime.polled(tenant, ctx, polled[0], request.path.get(polled[1], ""))
+                    elif self.runtime.waits:
+                        self.runtime.not_polling(caller.project)
+                    result = handler(request)
+                    payload = result[1]
+                    effect = state_effect(scope)
+                    if effect is not None and result[0] < 400:
+                        # Not settled first: under the instant profile what the request made is already due,
+                        # and must be marked (an operation to fail, a resource to hold) before it happens.
+                        faults.apply(tenant, ctx, effect, op, request.path, body, payload)
+            except Unavailable:  # refused, so not applied: a fault rule's trigger it used is there for the next
+                give_back(scope, self.runtime.faults, self.runtime.store.events)
+                raise
         status = result[0]
         extra: Mapping[str, str | list[str]] | None = result[2] if len(result) > 2 else None  # type: ignore[misc]
         if request.ctx is not None and request.ctx.warnings:

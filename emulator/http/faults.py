@@ -20,6 +20,7 @@ from emulator.http.auth import is_admin_operation, principal
 from emulator.store import EventLog
 
 STATE_EFFECT = "emulator_fault"
+TAKEN = "emulator_fault_taken"   # what the rules counted for this request, and the fault event's number
 # Set by the scenario loader's in-process requests (a scope key no client can send): the rules, which count
 # and fire on what clients do, leave them alone; a step's own effect still comes through X-Emulator-Fault.
 SCENARIO = "emulator_scenario"
@@ -27,6 +28,17 @@ SCENARIO = "emulator_scenario"
 
 def state_effect(scope: Scope) -> dict[str, Any] | None:
     return scope.get("extensions", {}).get(STATE_EFFECT)
+
+
+def give_back(scope: Scope, faults: FaultSet, events: EventLog) -> None:
+    """The request was refused before anything of it was kept (the disk would not take it): what the rules
+    counted for it is given back (a ``first_n`` trigger it used serves the next request) and its fault event
+    goes."""
+    taken = scope.get("extensions", {}).pop(TAKEN, None)
+    if taken is not None:
+        faults.give_back(taken[0])
+        if taken[1] is not None:
+            events.discard(taken[1])
 
 
 class FaultMiddleware:
@@ -55,15 +67,19 @@ class FaultMiddleware:
             await self.app(scope, receive, send)
             return
         caller = principal(scope)
-        rule = self.faults.pick(op, scope["method"], scope["path"], caller.token if caller else None, forced)
+        taken: list[Any] = []
+        rule = self.faults.pick(op, scope["method"], scope["path"], caller.token if caller else None, forced, taken)
+        extensions = scope.setdefault("extensions", {})
         if rule is None:
+            if taken:
+                extensions[TAKEN] = (taken, None)
             await self.app(scope, receive, send)
             return
         effect = rule["effect"]
-        extensions = scope.setdefault("extensions", {})
         note(scope, fault=rule["name"])
         self.events.append({"type": "fault", "rule": rule["name"], "operation_id": op, "path": scope["path"],
                             "project": caller.project if caller else None})
+        extensions[TAKEN] = (taken, self.events.last_seq)
         if effect.get("latency_ms"):
             await asyncio.sleep(float(effect["latency_ms"]) / 1000)
         if "status" in effect:

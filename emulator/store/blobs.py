@@ -177,6 +177,21 @@ class BlobStore:
             raise LookupError(f"its size {size} is not the size of its data ({actual} bytes, blob {name})")
         return Blob(name, path)
 
+    def names(self) -> set[str]:
+        """The blobs in the directory now."""
+        root = self._root
+        if root is None or not root.is_dir():
+            return set()
+        with os.scandir(root) as entries:
+            return {entry.name for entry in entries if DIGEST.fullmatch(entry.name) is not None}
+
+    def discard(self, names: Iterable[str]) -> None:
+        """Delete blobs stored for what was then refused (an import), which nothing names."""
+        for name in names:
+            if self._root is not None and DIGEST.fullmatch(name) is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._root / name)
+
     @property
     def wants_sweep(self) -> bool:
         return self.stored_bytes - self.live_bytes >= max(SWEEP_MIN_BYTES, self.live_bytes)

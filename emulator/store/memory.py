@@ -8,6 +8,7 @@ O(limit) without filters, whatever the total count.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 from emulator.clock import rfc3339
@@ -15,6 +16,16 @@ from emulator.compute.bases import BaseModels
 from emulator.store.blobs import BlobStore
 from emulator.store.presigned import Presigner
 from emulator.store.tenant import Tenant
+
+
+@dataclass(frozen=True, slots=True)
+class SavedStore:
+    """What :meth:`Store.save` keeps."""
+
+    tenants: dict[str, Tenant]
+    seed: int
+    seeds: dict[str, int]
+    presigner: Presigner
 
 
 class EventLog:
@@ -31,6 +42,28 @@ class EventLog:
     @property
     def last_seq(self) -> int:
         return self._seq
+
+    def mark(self) -> EventMark:
+        """Where the log is now, for :meth:`rollback`."""
+        return self._events, self._seq
+
+    def rollback(self, mark: EventMark) -> None:
+        """Forget what was logged since ``mark`` (what a unit of work the journal refused logged), and undo a
+        :meth:`clear` since. Entries the cap pushed out meanwhile stay out."""
+        events, seq = mark
+        while events and events[-1][0] > seq:
+            events.pop()
+        self._events, self._seq = events, seq
+
+    def discard(self, seq: int) -> None:
+        """Forget one entry (a fault logged for a request that was then refused)."""
+        events = self._events
+        for i in range(len(events) - 1, -1, -1):
+            if events[i][0] == seq:
+                del events[i]
+                return
+            if events[i][0] < seq:
+                return
 
     def append(self, event: dict[str, Any]) -> None:
         self._seq += 1
@@ -62,12 +95,12 @@ class EventLog:
         return [self._render(e) for e in picked[:limit]]
 
     def clear(self, project: str | None = None) -> None:
-        if project is None:
-            self._events.clear()
-        else:
-            kept = [e for e in self._events if e[1] != project]
-            self._events.clear()
-            self._events.extend(kept)
+        # A new deque, not the old one emptied: a unit of work's mark keeps the old, to put it back.
+        events = self._events
+        self._events = deque((e for e in events if project is not None and e[1] != project), maxlen=events.maxlen)
+
+
+EventMark = tuple[deque[tuple[Any, ...]], int]   # EventLog.mark()
 
 
 class Store:
@@ -113,6 +146,17 @@ class Store:
             for table in (tenant.files, tenant.payloads):
                 names.update(record.blob for record in table.values() if record.blob is not None)
         return names
+
+    def save(self) -> SavedStore:
+        """Which tenants there are (the objects, not copies), the seeds, the URL signer and the event log's
+        mark: what :meth:`reset`, :meth:`put` and :meth:`drop` change, for :meth:`put_back` (a change the
+        journal refused). Changes inside a tenant are not in it: the journal reloads such a tenant; nor is
+        the event log (:meth:`EventLog.mark`)."""
+        return SavedStore(dict(self._tenants), self.seed, dict(self._seeds), self.presigner)
+
+    def put_back(self, saved: SavedStore) -> None:
+        self._tenants = dict(saved.tenants)
+        self.seed, self._seeds, self.presigner = saved.seed, dict(saved.seeds), saved.presigner
 
     def put(self, tenant: Tenant) -> None:
         """Install a tenant built elsewhere (a state import, a journal's rollback)."""

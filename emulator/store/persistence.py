@@ -25,9 +25,9 @@ is whole, even if its newline is missing or damaged (the newline is written back
 cut short (the process died while writing, so that request was never answered): those bytes are cut
 off before anything is appended, and start-up says which line and how many bytes. One process holds the
 file (:meth:`StateFile.lock`); a second is refused. A write that fails (a full disk, a read-only file
-system) is cut off the same way and undone in memory: the tenant is reloaded from the file and the request
-answers :class:`~emulator.errors.Unavailable`, so nothing unacknowledged is kept and nothing acknowledged
-is lost.
+system) is cut off the same way and raises :class:`~emulator.errors.Unavailable`; the unit of work that made
+the change undoes it in memory (its tenant reloaded from the file, :meth:`Persistence.reload`), so nothing
+unacknowledged is kept and nothing acknowledged is lost. A control-plane change is one line too.
 """
 
 from __future__ import annotations
@@ -413,30 +413,57 @@ class Persistence:
             raise Unavailable(f"the state file {self.file.path} could not be read back after a failed write "
                               f"({self.broken}); the emulator takes no writes until it can")
 
-    def commit(self, tenant: Tenant) -> None:
+    def commit(self, tenant: Tenant, *, clock: bool = False) -> None:
+        """Append what ``tenant`` changed, with the clocks; ``clock``: a line even if nothing else changed (the
+        clock moved). Refused: :class:`Unavailable`; the unit of work reloads the tenant (:meth:`reload`) and
+        puts back what else it changed."""
         change = snapshot.tenant_change(tenant, self.memos.setdefault(tenant.project, snapshot.TenantMemo()))
         if not change:
+            if clock:
+                self._append({"clock": self.clock()})
             return
         self._append({"project": tenant.project, "epoch": tenant.epoch, **change, "clock": self.clock()},
-                     [tenant.project], _replay_work(tenant, change))
+                     _replay_work(tenant, change))
 
-    def record_reset(self, project: str | None) -> None:
-        if project is None:
-            self.memos.clear()
-        else:
-            self.memos.pop(project, None)
-        self._append({"reset": project, "seed": self.store.seed, "clock": self.clock()}, None)
+    def control(self, *, reset: bool = False, project: str | None = None, tenant: Tenant | None = None) -> None:
+        """One line for a control-plane change: the clocks and profiles, after a reset of ``project`` (None:
+        everything) when ``reset``, with ``tenant``'s change (a tenant seeded at its reset). Refused:
+        :class:`Unavailable`, and nothing is reloaded: the caller puts back what it changed (the store, the
+        clocks, these memos: :meth:`save`)."""
+        line: dict[str, Any] = {}
+        if reset:
+            if project is None:
+                self.memos.clear()
+            else:
+                self.memos.pop(project, None)
+            line.update(reset=project, seed=self.store.seed)
+        work = 0
+        if tenant is not None:
+            change = snapshot.tenant_change(tenant, self.memos.setdefault(tenant.project, snapshot.TenantMemo()))
+            line.update(project=tenant.project, epoch=tenant.epoch, **change)
+            work = _replay_work(tenant, change)
+        line["clock"] = self.clock()
+        self._append(line, work)
 
-    def record_clock(self) -> None:
-        self._append({"clock": self.clock()}, [])
+    def save(self) -> dict[str, snapshot.TenantMemo]:
+        """What the file holds of each tenant (the memos), for :meth:`put_back` along with the store's tenants."""
+        return dict(self.memos)
+
+    def put_back(self, memos: dict[str, snapshot.TenantMemo]) -> None:
+        self.memos = dict(memos)
 
     def rewrite(self) -> None:
-        """Write the whole store as the file's one document (after a state import)."""
+        """Write the whole store as the file's one document (after a state import). Refused:
+        :class:`Unavailable`, with the file as it was; the caller puts back the store it replaced."""
         try:
             self._write_all()
         except OSError as exc:
-            self._failed(exc, None)
+            self._failed(exc)
         self._reset_changes()
+
+    def reload(self, projects: list[str]) -> bool:
+        """Make ``projects``' tenants what the file holds (a unit of work the file refused changed them)."""
+        return self._reload(projects)
 
     def compact(self) -> bool:
         """Write the whole store as the file's one document now, so that the file names exactly what memory
@@ -451,11 +478,11 @@ class Persistence:
         self._reset_changes()
         return True
 
-    def _append(self, change: dict[str, Any], projects: list[str] | None, work: int = 0) -> None:
+    def _append(self, change: dict[str, Any], work: int = 0) -> None:
         try:
             self.file.append(change, work)
         except OSError as exc:
-            self._failed(exc, projects)
+            self._failed(exc)
         self.last_error = None
         if self.file.wants_compaction:
             try:
@@ -485,12 +512,12 @@ class Persistence:
                 tenant.forget_changes()
                 self.memos[project] = snapshot.memo_of(tenant)
 
-    def _failed(self, exc: OSError, projects: list[str] | None) -> None:
-        """The file refused a change: undo it in memory (reload what the file holds) and say so."""
+    def _failed(self, exc: OSError) -> None:
+        """The file refused a change (it is as it was: the torn line is cut): say so. The unit of work that
+        made the change undoes it in memory."""
         reason = exc.strerror or str(exc)
         self.last_error = f"{reason} (at {self.file.path})"
         log.error("--state-file %s: a write failed (%s); the change is undone", self.file.path, reason)
-        self._reload(projects)
         raise Unavailable(f"the state file {self.file.path} could not be written ({reason}); this request changed "
                           "nothing. Retry once the disk has room or is writable again") from exc
 
