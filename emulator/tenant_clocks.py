@@ -34,6 +34,8 @@ class TenantTime:
 
 
 ClockState = tuple[str, float, float, float]
+# A tenant's own time as saved: the object, its clock, the clock's state and time, its timing and profile.
+SavedTime = tuple["TenantTime", Clock | None, ClockState | None, float | None, Timing | None, dict[str, Any] | None]
 
 
 @dataclass(slots=True, frozen=True)
@@ -46,8 +48,7 @@ class SavedClocks:
     timing: Timing
     profile: dict[str, Any]
     settings: dict[str, Any]
-    tenants: dict[str, tuple[TenantTime, Clock | None, ClockState | None, float | None, Timing | None,
-                             dict[str, Any] | None]]
+    tenants: dict[str, SavedTime]
 
     def now_of(self, project: str) -> float:
         """The virtual time the tenant read when this was saved."""
@@ -192,9 +193,10 @@ class TenantClocks:
     def save(self) -> SavedClocks:
         """Every clock's state and every profile, for :meth:`put_back` (a unit of work the journal refuses)."""
         with self._lock:
-            tenants = {p: (own, own.clock, None, None, own.timing, own.profile) if own.clock is None
-                       else (own, own.clock, own.clock.state(), own.clock.now(), own.timing, own.profile)
-                       for p, own in self.tenants.items()}
+            tenants: dict[str, SavedTime] = {
+                p: (own, own.clock, None, None, own.timing, own.profile) if own.clock is None
+                else (own, own.clock, own.clock.state(), own.clock.now(), own.timing, own.profile)
+                for p, own in self.tenants.items()}
             return SavedClocks(self.clock.state(), self.clock.now(), self.timing, self.profile, self.settings, tenants)
 
     def put_back(self, saved: SavedClocks) -> None:

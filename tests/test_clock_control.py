@@ -484,9 +484,9 @@ def test_auto_clock_jumps_survive_a_restart_on_the_state_file(tmp_path: Path) ->
 
 
 def test_a_run_that_would_take_too_many_steps_stops_and_says_so(c: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    import emulator.runtime
+    import emulator.runtime.moves
 
-    monkeypatch.setattr(emulator.runtime, "MAX_STEPS", 2)
+    monkeypatch.setattr(emulator.runtime.moves, "MAX_STEPS", 2)
     r = resource(c)
     error = assert_error(c.post("/_emulator/clock/run", json={"until": {"id": r["id"], "status": "STOPPED"}},
                                 headers=SCOPED), 400)
