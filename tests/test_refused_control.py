@@ -10,6 +10,7 @@ refused vendor write leaves no event behind and uses up no fault trigger. And wh
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 from pathlib import Path
@@ -236,3 +237,33 @@ def test_a_control_unit_holds_the_runtime_lock_and_journals_one_line(tmp_path: P
         assert (client.get(f"{RL}/model-resources").json(), runtime.persistence.file.seq) == before
     with runtime.control():
         assert runtime.lock._is_owned()  # type: ignore[attr-defined]
+
+
+def test_random_calls_on_a_refusing_disk_keep_nothing_refused_and_lose_nothing_acknowledged(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """bench.refusals in small (RELIABILITY.md has the full run's figures): control-plane and vendor calls of
+    two tenants, a third of them refused by the disk; what a 503 left behind, and what a restart lost."""
+    from bench import refusals
+
+    assert refusals.main(["--runs", "3", "--steps", "40", "--seed", "1"]) == 0
+    got = json.loads(capsys.readouterr().out.split("BENCH_JSON ", 1)[1])
+    assert got["refused"] > 20 and got["acknowledged"] > 40, got
+    assert (got["refused_kept"], got["runs_restart_differs"]) == (0, 0), got
+
+
+def test_what_reads_settled_stays_as_clients_saw_it_across_a_profile_change(tmp_path: Path) -> None:
+    """A read settles a transition in memory only (the next write journals it). Settled again under another
+    profile, after a refused write or a restart, it came out otherwise: a resource READY at once under the
+    instant profile was CREATING for 180 s more. A profile change journals what reads settled first."""
+    path = tmp_path / "state.jsonl"
+    runtime, disk = _runtime(path)
+    with make_client(runtime) as client:
+        r = ready_resource(client)  # READY on the read that follows the create (instant profile)
+        client.post("/_emulator/profile", json={"profile": "realistic"}, headers=TENANT).raise_for_status()
+        disk.full = True
+        _refused(client.post(f"{RL}/model-resources", json={"base_model": "Qwen/Qwen3.8-27B"}))
+        disk.full = False
+        assert client.get(f"{RL}/model-resources/{r['id']}").json()["status"] == READY
+    restored, _ = _runtime(path)
+    with make_client(restored) as client:
+        assert client.get(f"{RL}/model-resources/{r['id']}").json()["status"] == READY

@@ -288,12 +288,31 @@ class Runtime(VirtualTime, ScheduledActions, StateDocuments):
 
     def set_profile(self, project: str | None, name: Any, overrides: Any = None) -> None:
         """The timing profile of a tenant, or the global one; ValueError naming what is wrong."""
-        with self.control():
+        with self.control() as unit:
+            self._settled_so_far(unit, project)
             self.clocks.set_profile(project, name, overrides)
 
     def drop_profile(self, project: str) -> None:
-        with self.control():
+        with self.control() as unit:
+            self._settled_so_far(unit, project)
             self.clocks.drop_profile(project)
+
+    def _settled_so_far(self, unit: ControlUnit, project: str | None) -> None:
+        """Journal what reads have settled in the tenants whose profile changes (``project``, or every tenant
+        on the global one), which only memory held: settled again under another profile (after a restart, or
+        a write the disk refused) a transition would come out otherwise than clients saw it."""
+        if self.persistence is None:
+            return
+        projects = [project] if project is not None else [
+            p for p in self.store.projects() if (own := self.clocks.tenants.get(p)) is None or own.timing is None]
+        reset = unit.line.get("project", "") if unit.line.get("reset") else ""   # (None: every tenant)
+        for p in projects:
+            tenant = self.store.get(p)
+            if reset is None or reset == p:  # reset in this change: nothing settled before it, its line says all
+                continue
+            if tenant is not None and unit.undo is not None:
+                unit.undo.touch(p, self.clocks.now(p), tenant)  # (a refused line: reloaded, settled as it was)
+                self.persistence.commit(tenant)
 
     def reset(self, project: str | None = None, seed: int | None = None, *, keep_settings: bool = False) -> None:
         """Forget one project's state, or everyone's (and reseed). A project's own clock, profile and seed go

@@ -329,7 +329,7 @@ def _apply(doc: dict[str, Any], replays: dict[str, snapshot.TenantReplay],
             raise ValueError(f"tenant {project} changes epoch without a reset")
         replay.apply(change)
     for key in ("seed", "clock", "secret"):
-        if key in change:
+        if key in change and not (key == "seed" and project is not None):  # (a tenant's line: its own seed)
             doc[key] = change[key]
     return replays.get(project) if project is not None else None
 
