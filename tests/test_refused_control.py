@@ -267,3 +267,16 @@ def test_what_reads_settled_stays_as_clients_saw_it_across_a_profile_change(tmp_
     restored, _ = _runtime(path)
     with make_client(restored) as client:
         assert client.get(f"{RL}/model-resources/{r['id']}").json()["status"] == READY
+
+
+def test_a_tenant_seeded_on_its_own_leaves_the_global_seed_as_it_was_after_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "state.jsonl"
+    runtime, _ = _runtime(path)
+    with make_client(runtime) as client:
+        client.post("/_emulator/seed", json={"seed": 22}, headers=TENANT).raise_for_status()
+        create_resource(client)
+        held = client.get("/_emulator/state").json()
+    restored, _ = _runtime(path)
+    with make_client(restored) as client:
+        assert client.get("/_emulator/state").json() == held  # the global seed is 0, the tenant's 22
+    assert held["seed"] == 0 and next(iter(held["tenants"].values()))["seed"] == 22
