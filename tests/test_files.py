@@ -416,3 +416,20 @@ def test_bytes_no_record_names_are_swept_without_losing_a_restart(tmp_path: Path
     (tenant,) = restored.export_state()["tenants"].values()
     assert [(p["data"], p["released_by"]) for p in tenant["payloads"]] == [(None, op["id"])]
     assert tenant["files"] == []
+
+
+def test_a_refused_import_leaves_no_bytes_behind(tmp_path: Path) -> None:
+    """Issue 39, item 2: a refused import changes nothing on disk either. Bytes a document carries inline are
+    stored as it is checked; refused, they go again."""
+    state_file = tmp_path / "state.jsonl"
+    with make_client(Runtime(Config(clock="manual", state_file=str(state_file)))) as c:
+        upload(c, CONVERSATION.encode())
+        doc = c.get("/_emulator/state").json()
+        blobs = Path(f"{state_file}.blobs")
+        before = sorted(p.name for p in blobs.iterdir() if p.is_file())
+        (tenant,) = doc["tenants"].values()
+        tenant["files"][0]["data"] = {"__bytes__": CONVERSATION + "\n"}  # other bytes: another blob
+        tenant["files"][0]["size"] += 1
+        doc["clock"]["now"] = "9999-06-01T00:00:00Z"   # ... in a document refused
+        assert "clock.now" in assert_error(c.put("/_emulator/state", json=doc), 400)["message"]
+        assert sorted(p.name for p in blobs.iterdir() if p.is_file()) == before
