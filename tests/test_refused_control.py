@@ -280,3 +280,14 @@ def test_a_tenant_seeded_on_its_own_leaves_the_global_seed_as_it_was_after_a_res
     with make_client(restored) as client:
         assert client.get("/_emulator/state").json() == held  # the global seed is 0, the tenant's 22
     assert held["seed"] == 0 and next(iter(held["tenants"].values()))["seed"] == 22
+
+
+def test_a_scenario_the_disk_refuses_answers_503_and_changes_nothing(tmp_path: Path) -> None:
+    runtime, disk = _runtime(tmp_path / "state.jsonl")
+    with make_client(runtime) as client:
+        ready_resource(client)
+        before = _control_state(client)
+        disk.full = True
+        _refused(client.post("/_emulator/scenarios/queued-resource", headers=TENANT))
+        disk.full = False
+        assert _control_state(client) == before

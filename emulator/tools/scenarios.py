@@ -35,6 +35,7 @@ from connexion.json_schema import Draft4RequestValidator, Draft4ResponseValidato
 
 from emulator import fixture_files, spec
 from emulator.config import ConfigError, load_data_file
+from emulator.errors import Unavailable
 from emulator.http.asgi import ASGIApp, call_app
 from emulator.http.faults import SCENARIO
 from emulator.runtime import Runtime
@@ -149,9 +150,12 @@ class InProcessClient:
         return status, orjson.loads(data) if data else None
 
 
-def _refused(where: str, what: str, status: int, answer: Any) -> ScenarioError:
+def _refused(where: str, what: str, status: int, answer: Any) -> Exception:
     error = (answer or {}).get("error") if isinstance(answer, dict) else None
     message = error.get("message") if isinstance(error, dict) else answer
+    if status == 503 and isinstance(error, dict) and error.get("code") == Unavailable.code:
+        # The state file took no write: the step changed nothing, and the load answers as that step did.
+        return Unavailable(f"{where}: {what}: {message}")
     return ScenarioError(f"{where}: {what} answered {status}: {message}")
 
 
