@@ -62,7 +62,8 @@ def _control_state(client: TestClient) -> dict[str, Any]:
             "profile": client.get("/_emulator/profile").json(),
             "tenant_profile": client.get("/_emulator/profile", headers=TENANT).json(),
             "events": client.get("/_emulator/events").json()["data"],
-            "faults": client.get("/_emulator/faults").json()["data"]}
+            "faults": client.get("/_emulator/faults").json()["data"],
+            "state": client.get("/_emulator/state").json()}
 
 
 # --- item 7: the reproductions -------------------------------------------------------------------
@@ -98,6 +99,8 @@ def test_refused_profile_and_clock_mode_changes_are_not_live(tmp_path: Path) -> 
             client.post("/_emulator/clock", json={"now": "2027-01-01T00:00:00Z"}),
             client.post("/_emulator/clock/advance", json={"seconds": 60}, headers=TENANT),
             client.post("/_emulator/seed", json={"seed": 9}),
+            client.post("/_emulator/clock/actions", headers=TENANT, json={
+                "action": "add_fault", "delay": 60, "rule": {"name": "later", "effect": {"status": 503}}}),
         ]
         disk.full = False
         for resp in refused:

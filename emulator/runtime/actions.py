@@ -54,6 +54,7 @@ class ScheduledActions:
             record = actions.schedule(tenant, ctx, action, when, params)
             now = ctx.now
             if action in (ActionKind.ADD_FAULT, ActionKind.REMOVE_FAULT):
+                self._keeping_rules()
                 self.scheduled_rules[project] = min(self.scheduled_rules.get(project, when), when)
         if when <= now:  # an action for now happens at once
             self.settle(project)
@@ -78,16 +79,22 @@ class ScheduledActions:
     def cancel_action(self, project: str, action_id: str) -> ScheduledAction:
         with self.lock, self.unit_of_work(Principal(user="", project=project), write=True) as (tenant, ctx):
             record = actions.cancel(tenant, ctx, action_id)
+            self._keeping_rules()
             self._recount_rules([project])
             return record
 
-    def carry_out(self, tenant: Tenant) -> None:
-        """The fault-rule actions that settling found due (``tenant.outbox``): add or remove the rule, then
-        finish the action (noted for the journal as settling notes its changes)."""
+    def _keeping_rules(self) -> None:
+        """The fault rules and when scheduled ones fall due are about to change in the open unit of work: kept,
+        to be put back if the journal refuses it."""
         unit = self.unit
         undo = unit.keeping() if isinstance(unit, UnitOfWork) else None
         if undo is not None:  # (settling as a unit opens is no part of its change: it has no Undo yet)
             undo.keep_faults()
+
+    def carry_out(self, tenant: Tenant) -> None:
+        """The fault-rule actions that settling found due (``tenant.outbox``): add or remove the rule, then
+        finish the action (noted for the journal as settling notes its changes)."""
+        self._keeping_rules()
         log = tenant.changes
         noting, log.noting = log.noting, log.enabled
         try:
