@@ -277,7 +277,7 @@ CONTROL_PLANE: tuple[ControlPlane, ...] = (
                  line="FILE_STATUSES ="),
     # Fault rules (POST /_emulator/faults): which resource a resource_error rule fired on a session's request fails.
     ControlPlane("emulator/domain/fault_effects.py", "apply", "comparison", "fault rules", ("tests/test_faults.py",),
-                 line="if resource_id is None and s is not None"),
+                 line="resource_id = named.resource_id if named.resource_id is not None"),
 )
 
 
