@@ -166,7 +166,7 @@ def test_a_near_miss_names_the_closest_recorded_request_and_how_it_differs(tmp_p
     posted = replay.put(f"{RL}/training-sessions", json={"model_resources_id": rid, "lora_config": {"rank": 16}})
     message = assert_error(posted, 404)["message"]
     assert "method PUT, recorded POST" in message
-    assert "body.lora_config.rank: 16, recorded 8" in message and "body.display_name: (absent), recorded \"demo\"" in message
+    assert "body.lora_config.rank: sent 16, recorded 8" in message and "body.display_name: sent (absent), recorded \"demo\"" in message
     report = replay.get("/_emulator/replay").json()
     assert report["unanswered"][-1] == f"PUT {RL}/training-sessions"
     assert "body.lora_config.rank" in report["near_misses"][-1]

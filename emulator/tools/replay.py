@@ -1,7 +1,8 @@
 """Replay a recording (:mod:`emulator.tools.recording`): the ``replay`` subcommand's server.
 
-Each request takes the first unused recorded exchange with the same method, path and query (queries
-redacted as the recorder redacts them), in order. What a demo needs around that:
+Each request takes the first unused recorded exchange that matches it, in order: the same method, path and
+query (queries redacted as the recorder redacts them) and, under ``--match strict`` (the default), the same
+body as normalized by :mod:`emulator.tools.replay_match`. What a demo needs around that:
 
 - **Rewind**: ``POST /_emulator/replay/rewind`` makes every exchange unused again (and the clock starts
   over), so the same client can run again. With ``loop`` (``--loop``), a request whose only matches were
@@ -16,9 +17,10 @@ redacted as the recorder redacts them), in order. What a demo needs around that:
   dashboard at ``/_emulator/ui`` (``/`` sends a browser there) shows the recording as replayed so far
   (:mod:`emulator.tools.replay_view`).
 - **Near misses**: a request with no recorded answer gets 404 (``ErrorData``, code
-  ``no_recorded_answer``) whose message names the closest recorded request and how it differs (method,
-  path segments, query, body fields), or that it was already answered; the same line goes to stderr and to
-  ``GET /_emulator/replay`` (bounded: the first ``MAX_MISSES``, each cut to ``MAX_MISS_CHARS``).
+  ``no_recorded_answer``) whose message names why (:meth:`Matcher.near_miss`): the same request was
+  answered already, or the body differs (which fields), or the closest recorded request and how it differs;
+  the same line goes to stderr and to ``GET /_emulator/replay`` (bounded: the first ``MAX_MISSES``, each cut
+  to ``MAX_MISS_CHARS``).
 
 Control calls (``/_emulator/...`` but ``/health``) need the admin token when one is set, as the emulator's
 do; like the emulator, replay answers only Host names of its bind address and no foreign Origin.
@@ -27,9 +29,9 @@ do; like the emulator, replay answers only Host names of its bind address and no
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sys
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -45,18 +47,19 @@ from emulator.http.errors import ErrorEnvelope
 from emulator.http.site import SiteGuard
 from emulator.tenancy import Tenancy
 from emulator.tools.recording import MAX_MISS_CHARS, MAX_MISSES, decode_body
+from emulator.tools.replay_match import MAX_COMPARED_BYTES, Matcher, SentBody
 from emulator.tools.replay_view import ReplayDashboard
 from emulator.ui import is_dashboard_path
 
 PACE_POLL_SECONDS = 0.01   # how often a paced answer looks at the clock
-MAX_BODY_DIFFS = 5         # body fields named in a near-miss report
-MAX_BODY_BYTES = 1 << 20   # of a request body kept for the near-miss report
 
 
 class ReplayApp:
     def __init__(self, entries: list[dict[str, Any]], guard: SiteGuard | None = None, *, loop: bool = False,
-                 pace: float | None = None, clock: str = "system", admin_token: str | None = None) -> None:
+                 pace: float | None = None, clock: str = "system", admin_token: str | None = None,
+                 match: str = "strict") -> None:
         self.entries = entries
+        self.matcher = Matcher(entries, match)
         self.guard = guard
         self.loop = loop
         self.pace = pace
@@ -69,7 +72,6 @@ class ReplayApp:
         self.missed = 0               # all of them
         self.rewinds = 0
         self._lock = threading.Lock()
-        self._fields: dict[int, dict[str, Any] | None] = {}  # recorded bodies, flattened (near misses)
         self._times = [_at(e) for e in entries]
         self._first = next((t for t in self._times if t is not None), None)
         self.clock = self._new_clock()
@@ -89,7 +91,7 @@ class ReplayApp:
     def report(self) -> dict[str, Any]:
         return {"recorded": len(self.entries), "answered": sum(self.used), "unused": self.used.count(False),
                 "unanswered": list(self.misses), "near_misses": list(self.hints), "unanswered_total": self.missed,
-                "rewinds": self.rewinds,
+                "rewinds": self.rewinds, "match": self.matcher.mode,
                 "loop": self.loop, "pace": self.pace, "clock": self.clock.describe()}
 
     def rewind(self) -> None:
@@ -101,6 +103,7 @@ class ReplayApp:
         self.used = [False] * len(self.entries)
         self.order = []
         self.rewinds += 1
+        self.matcher.rewind()
         self.clock = self._new_clock()
         self._armed = False
 
@@ -128,11 +131,12 @@ class ReplayApp:
         if is_dashboard_path(path):
             await self.dashboard(scope, receive, send)
             return
-        body = await _read_body(receive)
+        content_type = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"content-type"), "")
+        body = await _read_body(receive, content_type)
         if path == "/_emulator/health":
             await send_json(send, 200, b'{"status":"ok"}')
         elif path in ("/_emulator/replay", "/_emulator/replay/rewind") or path.startswith("/_emulator/clock"):
-            scope = {**scope, "replay_body": body}
+            scope = {**scope, "replay_body": body.data}
             await self.control(scope, receive, send)
         elif is_docs_path(path):
             await self.docs(scope, receive, send)
@@ -185,15 +189,18 @@ class ReplayApp:
             raise Invalid(str(exc)) from exc
         return {**self.clock.describe(), "scope": "global"}
 
-    def _take(self, method: str, path: str, query: str) -> int | None:
+    def _take(self, method: str, path: str, query: str, body: SentBody) -> int | None:
         """The first unused exchange that matches (with ``loop``, after a rewind when only used ones do)."""
         def find() -> int | None:
-            return next((i for i, e in enumerate(self.entries) if not self.used[i] and _matches(e, method, path, query)),
-                        None)
+            index, trial = self.matcher.find(method, path, query, body,
+                                             (i for i in range(len(self.entries)) if not self.used[i]))
+            self.matcher.keep(trial)  # (the ids this request mapped, when it matched)
+            return index
 
         with self._lock:
             index = find()
-            if index is None and self.loop and any(_matches(e, method, path, query) for e in self.entries):
+            if (index is None and self.loop
+                    and self.matcher.find(method, path, query, body, range(len(self.entries)))[0] is not None):
                 self._rewind()
                 index = find()
             if index is not None:
@@ -210,14 +217,14 @@ class ReplayApp:
                         self.clock.set_time(at)
             return index
 
-    async def _answer(self, scope: Scope, receive: Receive, send: Send, body: bytes) -> None:
+    async def _answer(self, scope: Scope, receive: Receive, send: Send, body: SentBody) -> None:
         method, path = scope["method"], scope["path"]
         query = redact_query(scope.get("query_string", b"").decode("latin-1"))
-        index = self._take(method, path, query)
+        index = self._take(method, path, query, body)
         if index is None:
             line = _cut(f"{method} {path}{'?' + query if query else ''}")
             with self._lock:
-                hint = _cut(near_miss(self.entries, self.used, method, path, query, body, self._fields))
+                hint = _cut(self.matcher.near_miss(self.used, self.order, method, path, query, body))
                 self.missed += 1
                 kept = len(self.misses) < MAX_MISSES
                 if kept:
@@ -262,17 +269,20 @@ def _cut(text: str) -> str:
     return text if len(text) <= MAX_MISS_CHARS else text[:MAX_MISS_CHARS - 15] + "... (truncated)"
 
 
-async def _read_body(receive: Receive) -> bytes:
+async def _read_body(receive: Receive, content_type: str) -> SentBody:
+    """The whole body's digest and size; its bytes up to what is compared field by field."""
     chunks: list[bytes] = []
+    digest = hashlib.sha256()
     size = 0
     while True:
         message = await receive()
         data = message.get("body", b"")
-        if size < MAX_BODY_BYTES:
-            chunks.append(data[:MAX_BODY_BYTES - size])
+        digest.update(data)
+        if size < MAX_COMPARED_BYTES:
+            chunks.append(data[:MAX_COMPARED_BYTES - size])
         size += len(data)
         if not message.get("more_body"):
-            return b"".join(chunks)
+            return SentBody(b"".join(chunks), digest.digest(), size, content_type)
 
 
 def _at(entry: dict[str, Any]) -> float | None:
@@ -282,110 +292,4 @@ def _at(entry: dict[str, Any]) -> float | None:
         return None
 
 
-def _matches(entry: dict[str, Any], method: str, path: str, query: str) -> bool:
-    r = entry["request"]
-    return bool(r["method"] == method and r["path"] == path and r.get("query", "") == query)
-
-
-# --- near misses -------------------------------------------------------------------------------------------
-
-def near_miss(entries: list[dict[str, Any]], used: list[bool], method: str, path: str, query: str,
-              body: bytes, cache: dict[int, dict[str, Any] | None] | None = None) -> str:
-    """Which recorded request was closest to this one, and how it differs; "" when nothing was recorded.
-
-    Closest: most path segments in place, then the same method, the same query, most body fields alike;
-    an unused exchange before a used one."""
-    if not entries:
-        return "the recording is empty"
-    segments = path.split("/")
-    mine = _json(body)
-    flat = _flatten(mine) if isinstance(mine, dict) else None
-    cache = {} if cache is None else cache
-
-    def recorded_fields(i: int) -> dict[str, Any] | None:
-        """A recorded request's JSON body, flattened (None: no JSON object), parsed once per replay."""
-        if i not in cache:
-            other = _json(decode_body(entries[i]["request"].get("body") or {}))
-            cache[i] = _flatten(other) if isinstance(other, dict) else None
-        return cache[i]
-
-    def score(i: int) -> tuple[float, int]:
-        r = entries[i]["request"]
-        theirs = r["path"].split("/")
-        same = sum(a == b for a, b in zip(segments, theirs)) / max(len(segments), len(theirs))
-        s = 3 * same + (2 if r["method"] == method else 0) + (1 if r.get("query", "") == query else 0)
-        other = recorded_fields(i) if flat is not None else None
-        if flat is not None and other is not None:
-            keys = set(flat) | set(other)
-            s += sum(flat.get(k, _MISSING) == other.get(k, _MISSING) for k in keys) / max(1, len(keys))
-        return s, 0 if not used[i] else -1  # unused ones first on a tie
-
-    best = max(range(len(entries)), key=score)
-    r = entries[best]["request"]
-    seq = entries[best].get("seq", best + 1)
-    diffs = []
-    if r["method"] != method:
-        diffs.append(f"method {method}, recorded {r['method']}")
-    if r["path"] != path:
-        theirs = r["path"].split("/")
-        if len(theirs) != len(segments):
-            diffs.append(f"path {path}, recorded {r['path']}")
-        else:
-            diffs.extend(f"path segment {n}: {a!r}, recorded {b!r}" for n, (a, b) in enumerate(zip(segments, theirs))
-                         if a != b)
-    if r.get("query", "") != query:
-        diffs.append(f"query {query!r}, recorded {r.get('query', '')!r}")
-    other = _json(decode_body(r.get("body") or {}))
-    if isinstance(mine, dict) and isinstance(other, dict):
-        a, b = _flatten(mine), _flatten(other)
-        fields = [k for k in sorted(set(a) | set(b)) if a.get(k, _MISSING) != b.get(k, _MISSING)]
-        for k in fields[:MAX_BODY_DIFFS]:
-            diffs.append(f"body.{k}: {_show(a.get(k, _MISSING))}, recorded {_show(b.get(k, _MISSING))}")
-        if len(fields) > MAX_BODY_DIFFS:
-            diffs.append(f"{len(fields) - MAX_BODY_DIFFS} more body field(s)")
-    elif (mine is None) != (other is None) or (body.strip() and mine != other):
-        diffs.append("the body differs")
-    where = f"closest recorded request: #{seq} {r['method']} {r['path']}{'?' + r['query'] if r.get('query') else ''}"
-    if not diffs:
-        return (f"{where}, already answered (POST /_emulator/replay/rewind to answer it again, or replay "
-                "with --loop)")
-    return f"{where}; differs in {'; '.join(diffs)}"
-
-
-@dataclass(frozen=True)
-class _Missing:
-    """A body field one side lacks (None would be a JSON null)."""
-
-    def __repr__(self) -> str:
-        return "(absent)"
-
-
-_MISSING = _Missing()
-
-
-def _show(value: Any) -> str:
-    text = repr(value) if isinstance(value, _Missing) else orjson.dumps(value).decode()
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _json(data: bytes) -> Any:
-    if not data.strip():
-        return None
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return _MISSING
-
-
-def _flatten(value: Any, prefix: str = "", out: dict[str, Any] | None = None, depth: int = 0) -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists stay whole (a list of tokens is one field)."""
-    out = {} if out is None else out
-    if isinstance(value, dict) and depth < 8:
-        for k, v in value.items():
-            _flatten(v, f"{prefix}{k}.", out, depth + 1)
-    else:
-        out[prefix.rstrip(".")] = value
-    return out
-
-
-__all__ = ["ReplayApp", "near_miss"]
+__all__ = ["ReplayApp"]
