@@ -1,7 +1,7 @@
 """Command line (``together-rl-emulator`` = ``python -m emulator``).
 
 - ``serve [--host H] [--port P] ...``: the emulator (``--port 0`` picks a free port).
-- ``replay NAME|FILE [--port P] [--loop] [--pace SPEED]``: answer requests from a recording (shipped, by name,
+- ``replay NAME|FILE [--port P] [--loop] [--pace SPEED] [--match strict|loose]``: answer requests from a recording (shipped, by name,
   or a file), with the docs, the clock and a dashboard of the replay.
 - ``record --upstream URL --out FILE [--port P]``: a recording proxy.
 - ``parity NAME|FILE [--base-url URL] [--report DIR]``: judge a recording: the contract on it, and the
@@ -148,7 +148,7 @@ def _replay(args: argparse.Namespace) -> int:
         return 2
     try:  # a shipped recording by name (fixtures/recordings/NAME.jsonl), or a path
         app = ReplayApp(load_recording(fixture_files.resolve("recordings", args.file)), SiteGuard(args.host),
-                        loop=args.loop, pace=args.pace, admin_token=args.admin_token)
+                        loop=args.loop, pace=args.pace, admin_token=args.admin_token, match=args.match)
     except (OSError, LookupError, ValueError) as exc:
         print(f"emulator replay: {exc}", file=sys.stderr)
         return 2
@@ -303,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_server_arguments(serve)
     replay = sub.add_parser("replay", help="answer requests from a recording (a shipped demo or a JSONL file)",
                             description="Answer each request with the first unused recorded exchange of the same "
-                            "method, path and query; a request with no recorded answer gets 404 "
+                            "method, path, query and (--match strict) body; a request with no recorded answer gets 404 "
                             "no_recorded_answer and is listed at GET /_emulator/replay and on stderr.")
     replay.add_argument("file", metavar="NAME|FILE",
                         help="a shipped recording by name (fixtures/recordings/NAME.jsonl) or a JSONL file")
@@ -317,6 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="answer no earlier than the recorded times, at SPEED times real time (1: as recorded)")
     replay.add_argument("--admin-token", default=None,
                         help="required on /_emulator/* (mandatory when --host is not loopback)")
+    replay.add_argument("--match", choices=("strict", "loose"), default="strict",
+                        help="strict (default): the body must match too, ids, times and URLs normalized; "
+                             "loose: method, path and query only (answers any client)")
     record = sub.add_parser("record", help="a recording proxy in front of another implementation",
                             description="Forward every request to --upstream and write each exchange to --out "
                             "(JSONL, secrets redacted, readable by its owner only), for replay later.")

@@ -78,7 +78,7 @@ class _Trial(IdMap):
         if recorded == sent:
             return None
         if recorded in self.recorded_ids:  # handed out by a recorded answer: the client has it as recorded
-            return f"the replay answered {recorded}"
+            return "an id the recorded answers hand out, so sent as recorded"
         known = self.base.forward.get(recorded) or self.forward.get(recorded)
         if known is not None:
             return None if known == sent else f"{known} stood for it earlier"
@@ -187,9 +187,9 @@ class Matcher:
         for i in route:
             if used[i] and (self.mode == "loose" or not self._differences(i, body, differences)):
                 step = order.index(i) + 1 if i in order else None
-                when = f"answer {step} of this pass, " if step else ""
-                return (f"already answered: the same request was {when}recorded #{_seq(self.entries, i)}; rewind "
-                        "with POST /_emulator/replay/rewind to answer it again, or replay with --loop")
+                when = f" at step {step} of this pass" if step else ""
+                return (f"already answered: this request was answered{when} (recorded #{_seq(self.entries, i)}); "
+                        "rewind with POST /_emulator/replay/rewind to answer it again, or replay with --loop")
         if route:  # strict: the body is what differs
             best = min(route, key=lambda i: (len(self._differences(i, body, differences)), used[i], i))
             diffs = self._differences(best, body, differences)
