@@ -157,8 +157,8 @@ class Matcher:
             return list(compare(theirs, mine, trial or self._trial(), ""))
         boundaries = (_boundary((request.get("headers") or {}).get("content-type", "")), _boundary(sent.content_type))
         if all(boundaries):
-            recorded = recorded.replace(boundaries[0].encode(), b"<boundary>")
-            if recorded == sent.data.replace(boundaries[1].encode(), b"<boundary>"):
+            if (recorded.replace(boundaries[0].encode(), b"<boundary>")
+                    == sent.data.replace(boundaries[1].encode(), b"<boundary>")):
                 return []
         elif recorded == sent.data:
             return []
