@@ -302,6 +302,7 @@ def test_installed_recording_at_run_time_replays_in_a_loop_with_pacing(served: s
     """Record at run time from the installed server, then replay with the installed `replay --loop --pace`."""
     help_text = _run([venv / "bin" / "together-rl-emulator", "replay", "--help"], cwd=elsewhere).stdout
     assert "--loop" in help_text and "--pace SPEED" in help_text and "--admin-token" in help_text
+    assert "--match {strict,loose}" in help_text
 
     def client(url: str) -> list[int]:
         with httpx.Client(base_url=url, headers={"Authorization": "Bearer k"}, timeout=30) as c:
@@ -325,11 +326,19 @@ def test_installed_recording_at_run_time_replays_in_a_loop_with_pacing(served: s
     args = replay.split()[2:]
     args = args[:args.index("--port")] + args[args.index("--port") + 2:]  # (_installed picks a free port)
     assert args == ["demo.jsonl", "--loop", "--pace", "5"]
-    with _installed(venv, elsewhere, ["replay", *args]) as (url,):
+    with _installed(venv, elsewhere, ["replay", *args], ["replay", "demo.jsonl", "--match", "loose"]) as (url, loose):
         assert client(url) == [200, 200] and client(url) == [200, 200]  # twice: the loop starts over
         report = httpx.get(f"{url}/_emulator/replay", timeout=30).json()
         assert report["rewinds"] == 1 and report["pace"] == 5 and report["unanswered_total"] == 0
         assert httpx.get(f"{url}/docs/", timeout=30).status_code == 200
+        # Strict (the default) matches the body too, and says which field differs; loose does not look at it.
+        other = {"base_model": "Qwen/Qwen3.8-27B", "lora_enabled": True}
+        refused = httpx.post(f"{url}/v1/rl/model-resources", json=other, headers={"Authorization": "Bearer k"})
+        assert refused.status_code == 404 and ("the body differs from recorded #1 (the same method, path and query): "
+                                               "body.lora_enabled: sent true, recorded (absent)"
+                                               in refused.json()["error"]["message"]), refused.text
+        answered = httpx.post(f"{loose}/v1/rl/model-resources", json=other, headers={"Authorization": "Bearer k"})
+        assert answered.status_code == 200 and httpx.get(f"{loose}/_emulator/replay").json()["match"] == "loose"
 
 
 def test_installed_contract_suite_passes_against_it(served: str, venv: Path, elsewhere: Path) -> None:

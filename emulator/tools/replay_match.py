@@ -28,9 +28,9 @@ MATCH_RULES: tuple[tuple[str, str], ...] = (
     ("query", "the same, once redacted as the recorder redacts it (`admin_token`, `api_key`, `tenant`)"),
     ("body (strict only)", "the same bytes, or the same JSON under parity's rules: an id a recorded answer "
                            "holds as recorded, an id none holds mapped to the one sent the first time (until a "
-                           "rewind); `*_at` fields and RFC 3339 strings by type; URLs by shape; numbers by "
-                           "value (1 = 1.0); key order and whitespace ignored; an empty body is `{}`; a "
-                           "multipart body with its boundary ignored"),
+                           "rewind); `*_at` fields and RFC 3339 strings by type; a URL where one was "
+                           "recorded (addresses and tokens vary); numbers by value (1 = 1.0); key order and "
+                           "whitespace ignored; an empty body is `{}`; a multipart body with its boundary ignored"),
     ("headers", "never (Authorization, Idempotency-Key, User-Agent... vary from run to run)"),
     ("order", "the first unused exchange that matches; an answered one only after a rewind (or with --loop)"),
 )
@@ -155,10 +155,11 @@ class Matcher:
             if theirs is _NOT_JSON or mine is _NOT_JSON:
                 return [Mismatch("body", "bytes", _kind(theirs, recorded), _kind(mine, sent.data))]
             return list(compare(theirs, mine, trial or self._trial(), ""))
-        boundaries = (_boundary((request.get("headers") or {}).get("content-type", "")), _boundary(sent.content_type))
-        if all(boundaries):
-            if (recorded.replace(boundaries[0].encode(), b"<boundary>")
-                    == sent.data.replace(boundaries[1].encode(), b"<boundary>")):
+        theirs_boundary = _boundary((request.get("headers") or {}).get("content-type", ""))
+        mine_boundary = _boundary(sent.content_type)
+        if theirs_boundary and mine_boundary:
+            if (recorded.replace(theirs_boundary.encode(), b"<boundary>")
+                    == sent.data.replace(mine_boundary.encode(), b"<boundary>")):
                 return []
         elif recorded == sent.data:
             return []
