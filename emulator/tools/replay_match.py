@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -55,15 +55,10 @@ class SentBody:
     digest: bytes
     size: int
     content_type: str = ""
-    _parsed: Any = field(default=None, repr=False)
 
     @property
     def complete(self) -> bool:
         return len(self.data) == self.size
-
-    @classmethod
-    def of(cls, data: bytes, content_type: str = "") -> SentBody:
-        return cls(data, hashlib.sha256(data).digest(), len(data), content_type)
 
 
 class _Trial(IdMap):
