@@ -120,7 +120,9 @@ def test_ui_tenant_view_shows_objects_losses_samples_checkpoints(client: TestCli
     assert [r["id"] for r in v["resources"]] == [s["model_resources_id"]]
     assert v["resources"][0]["status"] == "MODEL_RESOURCES_STATUS_READY"
     assert [x["id"] for x in v["sessions"]] == [sid] and v["sessions"][0]["display_name"] == "run-a"
-    assert v["losses"] == [{"session_id": sid, "label": "run-a", "x": [1, 2, 3], "loss": losses}]
+    [curve] = v["losses"]
+    assert {k: curve[k] for k in ("session_id", "label", "x", "loss", "failed", "submitted")} == \
+        {"session_id": sid, "label": "run-a", "x": [1, 2, 3], "loss": losses, "failed": [], "submitted": 3}
     assert v["operations_total"] == 6
     assert [op["kind"] for op in v["operations"]][:2] == ["inference-checkpoint", "sample"]
     assert v["operations"][-1]["loss"] == losses[0]
@@ -135,6 +137,81 @@ def test_ui_tenant_view_shows_objects_losses_samples_checkpoints(client: TestCli
     marks = rows[1]["marks"]
     assert [m["kind"] for m in marks] == ["forward-backward"] * 3 + ["optim-step", "sample", "inference-checkpoint"]
     assert all(m["status"].endswith("COMPLETED") and m["end"] >= m["start"] for m in marks)
+
+
+def test_ui_loss_curve_numbers_every_forward_backward_and_places_the_failed_ones(client: TestClient,
+                                                                                 runtime: Runtime) -> None:
+    # The bad-day demo's NaN failures: x counts every forward-backward submitted, so a failure keeps its place.
+    runtime.faults.load({"name": "nan-loss", "match": {"operation_id": "createForwardBackward"},
+                         "trigger": {"nth": [2, 4]},
+                         "effect": {"operation_fails": "TRAINING_OPERATION_ERROR_CODE_NON_FINITE_LOSS"}})
+    sid = running_session(client, display_name="bad-day")["id"]
+    ops = [run_op(client, sid, "forward-backward", FB) for _ in range(5)]
+    assert [op["status"].rsplit("_", 1)[1] for op in ops] == ["COMPLETED", "FAILED", "COMPLETED", "FAILED", "COMPLETED"]
+    [curve] = view(client, project_of(client))["losses"]
+    assert curve["x"] == [1, 3, 5] and curve["loss"] == [ops[i]["output"]["loss"] for i in (0, 2, 4)]
+    assert curve["failed"] == [{"x": 2, "code": "TRAINING_OPERATION_ERROR_CODE_NON_FINITE_LOSS"},
+                               {"x": 4, "code": "TRAINING_OPERATION_ERROR_CODE_NON_FINITE_LOSS"}]
+    assert curve["submitted"] == 5
+    # The metrics the loss returned, aligned with x; loss:sum is the loss itself and is left out.
+    assert set(curve["metrics"]) == {"loss/mean", "loss/num_tokens", "loss/weight_sum"}
+    assert curve["metrics"]["loss/mean"] == [ops[i]["output"]["metrics"]["loss/mean"] for i in (0, 2, 4)]
+
+
+def test_ui_grpo_metrics_and_sampling_per_weights_version(client: TestClient) -> None:
+    sid = running_session(client, display_name="grpo")["id"]
+    prompt = [1, 2, 3]
+    sync = {"weight_sync_type": "WEIGHT_SYNC_TYPE_SYNCHRONOUS"}
+    lengths: dict[int, list[int]] = {}
+    for step in range(2):
+        run_op(client, sid, "weights-sync", sync)
+        out = run_op(client, sid, "sample", {"model_inputs": [{"chunks": [{"encoded_text": {"tokens": prompt}}]}],
+                                             "num_samples": 4, "sampling_params": {"max_tokens": 6, "seed": step}})
+        seqs = out["output"]["results"][0]["sequences"]
+        lengths[step] = [len(q["tokens"]) for q in seqs]
+        samples = []
+        for q in seqs:
+            toks = prompt + [int(t) for t in q["tokens"]]
+            n, k = len(q["tokens"]), len(prompt) - 1
+            samples.append({"model_input": {"chunks": [{"encoded_text": {"tokens": toks[:-1]}}]},
+                            "loss_fn_inputs": {"target_tokens": {"data": toks[1:], "dtype": "int64"},
+                                               "logprobs": {"data": [0.0] * k + q["logprobs"], "dtype": "float32"},
+                                               "advantages": {"data": [0.0] * k + [1.0] * n, "dtype": "float32"},
+                                               "mask": {"data": [0.0] * k + [1.0] * n, "dtype": "float32"}}})
+        run_op(client, sid, "forward-backward", {"loss": {"type": "LOSS_TYPE_GRPO"}, "samples": samples})
+        run_op(client, sid, "optim-step", {"adam_params": {"learning_rate": 1e-3}})
+    v = view(client, project_of(client))
+    [curve] = v["losses"]
+    for name in ("loss/ratio/mean", "loss/clip/high_fraction", "loss/clip/low_fraction", "loss/kl_sample/mean",
+                 "loss/num_tokens"):
+        assert len(curve["metrics"][name]) == 2 and all(isinstance(x, float) for x in curve["metrics"][name]), name
+    assert curve["metrics"]["loss/num_tokens"] == [float(sum(lengths[0])), float(sum(lengths[1]))]
+    [sampled] = v["sampling"]
+    assert sampled["label"] == "grpo" and sampled["x"] == [0, 1]  # the weights versions the sampler served
+    assert sampled["completions"] == [4, 4]
+    assert sampled["length_mean"] == [sum(lengths[0]) / 4, sum(lengths[1]) / 4]
+    assert sampled["length_min"] == [min(lengths[0]), min(lengths[1])]
+    assert sampled["length_max"] == [max(lengths[0]), max(lengths[1])]
+    assert set(sampled["stop"]) <= {"LENGTH", "STOP"}
+    assert [sum(n[i] for n in sampled["stop"].values()) for i in (0, 1)] == [4, 4]
+
+
+def test_ui_tenants_have_readable_names(client: TestClient, runtime: Runtime) -> None:
+    running_session(client, display_name="quick-start")
+    assert client.post("/_emulator/scenarios/two-sessions-step-40").status_code == 200
+    rows = {row["project"]: row for row in client.get(f"{UI}/api/tenants").json()["data"]}
+    mine, demo = rows[project_of(client)], rows[project_of(client, "demo-key")]
+    assert mine["label"] is None and mine["session_names"] == ["quick-start"]
+    assert mine["base_models"] == ["Qwen/Qwen3.8-27B"]
+    assert demo["label"] == "scenario two-sessions-step-40"
+    assert demo["session_names"] == ["sweep-lr-1e-4", "sweep-lr-3e-4"] and demo["session_names_more"] == 0
+    assert view(client, demo["project"])["label"] == "scenario two-sessions-step-40"
+    # The scenarios' public key names its tenant before any scenario is loaded into it; no other key is shown.
+    other = Runtime(Config(clock="manual"))
+    with make_client(other, "demo-key") as c:
+        create_resource(c)
+        [row] = c.get(f"{UI}/api/tenants").json()["data"]
+        assert row["label"] == "key demo-key (the scenarios' key)" and row["session_names"] == []
 
 
 def test_ui_timeline_segments_follow_transitions_in_virtual_time(realistic_client: TestClient) -> None:

@@ -276,10 +276,15 @@ class Library:
 
     def __init__(self, app: ASGIApp, runtime: Runtime) -> None:
         self.client = InProcessClient(app, runtime)
+        self.loaded: dict[str, str] = {}  # project -> the scenario loaded into it last (the dashboard's label)
 
     @staticmethod
     def available() -> dict[str, str]:
         return available()
 
     async def load(self, name: str, tenant: str | None = None) -> dict[str, Any]:
-        return await load(self.client, name, tenant)
+        result = await load(self.client, name, tenant)
+        project = self.client.runtime.tenancy.project_for_token(result["token"])
+        if project is not None:
+            self.loaded[project] = name
+        return result

@@ -12,8 +12,12 @@ show one segment from their last change. Only the latest operations are listed a
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
+from emulator import fixture_files
 from emulator.api import render
 from emulator.clock import rfc3339
 from emulator.compute import tokenizers
@@ -30,6 +34,7 @@ RECENT_EVENTS = 200      # newest events sent with a view; the stream adds the r
 RECENT_OPERATIONS = 100  # rows of the operations table
 TIMELINE_MARKS = 500     # latest operations drawn as marks on each session's lane
 RECENT_SAMPLES = 10
+TENANT_NAMES = 5         # session names listed per tenant on the start page (the newest)
 MAX_LOSS_POINTS = 2_000  # per session; longer curves are thinned evenly, keeping the last point
 FORWARD_BACKWARD = (OperationKind.FORWARD_BACKWARD, OperationKind.CUSTOM_FORWARD_BACKWARD)
 TIMELINE_KINDS = frozenset({"model_resources", "training_session"})
@@ -65,9 +70,14 @@ def tenants(runtime: Runtime) -> dict[str, Any]:
         with runtime.unit_of_work(project, write=False) as (state, _ctx):
             users = sorted({r.created_by for r in state.resources.values()}
                            | {s.created_by for s in state.sessions.values()})
+            names = [s.display_name for s in state.sessions.ordered() if s.display_name]
             out.append({
                 "project": project,
+                "label": _label(runtime, project),
                 "users": users,
+                "session_names": names[-TENANT_NAMES:],
+                "session_names_more": max(0, len(names) - TENANT_NAMES),
+                "base_models": sorted({r.base_model for r in state.resources.values()}),
                 "resources": _count(state.resources.values()),
                 "sessions": _count(state.sessions.values()),
                 "operations": len(state.operations),
@@ -77,6 +87,35 @@ def tenants(runtime: Runtime) -> dict[str, Any]:
     events = runtime.store.events.since(0, None, EVENT_SCAN)
     return {"data": out, "clock": runtime.clock.describe(), "seq": events[-1]["seq"] if events else 0,
             "events": events[-RECENT_EVENTS:], "faults": runtime.faults.describe()}
+
+
+def _label(runtime: Runtime, project: str) -> str | None:
+    """A readable name for a project: the scenario loaded into it last, else the shipped scenarios' public key
+    when the project is that key's (default tenancy: a project id is a hash of its key). Other API keys are never
+    shown (a screenshot of the page must not give one away); a tokens file's project ids are names already."""
+    loaded = getattr(runtime.scenarios, "loaded", None)  # tools.scenarios.Library's record of its loads
+    if isinstance(loaded, dict) and loaded.get(project):
+        return f"scenario {loaded[project]}"
+    if runtime.config.tokens_file:  # its project ids and user names are the names
+        return None
+    for token in _scenario_tokens():
+        if runtime.tenancy.project_for_token(token) == project:
+            return f"key {token} (the scenarios' key)"
+    return None
+
+
+@functools.cache
+def _scenario_tokens() -> tuple[str, ...]:
+    """The API keys the shipped scenarios fill (``token:`` of fixtures/scenarios/*.yaml): public, documented."""
+    found = []
+    for name in fixture_files.names("scenarios"):
+        path = fixture_files.named("scenarios", name)
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8")) if path is not None else None
+        except (OSError, yaml.YAMLError):
+            continue
+        found.append(str(doc.get("token") or "demo-key") if isinstance(doc, dict) else "demo-key")
+    return tuple(dict.fromkeys(found))
 
 
 def _count(records: Any) -> dict[str, int]:
@@ -100,6 +139,7 @@ def tenant(runtime: Runtime, project: str) -> dict[str, Any]:
         ops = list(state.operations.values())
         view = {
             "project": project,
+            "label": _label(runtime, project),
             "now": rfc3339(now),
             "clock": runtime.clocks.describe(project),
             "seq": events[-1]["seq"] if events else 0,
@@ -108,6 +148,7 @@ def tenant(runtime: Runtime, project: str) -> dict[str, Any]:
             "operations": [_operation(op) for op in reversed(ops[-RECENT_OPERATIONS:])],
             "operations_total": len(ops),
             "losses": _losses(state, ops),
+            "sampling": _sampling(state, ops),
             "samples": _samples(state, ops),
             "checkpoints": [_checkpoint(c) for c in reversed(state.checkpoints.ordered())],
             "timeline": _timeline(state, ops, events),
@@ -138,23 +179,79 @@ def _operation(op: Any) -> dict[str, Any]:
 
 
 def _losses(state: Tenant, ops: list[Any]) -> list[dict[str, Any]]:
-    """One curve per session: the loss of each completed forward-backward, in submission order."""
-    curves: dict[str, list[float]] = {}
+    """One curve per session. ``x`` numbers every forward-backward the session submitted (completed, failed or
+    still to run) in submission order, so a failed one keeps its place: the completed ones carry their loss
+    and the metrics their loss returned (``metrics``: name -> values aligned with ``x``, ``None`` where a point
+    lacks it; ``loss:sum`` is the loss itself and is left out), the failed ones are listed in ``failed`` with
+    their error code. Curves longer than ``MAX_LOSS_POINTS`` are thinned evenly, keeping the last point."""
+    per: dict[str, dict[str, Any]] = {}
     for op in ops:
-        if op.kind in FORWARD_BACKWARD and op.output is not None and isinstance(op.output.get("loss"), float):
-            curves.setdefault(op.session_id, []).append(op.output["loss"])
+        if op.kind not in FORWARD_BACKWARD:
+            continue
+        c = per.setdefault(op.session_id, {"n": 0, "x": [], "loss": [], "metrics": [], "failed": []})
+        c["n"] += 1
+        if op.output is not None and isinstance(op.output.get("loss"), float):
+            c["x"].append(c["n"])
+            c["loss"].append(op.output["loss"])
+            metrics = op.output.get("metrics")
+            c["metrics"].append(metrics if isinstance(metrics, dict) else {})
+        elif short_status(op.status) == "FAILED":
+            c["failed"].append({"x": c["n"], "code": (op.error or {}).get("code")})
     out = []
-    for session_id, losses in curves.items():
-        x = list(range(1, len(losses) + 1))
+    for session_id, c in per.items():
+        x, losses, points = c["x"], c["loss"], c["metrics"]
         if len(losses) > MAX_LOSS_POINTS:
             stride = -(-len(losses) // MAX_LOSS_POINTS)
             keep = list(range(0, len(losses), stride))
             if keep[-1] != len(losses) - 1:
                 keep.append(len(losses) - 1)
-            x, losses = [x[i] for i in keep], [losses[i] for i in keep]
+            x, losses, points = [x[i] for i in keep], [losses[i] for i in keep], [points[i] for i in keep]
+        names = list(dict.fromkeys(k for p in points for k in p if k != "loss:sum"))
         s = state.sessions.get(session_id)
         out.append({"session_id": session_id, "label": (s.display_name if s is not None else None) or session_id[:8],
-                    "x": x, "loss": losses})
+                    "x": x, "loss": losses,
+                    "metrics": {k: [_number(p.get(k)) for p in points] for k in names},
+                    "failed": c["failed"][-MAX_LOSS_POINTS:], "submitted": c["n"]})
+    return out
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _sampling(state: Tenant, ops: list[Any]) -> list[dict[str, Any]]:
+    """Per session, what its sampler produced at each weights version (``x``: the trainer step whose weights
+    it served): how many completions, their length in tokens (mean, min, max) and how many stopped for each
+    stop reason (short names: ``LENGTH``, ``STOP``). Read from the samples whose output is still kept."""
+    per: dict[str, dict[int, dict[str, Any]]] = {}
+    for op in ops:
+        if op.kind != OperationKind.SAMPLE or op.output is None:
+            continue
+        for r in op.output.get("results") or ():
+            segments = r.get("policy_segments") or ()
+            version = segments[0].get("version") if segments else None
+            if not isinstance(version, int):
+                continue
+            for seq in r.get("sequences") or ():
+                n = len(seq.get("tokens") or ())
+                g = per.setdefault(op.session_id, {}).setdefault(
+                    version, {"n": 0, "sum": 0, "min": n, "max": n, "stop": {}})
+                g["n"] += 1
+                g["sum"] += n
+                g["min"], g["max"] = min(g["min"], n), max(g["max"], n)
+                reason = str(seq.get("stop_reason") or "UNKNOWN").replace("STOP_REASON_", "")
+                g["stop"][reason] = g["stop"].get(reason, 0) + 1
+    out = []
+    for session_id, groups in per.items():
+        xs = sorted(groups)[-MAX_LOSS_POINTS:]
+        reasons = sorted({r for g in groups.values() for r in g["stop"]})
+        s = state.sessions.get(session_id)
+        out.append({"session_id": session_id,
+                    "label": (s.display_name if s is not None else None) or session_id[:8], "x": xs,
+                    "completions": [groups[v]["n"] for v in xs],
+                    "length_mean": [groups[v]["sum"] / groups[v]["n"] for v in xs],
+                    "length_min": [groups[v]["min"] for v in xs], "length_max": [groups[v]["max"] for v in xs],
+                    "stop": {r: [groups[v]["stop"].get(r, 0) for v in xs] for r in reasons}})
     return out
 
 
