@@ -19,6 +19,7 @@ from emulator.config import Config
 from emulator.runtime import Runtime
 from emulator.tools.testing import serve_in_thread
 from tests import browser as chromium_browser
+from tests.helpers import RL, ce_sample, run_op
 
 reason = chromium_browser.missing()
 if reason:
@@ -375,11 +376,14 @@ def test_an_sdk_run_reads_at_a_glance(instant: tuple[str, Runtime], watched: Wat
         expect(kinds.first).to_have_attribute("data-kind", "forward-backward")
         expect(kinds.first.locator("rect.mark")).to_have_count(5)
 
-        # Samples: text where the model's tokenizer is installed, else ids that wrap whole.
+        # Samples: text where the model's tokenizer is installed, else ids that wrap whole; each operation's
+        # completions folded into one line until opened.
         qwen = page.locator("#samples tbody tr", has_text="run-a")
+        qwen.locator("details.completion-list summary").click()
         expect(qwen.locator(".seq.text")).to_have_count(3)  # the prompt and two completions
         expect(qwen.locator(".seq.text").first).to_have_text(tokenizers.decode([9707, 11, 1879, 0], "qwen3.5"))
         minimax = page.locator("#samples tbody tr", has_text="minimax")
+        minimax.locator("details.completion-list summary").click()
         expect(minimax.locator(".seq.text")).to_have_count(0)
         expect(minimax.locator(".seq.ids .tok").first).to_have_text("9707")
         page.set_viewport_size({"width": 600, "height": 1000})  # narrow: the ids must wrap
@@ -465,3 +469,287 @@ def test_the_replay_server_shows_the_replayed_run_and_rewinds_from_the_page(brow
         finally:
             context.close()
         w.check()
+
+
+# --- what a GRPO run, a bad day and a finished run look like (issue 42) -------------------------------------
+
+class Api:
+    """Plain HTTP calls under one API key (the instant profile finishes an operation by the first read)."""
+
+    def __init__(self, url: str, api_key: str) -> None:
+        import httpx
+
+        self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
+
+    def session(self, name: str, base_model: str = BASE_MODEL) -> str:
+        r = self.http.post(f"{RL}/model-resources", json={"base_model": base_model, "lora_enabled": True}).json()
+        s = self.http.post(f"{RL}/training-sessions", json={"model_resources_id": r["id"], "display_name": name,
+                                                             "lora_config": {"rank": 8}})
+        assert s.status_code == 200, s.text
+        return str(s.json()["id"])
+
+    def op(self, sid: str, kind: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        return run_op(self.http, sid, kind, body)  # type: ignore[arg-type]  # httpx.Client: TestClient's shape
+
+
+def _grpo_step(api: Api, sid: str, step: int, prompt: list[int]) -> None:
+    """One step of examples/rl_grpo.py: sample a group from the latest weights, train on group-relative advantages."""
+    api.op(sid, "weights-sync", {"weight_sync_type": "WEIGHT_SYNC_TYPE_SYNCHRONOUS"})
+    out = api.op(sid, "sample", {"model_inputs": [{"chunks": [{"encoded_text": {"tokens": prompt}}]}], "num_samples": 6,
+                                 "sampling_params": {"max_tokens": 8, "temperature": 1.0, "seed": step}})
+    seqs = out["output"]["results"][0]["sequences"]
+    rewards = [sum(int(t) % 2 == 0 for t in q["tokens"]) / 8 for q in seqs]
+    mean = sum(rewards) / len(rewards)
+    samples = []
+    for q, reward in zip(seqs, rewards):
+        toks, n, k = prompt + [int(t) for t in q["tokens"]], len(q["tokens"]), len(prompt) - 1
+        samples.append({"model_input": {"chunks": [{"encoded_text": {"tokens": toks[:-1]}}]},
+                        "loss_fn_inputs": {"target_tokens": {"data": toks[1:], "dtype": "int64"},
+                                           "logprobs": {"data": [0.0] * k + q["logprobs"], "dtype": "float32"},
+                                           "advantages": {"data": [0.0] * k + [reward - mean] * n, "dtype": "float32"},
+                                           "mask": {"data": [0.0] * k + [1.0] * n, "dtype": "float32"}}})
+    for half in (samples[:3], samples[3:]):  # two minibatches: the second is off-policy
+        assert api.op(sid, "forward-backward", {"loss": {"type": "LOSS_TYPE_GRPO"}, "samples": half})["status"].endswith(
+            "COMPLETED")
+        api.op(sid, "optim-step", {"adam_params": {"learning_rate": 1e-3}})
+
+
+@pytest.mark.parametrize("watched", ["instant"], indirect=True)
+def test_a_grpo_run_shows_its_loss_metrics_and_its_sampling_per_step(instant: tuple[str, Runtime],
+                                                                     watched: Watched) -> None:
+    url, runtime = instant
+    page, api_key = watched.page, key()
+    api = Api(url, api_key)
+    sid = api.session("grpo")
+    page.goto(tenant_url(url, runtime, api_key))
+    expect(page.locator("#metrics-empty")).to_be_visible()
+    expect(page.locator("#sampling-empty")).to_be_visible()
+    for step in range(3):
+        _grpo_step(api, sid, step, [1, 2, 3])
+    # What the GRPO loss returned with its value, one chart per metric, a point per forward-backward (live).
+    charts = page.locator("#metrics-charts")
+    for metric in ("loss/ratio/mean", "loss/clip/high_fraction", "loss/clip/low_fraction", "loss/kl_sample/mean",
+                   "loss/num_tokens"):
+        expect(charts.locator(f'[data-metric="{metric}"]')).to_have_attribute("data-points", "6")
+    expect(charts.locator('[data-metric="loss/clip/high_fraction"]')).to_contain_text("upper clip")
+    expect(charts.locator('[data-metric="loss/ratio/mean"] canvas')).to_have_count(1)
+    expect(page.locator("#metrics-empty")).to_be_hidden()
+    # Sampling per weights version (0, 2 and 4: two optimizer steps per GRPO step): lengths and stop reasons.
+    sampling = page.locator("#sampling-charts")
+    expect(sampling.locator('[data-chart="length"]')).to_have_attribute("data-points", "3")
+    expect(sampling.locator('[data-chart="length"] .u-legend')).to_contain_text("grpo mean")
+    stop = sampling.locator('[data-chart="stop"]')
+    expect(stop).to_have_attribute("data-points", "3")
+    expect(stop.locator(".u-legend")).to_contain_text(" %")
+    legend = stop.locator(".u-legend").inner_text()
+    view = page.request.get(f"{url}/_emulator/ui/api/tenants/{runtime.tenancy.project_for_token(api_key)}").json()
+    for reason in view["sampling"][0]["stop"]:
+        assert f"{reason.lower()} %" in legend
+
+
+@pytest.mark.parametrize("watched", ["instant"], indirect=True)
+def test_failed_forward_backwards_show_on_the_loss_chart_where_they_happened(instant: tuple[str, Runtime],
+                                                                             watched: Watched) -> None:
+    # The bad-day demo: every 3rd forward-backward fails NON_FINITE_LOSS; the client skips the batch.
+    url, runtime = instant
+    page, api_key = watched.page, key()
+    api = Api(url, api_key)
+    sid = api.session("bad-day")
+    runtime.faults.load({"name": "nan-loss", "match": {"operation_id": "createForwardBackward"},
+                         "trigger": {"nth": [3, 6, 9]},
+                         "effect": {"operation_fails": "TRAINING_OPERATION_ERROR_CODE_NON_FINITE_LOSS"}})
+    try:
+        fb = {"loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}, "samples": [ce_sample([1, 2, 3, 4], [5, 6, 7])]}
+        for _ in range(10):
+            if api.op(sid, "forward-backward", fb)["status"].endswith("COMPLETED"):
+                api.op(sid, "optim-step", {"adam_params": {"learning_rate": 1e-4}})
+    finally:
+        runtime.faults.clear()
+    page.goto(tenant_url(url, runtime, api_key))
+    chart = page.locator("#loss-chart")
+    expect(chart).to_have_attribute("data-points", "7")
+    expect(chart).to_have_attribute("data-failed", "3 6 9")  # where they happened, not squeezed out
+    ticks = [int(t) for t in (chart.get_attribute("data-xticks") or "").split()]
+    assert ticks and max(ticks) >= 9, ticks  # the axis counts all 10, not the 7 that completed
+    expect(page.locator("#loss-failed")).to_have_text(
+        "✕ 3 failed forward-backwards: bad-day: #3, #6, #9 (NON_FINITE_LOSS)")
+    # Drawn: the failure marks in red (#d9453b) on the chart's canvas, where the one curve is blue.
+    red = page.evaluate("""() => {
+        const c = document.querySelector('#loss-chart canvas');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4) {
+            if (Math.abs(d[i] - 217) < 30 && Math.abs(d[i + 1] - 69) < 30 && Math.abs(d[i + 2] - 59) < 30
+                && d[i + 3] > 200) n++;
+        }
+        return n;
+    }""")
+    assert red > 100, red
+
+
+# Where a line starts inside the element: [the character before the break, the first one after it].
+LINE_BREAKS = """el => {
+    const chars = [];
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        for (let i = 0; i < node.length; i++) {
+            const r = document.createRange();
+            r.setStart(node, i); r.setEnd(node, i + 1);
+            const rect = [...r.getClientRects()].find((x) => x.width > 0);
+            if (rect) chars.push([node.data[i], rect.top]);
+        }
+    }
+    const breaks = [];
+    for (let i = 1; i < chars.length; i++) {
+        if (chars[i][1] > chars[i - 1][1] + 2) breaks.push([chars[i - 1][0], chars[i][0]]);
+    }
+    return breaks;
+}"""
+
+
+def _sensible(before: str, after: str) -> bool:
+    """A break between words: after a separator or a space, or between the humps of a camelCase name."""
+    return before in "-_./:=, " or after == " " or ((before.islower() or before.isdigit()) and after.isupper())
+
+
+@pytest.mark.parametrize("watched", ["instant"], indirect=True)
+def test_fault_rule_names_and_operation_ids_break_between_words(instant: tuple[str, Runtime], watched: Watched) -> None:
+    url, runtime = instant
+    page = watched.page
+    name = "gpu-queue-for-the-whole-afternoon-of-the-demo"
+    runtime.faults.load([{"name": name, "match": {"operation_id": "createModelResources"}, "trigger": {"first_n": 1},
+                          "effect": {"queue_position": 6}},
+                         {"name": "nan-loss", "match": {"operation_id": "createForwardBackward"},
+                          "trigger": {"nth": [3]},
+                          "effect": {"operation_fails": "TRAINING_OPERATION_ERROR_CODE_NON_FINITE_LOSS"}}])
+    try:
+        page.goto(f"{url}/_emulator/ui")
+        rows = page.locator("#faults tbody tr")
+        expect(rows).to_have_count(2)
+        assert "createModelResources" in page.locator("#faults tbody").inner_text().replace("\n", "")
+        # Each line of text of the table (a cell, or a block of one), wrapped only between words.
+        blocks = page.locator("#faults td div, #faults td:not(:has(div))")
+        wrapped = 0
+        for i in range(blocks.count()):
+            breaks = blocks.nth(i).evaluate(LINE_BREAKS)
+            assert all(_sensible(b, a) for b, a in breaks), (blocks.nth(i).inner_text(), breaks)
+            wrapped += len(breaks)
+        assert wrapped >= 2  # the long name did wrap (at its hyphens)
+        expect(page.locator(f'#faults [title="{name}"]')).to_have_count(1)  # the whole name on hover
+    finally:
+        runtime.faults.clear()
+
+
+@pytest.fixture
+def realistic_alone() -> Iterator[tuple[str, Runtime]]:
+    # Its own server: the test moves the clock by hours.
+    with serve_in_thread(Config(clock="manual", profile="realistic", validate_responses=True)) as served:
+        yield served
+
+
+def test_a_finished_run_keeps_the_timeline_after_the_clock_moves_on(browser: Any,
+                                                                    realistic_alone: tuple[str, Runtime]) -> None:
+    url, runtime = realistic_alone
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    w = Watched(page, url)
+    try:
+        api = Api(url, key())
+        admin = page.request
+        r = api.http.post(f"{RL}/model-resources", json={"base_model": BASE_MODEL}).json()
+        admin.post(f"{url}/_emulator/clock/advance", data={"seconds": 300})
+        s = api.http.post(f"{RL}/training-sessions", json={"model_resources_id": r["id"], "display_name": "done"}).json()
+        admin.post(f"{url}/_emulator/clock/advance", data={"seconds": 30})
+        assert api.http.post(f"{RL}/training-sessions/{s['id']}/stop").status_code == 200
+        admin.post(f"{url}/_emulator/clock/advance", data={"seconds": 120})  # STOPPING, then STOPPED
+        assert api.http.post(f"{RL}/model-resources/{r['id']}/stop").status_code == 200
+        admin.post(f"{url}/_emulator/clock/advance", data={"seconds": 600})
+        assert api.http.get(f"{RL}/model-resources/{r['id']}").json()["status"].endswith("STOPPED")
+        page.goto(tenant_url(url, runtime, api.http.headers["authorization"].split()[1]))
+        svg = page.locator("#timeline svg")
+        expect(svg).to_have_attribute("data-finished", "true")
+        end = svg.get_attribute("data-end")
+        admin.post(f"{url}/_emulator/clock/advance", data={"seconds": 10 * 3600})
+        expect(page.locator("#clock-now")).to_contain_text("10:17:30")  # the page heard the clock move
+        expect(page.locator("#timeline-finished")).to_be_visible()
+        assert svg.get_attribute("data-end") == end  # the window still ends at the run's last event
+        # The run fills the window: its READY stretch alone is a good part of the plot, not a sliver.
+        ready = page.locator(f'#timeline g[data-id="{r["id"]}"] rect.st-READY')
+        width = float(ready.get_attribute("width") or 0)
+        assert width > 0.1 * float(svg.get_attribute("width") or 1), width
+    finally:
+        context.close()
+    w.check()
+
+
+@pytest.mark.parametrize("watched", ["instant"], indirect=True)
+def test_the_start_page_names_its_tenants(instant: tuple[str, Runtime], watched: Watched) -> None:
+    url, runtime = instant
+    page, api_key = watched.page, key()
+    Api(url, api_key).session("quick-start")
+    assert page.request.post(f"{url}/_emulator/scenarios/two-sessions-step-40").status == 200
+    page.goto(f"{url}/_emulator/ui")
+    demo = page.locator(f'#tenants tr[data-project="{runtime.tenancy.project_for_token("demo-key")}"]')
+    expect(demo.locator("td.tenant .label")).to_have_text("scenario two-sessions-step-40")
+    expect(demo).to_contain_text("sweep-lr-1e-4, sweep-lr-3e-4")
+    mine = page.locator(f'#tenants tr[data-project="{runtime.tenancy.project_for_token(api_key)}"]')
+    expect(mine).to_contain_text("quick-start")
+    expect(mine).not_to_contain_text("user_")  # a hash of the key names no one: not listed as a user
+    demo.get_by_role("link").click()
+    expect(page.locator("#crumb")).to_contain_text("scenario two-sessions-step-40")
+
+
+@pytest.mark.parametrize("watched", ["instant"], indirect=True)
+def test_samples_without_a_tokenizer_fold_into_a_line(instant: tuple[str, Runtime], watched: Watched) -> None:
+    # MiniMax-M3: no tokenizer ships its ids, so its samples are ids: 4 completions of up to 200 of them.
+    url, runtime = instant
+    page, api_key = watched.page, key()
+    api = Api(url, api_key)
+    sid = api.session("ids-only", "MiniMaxAI/MiniMax-M3")
+    out = api.op(sid, "sample", {"model_inputs": [{"chunks": [{"encoded_text": {"tokens": [1, 2, 3]}}]}],
+                                 "num_samples": 4, "sampling_params": {"max_tokens": 200, "temperature": 1.0}})
+    seqs = out["output"]["results"][0]["sequences"]
+    page.goto(tenant_url(url, runtime, api_key))
+    row = page.locator("#samples tbody tr")
+    expect(row).to_have_count(1)
+    summary = row.locator("details.completion-list summary")
+    lengths = sorted(len(q["tokens"]) for q in seqs)
+    span = str(lengths[0]) if lengths[0] == lengths[-1] else f"{lengths[0]}–{lengths[-1]}"
+    expect(summary).to_contain_text(f"4 completions · {span} tokens")
+    folded = row.bounding_box()
+    assert folded is not None and folded["height"] < 60, folded  # one line, not a wall of ids
+    summary.click()
+    lines = row.locator(".completion")
+    expect(lines).to_have_count(4)
+    for i, q in enumerate(seqs):
+        expect(lines.nth(i).locator(".len")).to_have_text(f"{len(q['tokens'])} tok")
+        expect(lines.nth(i).locator(".stop")).to_have_text(q["stop_reason"].replace("STOP_REASON_", "").lower())
+        shown = lines.nth(i).locator(".tok").all_inner_texts()
+        assert shown == [str(t) for t in q["tokens"][:12]]  # the first tokens; all of them on hover
+        assert lines.nth(i).locator(".seq").get_attribute("title") == " ".join(str(t) for t in q["tokens"])
+    api.op(sid, "weights-sync", {"weight_sync_type": "WEIGHT_SYNC_TYPE_SYNCHRONOUS"})
+    expect(page.locator("#operations tbody tr")).to_have_count(2)  # the page redrew; the list stays open
+    expect(row.locator(".completion").first).to_be_visible()
+
+
+@pytest.mark.parametrize("watched", ["instant"], indirect=True)
+def test_the_page_says_what_empty_tables_would_hold_and_what_global_means(instant: tuple[str, Runtime],
+                                                                          watched: Watched) -> None:
+    url, runtime = instant
+    page, api_key = watched.page, key()
+    Api(url, api_key).http.post(f"{RL}/model-resources", json={"base_model": BASE_MODEL})
+    page.goto(tenant_url(url, runtime, api_key))
+    expect(page.locator("#resources tbody tr")).to_have_count(1)
+    expect(page.locator("#resources-empty")).to_be_hidden()
+    for table, says in (("sessions", "No training session"), ("operations", "No operation yet"),
+                        ("samples", "No sample yet"), ("checkpoints", "No checkpoint yet")):
+        expect(page.locator(f"#{table}-empty")).to_be_visible()
+        expect(page.locator(f"#{table}-empty")).to_contain_text(says)
+    header = page.locator("#sessions th", has_text="weights applied / target")
+    assert "weights-sync" in (header.get_attribute("title") or "")
+    expect(page.locator("#weights-caption")).to_contain_text("the trainer step whose weights the sampler serves")
+    # "global" says what it acts on.
+    expect(page.locator("#clock-scope")).to_have_text("global: every tenant's time")
+    expect(page.locator("#clock-note")).to_contain_text("every tenant's time moves")
+    expect(page.locator("#faults-scope")).to_contain_text("every tenant's requests")
+    expect(page.locator("#scenario-scope")).to_contain_text("act on every tenant")

@@ -26,7 +26,8 @@
 
   const $ = (id) => document.getElementById(id);
   const state = {view: null, clock: null, events: [], lastSeq: 0, faults: [], chart: null, chartKey: "",
-                 collapsed: new Set(), expanded: new Set()};
+                 collapsed: new Set(), expanded: new Set(),
+                 openSamples: new Set(), charts: new Map(), failedMarks: []};
 
   // --- helpers ---------------------------------------------------------------------------------
   function el(tag, attrs, ...children) {
@@ -54,6 +55,15 @@
     return sameDay ? iso.slice(11, 23) : iso.replace("T", " ").slice(0, 23);
   }
   const timeCell = (iso) => el("td", {class: "mono", title: iso || ""}, time(iso));
+  // A name (a fault rule's, an operationId) that may wrap only between its words: after - _ . / : and between
+  // camelCase humps ("create|Model|Resources"), never inside one; a word wider than its box ends in an
+  // ellipsis, the whole name on hover.
+  function words(text) {
+    const parts = String(text).split(/(\s+)/).filter(Boolean).flatMap((chunk) => (/^\s+$/.test(chunk) ? [" "]
+      : chunk.split(/(?<=[-_./:=,])|(?<=[a-z0-9])(?=[A-Z])/).filter(Boolean)
+        .flatMap((p, i) => [i ? el("wbr") : null, el("span", {class: "w"}, p)])));
+    return el("span", {class: "words", title: text}, parts);
+  }
   function withToken(path) {
     if (!adminToken) return path;
     return `${path}${path.includes("?") ? "&" : "?"}admin_token=${encodeURIComponent(adminToken)}`;
@@ -122,6 +132,7 @@
       }
       $("gone").hidden = true;
       state.view = view;
+      $("crumb").textContent = view.label ? `${project} · ${view.label}` : project;
       showReplay(view.replay);
       showClock(view.clock);
       mergeEvents(view.events, view.seq);
@@ -152,13 +163,27 @@
   }
 
   let clusterTimer = null;
+  // Default tenancy makes user and project ids from a hash of the key: they name no one, so they are not listed
+  // as users (the project id still links the page).
+  const HASHED = /^(user|proj)_[0-9a-f]{16}$/;
   function drawTenants(rows) {
     fill("tenants", rows.map((t) => el("tr", {dataset: {project: t.project}},
-      el("td", {class: "id"}, el("a", {href: tenantUrl(t.project)}, t.project),
+      el("td", {class: "tenant"},
+        t.label ? el("div", {class: "label"}, t.label) : null,
+        el("a", {class: "mono", href: tenantUrl(t.project)}, t.project),
         t.shard === undefined ? null : el("span", {class: "muted"}, ` shard ${t.shard}`)),
-      el("td", {class: "mono"}, t.users.join(", ")),
+      el("td", {class: "names"}, sessionNames(t)),
+      el("td", {class: "mono"}, (t.users || []).filter((u) => !HASHED.test(u)).join(", ")),
       el("td", null, counts(t.resources)), el("td", null, counts(t.sessions)),
       el("td", {class: "num"}, t.operations), el("td", {class: "num"}, t.checkpoints))), "tenants-empty");
+  }
+
+  function sessionNames(t) {
+    const names = t.session_names || [];
+    const more = t.session_names_more ? ` and ${t.session_names_more} more` : "";
+    if (names.length) return [names.join(", "), more];
+    const models = t.base_models || [];
+    return models.length ? el("span", {class: "muted"}, `no named session (${models.join(", ")})`) : "";
   }
 
   async function openKey(key) {
@@ -174,41 +199,70 @@
     fill("resources", v.resources.map((r) => el("tr", {dataset: {id: r.id, status: r.status}},
       idCell(r.id), el("td", null, r.base_model), el("td", {class: "status"}, badge(r.status)),
       el("td", {class: "num"}, r.status_details && r.status_details.queue_position),
-      timeCell(r.expires_at), el("td", {class: "num"}, sessionsOf[r.id] || 0), timeCell(r.updated_at))));
+      timeCell(r.expires_at), el("td", {class: "num"}, sessionsOf[r.id] || 0), timeCell(r.updated_at))), "resources-empty");
     fill("sessions", v.sessions.map((s) => el("tr", {dataset: {id: s.id, status: s.status}},
       idCell(s.id), el("td", null, s.display_name || ""), idCell(s.model_resources_id),
       el("td", {class: "status"}, badge(s.status), s.error ? el("div", {class: "err"}, s.error.code) : null),
       el("td", {class: "num"}, s.step),
       el("td", {class: "num"}, `${s.policy_state.applied_weights_version} / ${s.policy_state.target_weights_version}`),
-      el("td", {class: "num"}, s.queued_operations), timeCell(s.updated_at))));
+      el("td", {class: "num"}, s.queued_operations), timeCell(s.updated_at))), "sessions-empty");
     $("ops-count").textContent = v.operations_total > v.operations.length
       ? `latest ${v.operations.length} of ${v.operations_total}` : `${v.operations_total}`;
     fill("operations", v.operations.map((op) => el("tr", {dataset: {id: op.id, status: op.status}},
       idCell(op.id), el("td", {class: "id", title: op.session_id}, sessionName(v, op.session_id)), el("td", null, op.kind), el("td", {class: "status"}, badge(op.status)),
       el("td", {class: op.error ? "err" : "mono", title: op.error ? op.error.message : ""}, result(op)),
-      timeCell(op.created_at), timeCell(op.updated_at))));
+      timeCell(op.created_at), timeCell(op.updated_at))), "operations-empty");
     fill("samples", v.samples.map((smp) => el("tr", {dataset: {id: smp.id}},
       timeCell(smp.at), el("td", {class: "id", title: smp.session_id}, sessionName(v, smp.session_id)),
       el("td", {class: "num"}, smp.weights_version),
-      el("td", null, smp.results.map((r) => tokens(r.prompt, r.prompt_text))),
-      el("td", null, smp.results.flatMap((r) => r.sequences.map((seq) => tokens(seq.tokens, seq.text,
-        el("span", {class: "muted stop"}, ` (${(seq.stop_reason || "").replace("STOP_REASON_", "").toLowerCase()})`))))))));
+      el("td", {class: "prompt"}, smp.results.map((r) => tokens(r.prompt, r.prompt_text))),
+      el("td", {class: "completions"}, completions(smp)))), "samples-empty");
     fill("checkpoints", v.checkpoints.map((c) => el("tr", {dataset: {id: c.id}},
       idCell(c.id), el("td", {class: "id", title: c.session_id}, sessionName(v, c.session_id)), el("td", null, c.type.replace("CHECKPOINT_TYPE_", "").toLowerCase()),
-      el("td", {class: "num"}, c.step), timeCell(c.created_at))));
+      el("td", {class: "num"}, c.step), timeCell(c.created_at))), "checkpoints-empty");
     drawLoss(v.losses);
+    drawMetrics(v.losses);
+    drawSampling(v.sampling || []);
     drawTimeline();
   }
 
   // A prompt or a completion: its text where the model's tokenizer is installed (the ids on hover), else its
-  // ids, each one unbreakable so that a line wraps between ids, never inside one.
+  // first ids (all of them on hover), each one unbreakable so that a line wraps between ids, never inside one.
+  const FIRST_TOKENS = 12;
   function tokens(ids, text, suffix) {
     ids = ids || [];
     if (text != null) {
       return el("div", {class: "seq text", title: ids.join(" ")}, text, suffix);
     }
-    const parts = ids.flatMap((t, i) => (i ? [" ", el("span", {class: "tok"}, String(t))] : [el("span", {class: "tok"}, String(t))]));
-    return el("div", {class: "seq ids mono"}, parts, suffix);
+    const shown = ids.slice(0, FIRST_TOKENS);
+    const parts = shown.flatMap((t, i) => (i ? [" ", el("span", {class: "tok"}, String(t))] : [el("span", {class: "tok"}, String(t))]));
+    const rest = ids.length - shown.length;
+    return el("div", {class: "seq ids mono", title: ids.join(" ")}, parts,
+              rest > 0 ? el("span", {class: "more muted"}, ` … +${rest}`) : null, suffix);
+  }
+
+  const stopName = (reason) => (reason || "").replace("STOP_REASON_", "").toLowerCase();
+  // A sample operation's completions, folded: one line says how many, how long and why they stopped; opened
+  // (a click; it stays open across redraws), one line per completion: its length, stop reason and first tokens.
+  function completions(smp) {
+    const seqs = smp.results.flatMap((r) => r.sequences);
+    const lengths = seqs.map((q) => (q.tokens || []).length);
+    const reasons = {};
+    for (const q of seqs) reasons[stopName(q.stop_reason)] = (reasons[stopName(q.stop_reason)] || 0) + 1;
+    const range = lengths.length ? (Math.min(...lengths) === Math.max(...lengths) ? `${lengths[0]}`
+      : `${Math.min(...lengths)}–${Math.max(...lengths)}`) : "0";
+    const summary = el("summary", null, el("b", null, `${seqs.length} completion${seqs.length === 1 ? "" : "s"}`),
+      ` · ${range} tokens · `, Object.entries(reasons).map(([r, n]) => `${n} ${r}`).join(", "));
+    const box = el("details", {class: "completion-list", dataset: {id: smp.id}}, summary,
+      seqs.map((q) => el("div", {class: "completion"},
+        el("span", {class: "len"}, `${(q.tokens || []).length} tok`), " ",
+        el("span", {class: `stop stop-${stopName(q.stop_reason)}`}, stopName(q.stop_reason)), " ",
+        tokens(q.tokens, q.text))));
+    box.open = state.openSamples.has(smp.id);
+    box.addEventListener("toggle", () => {
+      if (box.open) state.openSamples.add(smp.id); else state.openSamples.delete(smp.id);
+    });
+    return box;
   }
 
   // A session by its display name, or its short id.
@@ -232,17 +286,31 @@
   }
 
   // --- loss chart (uPlot) ----------------------------------------------------------------------
+  // x numbers every forward-backward a session submitted, so a failed one keeps its place: the line runs
+  // through the completed ones and a red ✕ with a dashed rule marks each failure.
   function drawLoss(curves) {
     const box = $("loss-chart");
     const points = curves.reduce((n, c) => n + c.loss.length, 0);
+    const failed = curves.flatMap((c) => (c.failed || []).map((f) => ({...f, label: c.label})));
     box.dataset.points = String(points);
     box.dataset.series = String(curves.length);
-    $("loss-empty").hidden = points > 0;
-    if (!points) {
+    box.dataset.failed = [...new Set(failed.map((f) => f.x))].sort((a, b) => a - b).join(" ");
+    state.failedMarks = failed;
+    const note = $("loss-failed");
+    note.hidden = !failed.length;
+    if (failed.length) {
+      const bySession = curves.filter((c) => (c.failed || []).length).map((c) => {
+        const codes = [...new Set(c.failed.map((f) => (f.code || "").replace(/^.*_ERROR_CODE_/, "")))].join(", ");
+        return `${c.label}: #${c.failed.map((f) => f.x).join(", #")}${codes ? ` (${codes})` : ""}`;
+      });
+      note.textContent = `✕ ${failed.length} failed forward-backward${failed.length === 1 ? "" : "s"}: ${bySession.join("; ")}`;
+    }
+    $("loss-empty").hidden = points > 0 || failed.length > 0;
+    if (!points && !failed.length) {
       if (state.chart) { state.chart.destroy(); state.chart = null; state.chartKey = ""; }
       return;
     }
-    const xs = [...new Set(curves.flatMap((c) => c.x))].sort((a, b) => a - b);
+    const xs = [...new Set([...curves.flatMap((c) => c.x), ...failed.map((f) => f.x)])].sort((a, b) => a - b);
     const data = [xs, ...curves.map((c) => {
       const at = new Map(c.x.map((x, i) => [x, c.loss[i]]));
       return xs.map((x) => (at.has(x) ? at.get(x) : null));
@@ -258,9 +326,9 @@
     // with its latest loss; it is not live, so there is no "step: --" row for the x values.
     state.chart = new uPlot({
       width, height: 240,
-      scales: {x: {time: false}},
+      scales: {x: {time: false}, y: {range: safeRange}},
       legend: {live: false},
-      axes: [{label: "forward-backward (step)", stroke: "#6b7480", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000],
+      axes: [{label: "forward-backward # (every one submitted)", stroke: "#6b7480", incrs: INTEGER_STEPS,
               values: (u, ticks) => {
                 const shown = ticks.map((t) => (Number.isInteger(t) ? String(t) : ""));
                 box.dataset.xticks = shown.filter(Boolean).join(" ");  // what the axis reads, for tests
@@ -271,13 +339,154 @@
         label: `${c.label}  (last ${fmtLoss(c.loss[c.loss.length - 1])})`,
         stroke: PALETTE[i % PALETTE.length], width: 2, spanGaps: true,
       }))],
+      hooks: {draw: [drawFailed]},
     }, data, box);
     state.chartKey = key;
+  }
+  const INTEGER_STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000];
+
+  function drawFailed(u) {
+    const ctx = u.ctx, {top, height} = u.bbox, px = window.devicePixelRatio || 1;
+    ctx.save();
+    ctx.strokeStyle = ctx.fillStyle = "#d9453b";
+    ctx.lineWidth = 1.5 * px;
+    ctx.font = `${Math.round(13 * px)}px system-ui, sans-serif`;
+    ctx.textAlign = "center";
+    for (const f of state.failedMarks) {
+      const x = u.valToPos(f.x, "x", true);
+      ctx.setLineDash([4 * px, 3 * px]);
+      ctx.beginPath();
+      ctx.moveTo(x, top + 14 * px);
+      ctx.lineTo(x, top + height);
+      ctx.stroke();
+      ctx.setLineDash([]);
+      ctx.fillText("✕", x, top + 12 * px);
+    }
+    ctx.restore();
+  }
+
+  // A y range uPlot can tick: values that differ only in their ninth digit (an on-policy ratio of 0.99999999)
+  // make it step by 1e-9 from 1 and fail; such a range is widened to a thousandth of its size.
+  function safeRange(u, min, max) {
+    if (min == null || max == null) return [0, 1];
+    const mid = (min + max) / 2, least = Math.max(Math.abs(mid) * 1e-4, 1e-12);
+    if (max - min < least) {
+      const pad = Math.max(Math.abs(mid) * 1e-3, 1e-9);
+      return [mid - pad, mid + pad];
+    }
+    return uPlot.rangeNum(min, max, 0.1, true);
   }
 
   function fmtAxis(t) {
     return t !== 0 && Math.abs(t) < 0.001 ? t.toExponential(0) : String(+t.toPrecision(6));
   }
+
+  // --- small charts: the loss metrics and the sampling per weights version ---------------------
+  // What each metric of emulator/compute/losses.py means, for a chart's caption.
+  const METRICS = {
+    "loss/mean": "the loss per counted token (cross-entropy: the sum over the weights' sum)",
+    "loss/ratio/mean": "mean importance ratio p(new) / p(sampler) over counted tokens: 1 on-policy, moves as the policy learns",
+    "loss/clip/high_fraction": "share of counted tokens whose gradient the upper clip (or trust region) removed",
+    "loss/clip/low_fraction": "share of counted tokens whose gradient the lower clip (or trust region) removed",
+    "loss/kl_sample/mean": "mean log p(sampler) − log p(new): how far the trained policy moved from the one that sampled",
+    "loss/kl_ref/mean": "mean KL (k3 estimator) to the reference policy (reference_logprobs)",
+    "loss/penalty/mean": "DRO's quadratic penalty, mean over counted tokens",
+    "loss/num_tokens": "tokens the loss counted (non-zero weights or mask): grows with completion lengths",
+    "loss/weight_sum": "sum of the weights",
+  };
+  const METRIC_ORDER = Object.keys(METRICS);
+
+  // One small uPlot per key, made again only when its series or width change; otherwise its data is replaced.
+  function smallChart(container, key, title, caption, xLabel, series, data, opts) {
+    let box = container.querySelector(`[data-chart="${CSS.escape(key)}"]`);
+    if (!box) {
+      box = el("div", {class: "chart", dataset: {chart: key}}, el("h3", null, title),
+               el("p", {class: "muted caption"}, caption), el("div", {class: "plot"}));
+      container.append(box);
+    }
+    const plot = box.querySelector(".plot");
+    box.dataset.points = String(data[0].length);
+    box.dataset.series = String(series.length);
+    const width = Math.max(220, box.clientWidth - 4);
+    const shape = `${width}|${series.map((s) => s.label).join("|")}`;
+    const old = state.charts.get(key);
+    if (old && old.shape === shape) { old.chart.setData(data); return box; }
+    if (old) old.chart.destroy();
+    const chart = new uPlot({
+      width, height: 150, legend: {live: false}, scales: {x: {time: false}, y: {range: safeRange}, ...(opts.scales || {})},
+      axes: [{label: xLabel, stroke: "#6b7480", incrs: INTEGER_STEPS, labelSize: 18, size: 30,
+              values: (u, ticks) => ticks.map((t) => (Number.isInteger(t) ? String(t) : ""))},
+             {stroke: "#6b7480", size: 50, values: (u, ticks) => ticks.map((t) => fmtAxis(t))}],
+      series: [{label: "x"}, ...series],
+    }, data, plot);
+    state.charts.set(key, {chart, shape});
+    return box;
+  }
+
+  function dropCharts(container, keep) {
+    for (const box of [...container.querySelectorAll("[data-chart]")]) {
+      if (keep.has(box.dataset.chart)) continue;
+      const old = state.charts.get(box.dataset.chart);
+      if (old) old.chart.destroy();
+      state.charts.delete(box.dataset.chart);
+      box.remove();
+    }
+  }
+
+  // Union of the curves' x values, and each curve's values on it (null where it has none).
+  function align(curves, valuesOf) {
+    const xs = [...new Set(curves.flatMap((c) => c.x))].sort((a, b) => a - b);
+    return [xs, ...curves.map((c) => {
+      const at = new Map(c.x.map((x, i) => [x, valuesOf(c)[i]]));
+      return xs.map((x) => (at.has(x) && at.get(x) !== undefined ? at.get(x) : null));
+    })];
+  }
+
+  function drawMetrics(curves) {
+    const container = $("metrics-charts");
+    const names = [...new Set(curves.flatMap((c) => Object.keys(c.metrics || {})))]
+      .sort((a, b) => (METRIC_ORDER.indexOf(a) + 1 || 99) - (METRIC_ORDER.indexOf(b) + 1 || 99) || a.localeCompare(b));
+    $("metrics-empty").hidden = names.length > 0;
+    for (const name of names) {
+      const mine = curves.filter((c) => c.metrics && c.metrics[name] && c.metrics[name].some((v) => v !== null));
+      if (!mine.length) continue;
+      const box = smallChart(container, `metric:${name}`, name, METRICS[name] || "a metric the loss returned",
+        "forward-backward #", mine.map((c) => ({label: c.label, stroke: colorOf(curves, c), width: 1.5, spanGaps: true})),
+        align(mine, (c) => c.metrics[name]), {});
+      box.dataset.metric = name;
+    }
+    dropCharts(container, new Set(names.map((n) => `metric:${n}`)));
+  }
+
+  function drawSampling(groups) {
+    const container = $("sampling-charts");
+    $("sampling-empty").hidden = groups.length > 0;
+    if (!groups.length) { dropCharts(container, new Set()); return; }
+    // Lengths: the mean as a line, the shortest and longest thin and dashed, in the session's colour.
+    const lengths = groups.flatMap((g, i) => [
+      {label: `${g.label} mean`, stroke: PALETTE[i % PALETTE.length], width: 2},
+      {label: "min", stroke: PALETTE[i % PALETTE.length], width: 1, dash: [3, 3]},
+      {label: "max", stroke: PALETTE[i % PALETTE.length], width: 1, dash: [3, 3]}]);
+    const xs = [...new Set(groups.flatMap((g) => g.x))].sort((a, b) => a - b);
+    const on = (g, values) => { const at = new Map(g.x.map((x, i) => [x, values[i]])); return xs.map((x) => (at.has(x) ? at.get(x) : null)); };
+    smallChart(container, "length", "completion length (tokens)",
+      "mean, shortest and longest completion sampled from each weights version", "weights version",
+      lengths, [xs, ...groups.flatMap((g) => [on(g, g.length_mean), on(g, g.length_min), on(g, g.length_max)])], {});
+    // Stop reasons: the share of each version's completions that stopped for each reason.
+    const reasons = [...new Set(groups.flatMap((g) => Object.keys(g.stop || {})))].sort();
+    const series = [], data = [xs];
+    groups.forEach((g, i) => reasons.forEach((r, j) => {
+      if (!(g.stop || {})[r]) return;
+      series.push({label: `${groups.length > 1 ? `${g.label} ` : ""}${r.toLowerCase()} %`, stroke: PALETTE[(i + j * 3) % PALETTE.length],
+                   width: 1.5, dash: j ? [5, 3] : undefined});
+      data.push(on(g, g.stop[r].map((n, k) => (100 * n) / g.completions[k])));
+    }));
+    smallChart(container, "stop", "stop reasons (% of completions)",
+      "length: the completion hit max_tokens; stop: it ended on a stop token or sequence", "weights version",
+      series, data, {scales: {y: {range: [0, 100]}}});
+  }
+
+  const colorOf = (curves, c) => PALETTE[curves.indexOf(c) % PALETTE.length];
 
   // --- timeline (SVG) --------------------------------------------------------------------------
   const SVG = "http://www.w3.org/2000/svg";
@@ -291,6 +500,7 @@
   // One lane per resource and per session (under its resource); a session's operations are marks on its lane,
   // coloured by status, its own status a thin band beneath them. A resource's sessions fold away (click its
   // name); a session unfolds into one row per kind of operation (click its name).
+  const END_STATUSES = new Set(["STOPPED", "EXPIRED", "ERROR", "FAILED", "COMPLETED"]);
   const KIND_ORDER = ["forward-backward", "custom-forward-backward", "optim-step", "sample", "weights-sync",
                       "inference-checkpoint", "training-checkpoint"];
   function drawTimeline() {
@@ -302,8 +512,14 @@
     const now = Date.parse(state.clock.now);
     const windowSeconds = Number($("timeline-window").value);
     const firsts = rows.flatMap((r) => [Date.parse(r.segments[0].start), ...(r.marks || []).slice(0, 1).map((m) => Date.parse(m.start))]);
-    let start = windowSeconds ? now - windowSeconds * 1000 : Math.min(...firsts);
-    let end = now;
+    // A finished run (every resource and session in an end status, no operation still to finish) ends at its last
+    // event: the window stops there instead of stretching to a clock that has moved on without it.
+    const finished = rows.every((r) => END_STATUSES.has(short(r.segments[r.segments.length - 1].status)))
+      && rows.every((r) => (r.marks || []).every((m) => m.end));
+    const last = Math.max(...rows.flatMap((r) => [...r.segments.map((g) => Date.parse(g.end || g.start)),
+                                                   ...(r.marks || []).map((m) => Date.parse(m.end || m.start))]));
+    let end = finished ? Math.min(now, last) : now;
+    let start = windowSeconds ? end - windowSeconds * 1000 : Math.min(...firsts);
     if (end - start < 1000) start = end - 1000;
     const span = end - start;
     end += span * 0.01;  // room for the newest marks at the right edge
@@ -328,7 +544,13 @@
       }
     }
     const height = top + lanes.reduce((n, l) => n + l.h, 0) + 4;
-    const root = svg("svg", {width, height, viewBox: `0 0 ${width} ${height}`});
+    const root = svg("svg", {width, height, viewBox: `0 0 ${width} ${height}`, "data-start": new Date(start).toISOString(),
+                             "data-end": new Date(end).toISOString(), "data-finished": String(finished)});
+    $("timeline-finished").hidden = !(finished && now > end);
+    if (finished && now > end) {
+      $("timeline-finished").textContent = `Finished: everything here ended by ${new Date(end).toISOString().slice(0, 23).replace("T", " ")};`
+        + " the window ends there (the clock has moved on since).";
+    }
     const precise = span < 10_000;
     for (let i = 0; i <= 4; i++) {
       const t = start + (span * i) / 4;
@@ -357,7 +579,7 @@
     };
     const bar = (g, seg, y, h, kind) => {
       const s = Math.max(start, Date.parse(seg.start));
-      const e = seg.end ? Date.parse(seg.end) : now;
+      const e = Math.min(seg.end ? Date.parse(seg.end) : now, end);
       if (e < start) return;
       const rect = svg("rect", {class: `st-${short(seg.status)}`, x: x(s), y, height: h, width: Math.max(1.5, x(e) - x(s)), rx: 2});
       rect.append(svg("title", {}, `${kind ? `${kind} ` : ""}${short(seg.status)}  ${seg.start} → ${seg.end || "now"}`));
@@ -365,7 +587,7 @@
     };
     const mark = (g, m, y, h) => {
       const s = Math.max(start, Date.parse(m.start));
-      const e = m.end ? Date.parse(m.end) : now;
+      const e = Math.min(m.end ? Date.parse(m.end) : now, end);
       if (e < start) return;
       const rect = svg("rect", {class: `mark st-${short(m.status)}`, "data-kind": m.kind, x: x(s) - 1, y, height: h,
                                 width: Math.max(2, x(e) - x(s) + 1)});
@@ -399,7 +621,7 @@
       }
       y += lane.h;
     }
-    root.append(svg("line", {class: "nowline", x1: x(now), x2: x(now), y1: top - 4, y2: height - 4}));
+    if (now <= end) root.append(svg("line", {class: "nowline", x1: x(now), x2: x(now), y1: top - 4, y2: height - 4}));
     box.replaceChildren(root);
   }
 
@@ -412,7 +634,8 @@
   function showClock(clock) {
     state.clock = clock;
     $("clock-scope").textContent = clock.scope === "tenant"
-      ? "this tenant's own (the buttons move the global clock)" : "global";
+      ? "this tenant's own (the buttons move the global clock, which every other tenant follows)"
+      : "global: every tenant's time";
     $("clock-now").textContent = clock.now.replace("T", " ").replace("Z", " UTC");
     $("clock-mode").textContent = clock.mode;
     $("clock-speed").textContent = String(clock.speed);
@@ -452,8 +675,7 @@
   function showFaults(faults) {
     state.faults = faults;
     fill("faults", faults.map((f) => el("tr", {dataset: {name: f.name}},
-      el("td", {class: "mono"}, f.name),
-      el("td", {class: "rule", title: JSON.stringify(f, null, 1)}, describeRule(f)),
+      el("td", {class: "rule", title: JSON.stringify(f, null, 1)}, el("div", {class: "name mono"}, words(f.name)), describeRule(f)),
       el("td", {class: "num", title: `fired on ${f.fired} request(s) of the ${f.matched} it matched`},
          el("b", {class: "fired"}, f.fired), " / ", el("span", {class: "matched"}, f.matched)),
       el("td", null, el("button", {type: "button", class: "remove", title: `remove ${f.name}`,
@@ -462,14 +684,14 @@
 
   function describeRule(f) {
     // An operationId reads as itself; the other keys are named.
-    const match = Object.entries(f.match || {}).map(([k, v]) => (k === "operation_id" ? v : `${k}=${v}`)).join(" ")
-      || "every request";
+    const match = Object.entries(f.match || {}).flatMap(([k, v]) => [" ", k === "operation_id" ? words(v) : words(`${k}=${v}`)]).slice(1);
+    if (!match.length) match.push("every request");
     const t = f.trigger || {};
     const when = "first_n" in t ? `first ${t.first_n}` : "nth" in t ? `call ${t.nth.join(", ")}`
       : "probability" in t ? `p=${t.probability}` : "always";
     const effect = Object.entries(f.effect || {})
       .map(([k, v]) => `${k} ${String(v).replace(/^.*_ERROR_CODE_/, "")}`).join(", ");
-    return [el("div", {class: "mono"}, match), el("div", {class: "muted"}, `${when} → ${effect}`)];
+    return [el("div", {class: "mono match"}, match), el("div", {class: "muted"}, `${when} → `, words(effect))];
   }
 
   async function removeFault(name) {
@@ -525,10 +747,10 @@
     }
     if (e.type === "warning") {
       return [el("span", {class: "t"}, time(e.at)), el("span", {class: "warning"}, "warning "),
-              `${e.operation_id}: ${e.message}`, project ? "" : el("span", {class: "muted"}, `  ${e.project}`)];
+              words(`${e.operation_id}`), `: ${e.message}`, project ? "" : el("span", {class: "muted"}, `  ${e.project}`)];
     }
     if (e.type === "fault") {
-      return [el("span", {class: "t"}, "fault"), el("span", {class: "fault"}, `${e.rule} `), `${e.operation_id || e.path}`];
+      return [el("span", {class: "t"}, "fault"), el("span", {class: "fault"}, words(e.rule)), " ", words(`${e.operation_id || e.path}`)];
     }
     return [JSON.stringify(e)];
   }
@@ -617,7 +839,9 @@
     let resizeTimer = null;
     window.addEventListener("resize", () => {
       clearTimeout(resizeTimer);
-      resizeTimer = setTimeout(() => { if (state.view) { drawLoss(state.view.losses); drawTimeline(); } }, 150);
+      resizeTimer = setTimeout(() => {
+        if (state.view) { drawLoss(state.view.losses); drawMetrics(state.view.losses); drawSampling(state.view.sampling || []); drawTimeline(); }
+      }, 150);
     });
     $("timeline-legend").replaceChildren(...STATUSES.flatMap((s) => [el("span", {class: `badge st-${s}`}, s), " "]));
   }
