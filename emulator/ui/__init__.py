@@ -1,9 +1,12 @@
 """A live dashboard at ``/_emulator/ui``, for demos and for watching a client under test.
 
 Shows, per tenant: model resources, sessions and operations with their statuses on a timeline in
-virtual time, each session's loss curve (from its forward-backward results), recent samples,
-checkpoints; and, for the whole emulator: the virtual clock with controls (advance, mode, speed),
-the fault rules (add, remove), scenario loading and a live event stream (server-sent events).
+virtual time, each session's loss curve (every forward-backward in order, the failed ones marked), the
+metrics its losses returned (clip fractions, KL, ratio), its samples' lengths and stop reasons per
+weights version, recent samples, checkpoints; and, for the whole emulator (every tenant): the virtual
+clock with controls (advance, mode, speed), the fault rules (add, remove), scenario loading and a live
+event stream (server-sent events). The start page names each tenant by the scenario loaded into it (or
+the scenarios' public key) and its session names; no other API key is ever shown.
 
 The page is static HTML and JavaScript shipped in this package (``static/``, with the uPlot chart
 library vendored under ``static/vendor/`` with its licence); nothing loads from the internet. Its

@@ -3,7 +3,8 @@
 Every view settles the tenant's timeline first (as a request does), so statuses are those a client
 would read at the same virtual instant. Resources and sessions are rendered exactly as the API
 answers them (``emulator.api.render``); operations, samples and checkpoints are trimmed to what a
-person reads (the full output of a forward-backward can be megabytes).
+person reads (the full output of a forward-backward can be megabytes); the loss curves, the loss metrics
+and the sampling per weights version are read from the operations the tenant still keeps.
 
 Limits: the timeline and the live event list come from the event log, which keeps the last 50,000
 entries of all tenants; objects whose transitions fell out of it (or came from an imported state)
