@@ -206,6 +206,12 @@ def test_ui_tenants_have_readable_names(client: TestClient, runtime: Runtime) ->
     assert demo["label"] == "scenario two-sessions-step-40"
     assert demo["session_names"] == ["sweep-lr-1e-4", "sweep-lr-3e-4"] and demo["session_names_more"] == 0
     assert view(client, demo["project"])["label"] == "scenario two-sessions-step-40"
+    # Reset and used again by a client, the tenant is no longer the scenario's.
+    assert client.post("/_emulator/reset", json={"tenant": "demo-key"}).status_code == 200
+    with make_client(runtime, "demo-key") as c:
+        running_session(c, display_name="mine-now")
+    row = next(r for r in client.get(f"{UI}/api/tenants").json()["data"] if r["project"] == demo["project"])
+    assert row["label"] == "key demo-key (the scenarios' key)" and row["session_names"] == ["mine-now"]
     # The scenarios' public key names its tenant before any scenario is loaded into it; no other key is shown.
     other = Runtime(Config(clock="manual"))
     with make_client(other, "demo-key") as c:

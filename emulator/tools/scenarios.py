@@ -276,7 +276,9 @@ class Library:
 
     def __init__(self, app: ASGIApp, runtime: Runtime) -> None:
         self.client = InProcessClient(app, runtime)
-        self.loaded: dict[str, str] = {}  # project -> the scenario loaded into it last (the dashboard's label)
+        # project -> the scenario loaded into it last and the ids it saved: the dashboard's label for the tenant,
+        # while any of those objects is still there (a reset, or another load, ends it)
+        self.loaded: dict[str, tuple[str, frozenset[str]]] = {}
 
     @staticmethod
     def available() -> dict[str, str]:
@@ -286,5 +288,5 @@ class Library:
         result = await load(self.client, name, tenant)
         project = self.client.runtime.tenancy.project_for_token(result["token"])
         if project is not None:
-            self.loaded[project] = name
+            self.loaded[project] = (name, frozenset(result["saved"].values()))
         return result

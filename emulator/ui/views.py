@@ -74,7 +74,7 @@ def tenants(runtime: Runtime) -> dict[str, Any]:
             names = [s.display_name for s in state.sessions.ordered() if s.display_name]
             out.append({
                 "project": project,
-                "label": _label(runtime, project),
+                "label": _label(runtime, project, state),
                 "users": users,
                 "session_names": names[-TENANT_NAMES:],
                 "session_names_more": max(0, len(names) - TENANT_NAMES),
@@ -90,13 +90,16 @@ def tenants(runtime: Runtime) -> dict[str, Any]:
             "events": events[-RECENT_EVENTS:], "faults": runtime.faults.describe()}
 
 
-def _label(runtime: Runtime, project: str) -> str | None:
-    """A readable name for a project: the scenario loaded into it last, else the shipped scenarios' public key
-    when the project is that key's (default tenancy: a project id is a hash of its key). Other API keys are never
-    shown (a screenshot of the page must not give one away); a tokens file's project ids are names already."""
+def _label(runtime: Runtime, project: str, state: Tenant) -> str | None:
+    """A readable name for a project: the scenario loaded into it last while an object it made is still there,
+    else the shipped scenarios' public key when the project is that key's (default tenancy: a project id is a
+    hash of its key). Other API keys are never shown (a screenshot of the page must not give one away); a
+    tokens file's project ids are names already."""
     loaded = getattr(runtime.scenarios, "loaded", None)  # tools.scenarios.Library's record of its loads
-    if isinstance(loaded, dict) and loaded.get(project):
-        return f"scenario {loaded[project]}"
+    if isinstance(loaded, dict) and project in loaded:
+        name, made = loaded[project]
+        if any(i in state.resources or i in state.sessions for i in made):
+            return f"scenario {name}"
     if runtime.config.tokens_file:  # its project ids and user names are the names
         return None
     for token in _scenario_tokens():
@@ -140,7 +143,7 @@ def tenant(runtime: Runtime, project: str) -> dict[str, Any]:
         ops = list(state.operations.values())
         view = {
             "project": project,
-            "label": _label(runtime, project),
+            "label": _label(runtime, project, state),
             "now": rfc3339(now),
             "clock": runtime.clocks.describe(project),
             "seq": events[-1]["seq"] if events else 0,
