@@ -17,9 +17,17 @@ import pytest
 
 from emulator.config import Config
 from emulator.runtime import Runtime
-from emulator.tools.testing import serve_in_thread
+from emulator.tools.recording import load_recording
+from emulator.tools.replay import ReplayApp
+from emulator.tools.testing import serve_app, serve_in_thread
 from tests import browser as chromium_browser
 from tests.helpers import RL, ce_sample, run_op
+
+# Imported here, not inside the test that uses them: pytest compiles a test module when it is first imported
+# (assertion rewriting), and CPython 3.11 before 3.11.8 can refuse that compile with "AST constructor recursion
+# depth mismatch" (pytest-dev/pytest#10874, fixed by python/cpython#113035). It did, in the replay test, once a
+# few browser tests had run before it in the same worker; at collection time no browser has run yet.
+from tests.test_replay import client_run, record_at_run_time
 
 reason = chromium_browser.missing()
 if reason:
@@ -433,11 +441,6 @@ def test_a_memorised_sequence_shows_its_small_losses(instant: tuple[str, Runtime
 def test_the_replay_server_shows_the_replayed_run_and_rewinds_from_the_page(browser: Any, tmp_path: Any) -> None:
     import httpx
 
-    from emulator.tools.recording import load_recording
-    from emulator.tools.replay import ReplayApp
-    from emulator.tools.testing import serve_app
-    from tests.test_replay import record_at_run_time
-
     path, seen = record_at_run_time(tmp_path)
     app = ReplayApp(load_recording(str(path)))
     with serve_app(app) as url:
@@ -450,8 +453,6 @@ def test_the_replay_server_shows_the_replayed_run_and_rewinds_from_the_page(brow
             expect(page.locator("#faults-panel")).to_be_hidden()
             expect(page.locator("#tenants-empty")).to_be_visible()
             with httpx.Client(base_url=url) as http:
-                from tests.test_replay import client_run
-
                 class Sync:  # client_run speaks TestClient; httpx.Client is the same shape
                     def __getattr__(self, name: str) -> Any:
                         return getattr(http, name)

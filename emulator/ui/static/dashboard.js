@@ -741,7 +741,7 @@
   function describeEvent(e) {
     if (e.type === "transition") {
       const what = e.op_kind ? `${e.kind} ${e.op_kind}` : e.kind;
-      return [el("span", {class: "t"}, time(e.at)), `${what} ${shortId(e.id)} `,
+      return [el("span", {class: "t"}, time(e.at)), `${what} `, el("span", {class: "nowrap", title: e.id}, shortId(e.id)), " ",
               e.from ? `${short(e.from)} → ` : "", el("b", null, short(e.to)),
               e.reason ? ` (${e.reason})` : "", project ? "" : el("span", {class: "muted"}, `  ${e.project}`)];
     }
