@@ -696,6 +696,7 @@ def test_the_start_page_names_its_tenants(instant: tuple[str, Runtime], watched:
     mine = page.locator(f'#tenants tr[data-project="{runtime.tenancy.project_for_token(api_key)}"]')
     expect(mine).to_contain_text("quick-start")
     expect(mine).not_to_contain_text("user_")  # a hash of the key names no one: not listed as a user
+    expect(page.locator("#tenants th", has_text="users")).to_be_hidden()  # nor is a column of no one
     demo.get_by_role("link").click()
     expect(page.locator("#crumb")).to_contain_text("scenario two-sessions-step-40")
 

@@ -167,6 +167,8 @@
   // as users (the project id still links the page).
   const HASHED = /^(user|proj)_[0-9a-f]{16}$/;
   function drawTenants(rows) {
+    // (default tenancy: no row names a user, so the column goes)
+    $("tenants").classList.toggle("no-users", !rows.some((t) => (t.users || []).some((u) => !HASHED.test(u))));
     fill("tenants", rows.map((t) => el("tr", {dataset: {project: t.project}},
       el("td", {class: "tenant"},
         t.label ? el("div", {class: "label"}, t.label) : null,
