@@ -34,6 +34,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("emulator.clock", "rfc3339"): "pure memo: a timestamp's text (str)",
     ("emulator.clock", "_second"): "pure memo: the text of a whole second (str)",
     ("emulator.spec", "_parsed"): "the packaged spec files, parsed once and only read (load_spec hands out deep copies)",
+    ("emulator.ui.views", "_scenario_tokens"): "pure memo: the keys the shipped scenario files name (a tuple of str)",
     ("emulator.compute.tokenizers", "_qwen35"): "pure memo: a read-only vocabulary loaded from a package",
     ("emulator.compute.weights", "_small_layout"): "pure memo of read-only arrays (writeable=False)",
     ("emulator.compute.tokenizers", "_LOCK"): "guards the one load of that vocabulary when threads race to it",
