@@ -25,33 +25,43 @@ import signal
 import sys
 import warnings
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import emulator
 
 PROG = "together-rl-emulator"
+PREFIX = f"{PROG}: "   # the one prefix of every error and status line, whatever the subcommand
 
 
-def _run(app: Any, host: str, port: int, banner: str, config: Any = None) -> int:
-    from emulator.config import Config
-    from emulator.http.server import bind, uvicorn_config
-    from emulator.http.shutdown import EndStreamsOnStop
+def _say(message: str) -> None:
+    """One line on stderr, under the command's one prefix (errors and what the server does)."""
+    print(f"{PREFIX}{message}", file=sys.stderr, flush=True)
+
+
+def _bind(host: str, port: int) -> Any:
+    """The listening socket, or None once the reason is said in one sentence."""
+    from emulator.http.server import bind
 
     try:
-        sock = bind(host, port)
+        return bind(host, port)
     except OSError as exc:
-        print(f"emulator: cannot bind {host}:{port}: {exc.strerror or exc}; pick another port with --port "
-              "(or `make serve PORT=...`), or 0 for a free one", file=sys.stderr)
-        return 2
+        _say(f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another port with --port (or "
+             "`make serve PORT=...`), or 0 for a free one")
+        return None
+
+
+def _run(app: Any, sock: Any, banner: Callable[[str], list[str]], config: Any = None) -> int:
+    from emulator.config import Config
+    from emulator.http.server import uvicorn_config
+    from emulator.http.shutdown import EndStreamsOnStop
+
     app = EndStreamsOnStop(app)
     server = _Server(uvicorn_config(app, config or Config(log_level="warning")), app)
     _tune_gc()
     bound_host, bound_port = sock.getsockname()[:2]
-    url = f"http://{bound_host}:{bound_port}"
-    print(f"{banner} listening on {url}", flush=True)
-    if banner == "Together RL emulator":
-        print(f"  export TOGETHER_BASE_URL={url} TOGETHER_API_KEY=any-key    # Swagger UI: {url}/docs", flush=True)
-        print(f"  dashboard: {url}/_emulator/ui    Ctrl+C stops", flush=True)
+    for line in banner(f"http://{bound_host}:{bound_port}"):
+        print(line, flush=True)
     # uvicorn raises the signal it caught again once it has stopped: SIGINT is a KeyboardInterrupt, and
     # SIGTERM, whose default action would end the process before it says so, becomes one too.
     previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -62,8 +72,12 @@ def _run(app: Any, host: str, port: int, banner: str, config: Any = None) -> int
     finally:
         signal.signal(signal.SIGTERM, previous)
     if server.stopping:
-        print("emulator: stopped", file=sys.stderr, flush=True)
+        _say("stopped")
     return 0
+
+
+def _listening(what: str) -> Callable[[str], list[str]]:
+    return lambda url: [f"{what} listening on {url}"]
 
 
 def _interrupt(sig: int, frame: Any) -> None:
@@ -85,7 +99,7 @@ def _Server(config: Any, app: Any) -> Any:  # noqa: N802 (a class, built on firs
                 self.stopping = True
                 open_now = len(self.server_state.connections)
                 lead = "\n" if sig == signal.SIGINT else ""  # past the terminal's ^C
-                print(f"{lead}emulator: stopping ({signal.Signals(sig).name}): closing {open_now} open "
+                print(f"{lead}{PREFIX}stopping ({signal.Signals(sig).name}): closing {open_now} open "
                       f"connection(s); dashboard streams end now, other open responses are cut off after "
                       f"{SHUTDOWN_GRACE_SECONDS:g} s", file=sys.stderr, flush=True)
                 app.stop()  # dashboard streams end now, as if their tabs had closed
@@ -119,20 +133,61 @@ def _freeze_survivors(phase: str, info: dict[str, int]) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from emulator.config import ConfigError, config_from_args
+    from emulator.config import ConfigError, blame, check_state_path, config_from_args
     from emulator.runtime import Runtime
     from emulator.tools.server import build_server_app
 
     try:
         config = config_from_args(args)
+        check_state_path(config.state_file)
         runtime = Runtime(config)
         app = build_server_app(runtime)
     except ConfigError as exc:
-        print(f"emulator: {exc}", file=sys.stderr)
+        _say(blame(str(exc), args))
         return 2
     if config.defects:
-        print(f"emulator: TEST ONLY defects injected: {', '.join(config.defects)}", file=sys.stderr, flush=True)
-    return _run(app, config.host, config.port, "Together RL emulator", config)
+        _say(f"TEST ONLY defects injected: {', '.join(config.defects)}")
+    sock = _bind(config.host, config.port)
+    if sock is None:
+        return 2
+    return _run(app, sock, lambda url: serve_banner(runtime, url), config)
+
+
+def serve_banner(runtime: Any, url: str) -> list[str]:
+    """What ``serve`` prints once it listens: an API key that works in this mode (a scenario's tenant, a key
+    of the tokens file, or any key), the clock that key's tenant reads, the seed, and the files it writes."""
+    from emulator.clock import rfc3339
+    from emulator.tools import scenarios
+
+    config = runtime.config
+    keys = runtime.tenancy.keys
+    if config.scenario:
+        key = scenarios.token(config.scenario)
+        whose = f"the tenant --scenario {config.scenario} filled"
+    elif keys is not None:
+        key = keys[0]
+        whose = f"one of the {len(keys)} keys of --tokens-file {config.tokens_file}; any other key is refused"
+    else:
+        key, whose = "any-key", None
+    lines = [f"Together RL emulator listening on {url}",
+             f"  export TOGETHER_BASE_URL={url} TOGETHER_API_KEY={key}    # Swagger UI: {url}/docs"]
+    if whose:
+        lines.append(f"  {key}: {whose}")
+    principal = runtime.principal_for(key)
+    clock = runtime.clocks.clock_for(principal.project if principal else None)
+    if clock.mode == "system":
+        moves = "real time" if clock.speed == 1 else f"{clock.speed:g}x real time"
+    else:
+        moves = (f"at {rfc3339(clock.now())}, moved by POST /_emulator/clock/advance"
+                 + (" or by what a client waits for" if clock.mode == "auto" else ""))
+    lines.append(f"  clock: {clock.mode} ({moves}); seed {config.seed}")
+    if config.state_file:
+        lines.append(f"  state kept in {config.state_file} (--state-file)")
+    if config.record_file:
+        lines.append(f"  recording every exchange to {config.record_file} (--record"
+                     + (" --record-canonical)" if config.record_canonical else ")"))
+    lines.append(f"  dashboard: {url}/_emulator/ui    Ctrl+C stops")
+    return lines
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -143,16 +198,18 @@ def _replay(args: argparse.Namespace) -> int:
     from emulator.tools.replay import ReplayApp
 
     if not Config(host=args.host).is_loopback and not args.admin_token:
-        print(f"emulator replay: --host {args.host} is not loopback: set --admin-token for the control calls",
-              file=sys.stderr)
+        _say(f"replay --host {args.host} is not loopback: set --admin-token for the control calls")
         return 2
     try:  # a shipped recording by name (fixtures/recordings/NAME.jsonl), or a path
         app = ReplayApp(load_recording(fixture_files.resolve("recordings", args.file)), SiteGuard(args.host),
                         loop=args.loop, pace=args.pace, admin_token=args.admin_token, match=args.match)
     except (OSError, LookupError, ValueError) as exc:
-        print(f"emulator replay: {exc}", file=sys.stderr)
+        _say(f"replay: {exc}")
         return 2
-    code = _run(app, args.host, args.port, f"Replaying {args.file}")
+    sock = _bind(args.host, args.port)
+    if sock is None:  # nothing was served: no report of what was answered
+        return 2
+    code = _run(app, sock, _listening(f"Replaying {args.file}"))
     report = app.report()
     print(f"replay: answered {report['answered']} of {report['recorded']} recorded requests; "
           f"{report['unanswered_total']} request(s) had no recorded answer", file=sys.stderr)
@@ -172,16 +229,20 @@ def _record(args: argparse.Namespace) -> int:
     try:
         upstream = check_upstream(args.upstream)
     except UpstreamError as exc:
-        print(f"emulator record: {exc}", file=sys.stderr)
+        _say(f"record: {exc}")
+        return 2
+    sock = _bind(args.host, args.port)
+    if sock is None:
         return 2
     try:
         recorder = Recorder(args.out, Clock("system").now)
     except OSError as exc:
-        print(f"emulator record: cannot write {args.out}: {exc}", file=sys.stderr)
+        sock.close()
+        _say(f"record --out {args.out}: cannot write it ({exc.strerror or exc})")
         return 2
     proxy = ProxyApp(upstream, recorder, SiteGuard(args.host), timeout=args.upstream_timeout)
     try:
-        return _run(proxy, args.host, args.port, f"Recording proxy to {upstream}")
+        return _run(proxy, sock, _listening(f"Recording proxy to {upstream}"))
     finally:
         recorder.close()
         print(f"record: {recorder.exchanges} exchange(s) written to {args.out}", file=sys.stderr)
@@ -202,8 +263,7 @@ def _parity(args: argparse.Namespace) -> int:
             print(f"  {allowance.operation} {allowance.field}: {allowance.reason}")
         return 0
     if args.recording is None:
-        print("emulator parity: name a recording (a shipped one by name, or a JSONL file), or pass --rules",
-              file=sys.stderr)
+        _say("parity: name a recording (a shipped one by name, or a JSONL file), or pass --rules")
         return 2
     try:
         path = fixture_files.resolve("parity", args.recording)
@@ -212,7 +272,7 @@ def _parity(args: argparse.Namespace) -> int:
         report = parity.run(entries, args.recording, base_url=args.base_url, admin_token=args.admin_token,
                             profile=args.profile, allow=allow, replay_it=not args.spec_only)
     except (OSError, LookupError, ValueError, parity.ParityError) as exc:
-        print(f"emulator parity: {exc}", file=sys.stderr)
+        _say(f"parity: {exc}")
         return 2
     written = parity_report.write(report, Path(args.report))
     ok = parity_report.faithful(report)
@@ -254,8 +314,12 @@ def _examples(args: argparse.Namespace) -> int:
     target = Path(args.copy)
     try:
         written = example_files.copy_to(target)
-    except OSError as exc:  # FileExistsError too: nothing is overwritten
-        print(f"emulator examples: {exc}", file=sys.stderr)
+    except FileExistsError as exc:  # nothing is overwritten
+        _say(f"examples --copy: {exc}")
+        return 2
+    except OSError as exc:
+        _say(f"examples --copy {target}: cannot write there ({exc.strerror or exc}); name a directory you can "
+             "write to (it is created if missing)")
         return 2
     print(f"copied {len(written)} files to {target}: {', '.join(p.name for p in written)}")
     return 0
@@ -286,8 +350,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        message = message[:1].upper() + message[1:]
-        self.exit(2, f"{self.prog}: {message.rstrip('.')}. Try `{self.prog} --help`.\n")
+        self.exit(2, f"{PREFIX}{message.rstrip('.')}. Try `{self.prog} --help`.\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

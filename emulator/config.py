@@ -141,6 +141,19 @@ def load_data_file(path: str, what: str) -> Any:
         raise ConfigError(f"{what} {path}: not valid YAML{where}: {problem}") from exc
 
 
+def check_state_path(path: str | None) -> None:
+    """A --state-file whose directory cannot be (a file stands where a directory must be), said as such
+    rather than as the operating system's "File exists" when its directories are created."""
+    if not path:
+        return
+    for parent in Path(path).parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"--state-file {path}: {parent} is a file, not a directory; give a path in a "
+                                  "directory (missing directories are created)")
+            return
+
+
 # --- command line and environment -------------------------------------------------------------------
 
 def port_argument(text: str) -> int:
@@ -178,7 +191,19 @@ def _bool(text: str) -> bool:
 
 
 def _start_time(text: str) -> float:
-    return parse_rfc3339(text)
+    try:
+        return parse_rfc3339(text)
+    except ValueError:
+        raise ValueError("expected an RFC 3339 time such as 2026-01-01T00:00:00Z") from None
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[str], str]:
+    """A choice, checked where the value was read, so the error names the flag or the variable it came from."""
+    def convert(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return text
+    return convert
 
 
 def _shard(text: str) -> Shard:
@@ -200,13 +225,13 @@ OPTIONS: tuple[tuple[str, str, Callable[[str], Any] | None, str], ...] = (
     ("host", "--host", None, "bind address (default 127.0.0.1; other addresses need --admin-token)"),
     ("port", "--port", _int, "TCP port (default 8765); 0 picks a free port and prints the URL"),
     ("seed", "--seed", _int, "seed for ids and simulated numbers (default 0)"),
-    ("clock", "--clock", None, "system (real time x --speed), manual (moves only through /_emulator/clock) or "
+    ("clock", "--clock", _one_of(MODES), "system (real time x --speed), manual (moves only through /_emulator/clock) or "
                                "auto (manual, and it jumps to what a client polls for: see the README)"),
     ("speed", "--speed", _float, f"virtual seconds per real second with --clock system (default 1, at most "
                                  f"{MAX_SPEED:g})"),
     ("start_time", "--start-time", _start_time, "RFC 3339 start of virtual time (manual and auto clock default "
                                                 "2026-01-01T00:00:00Z)"),
-    ("profile", "--profile", None, "timing of every transition: instant (default) or realistic"),
+    ("profile", "--profile", _one_of(PROFILES), "timing of every transition: instant (default) or realistic"),
     ("profile_file", "--profile-file", None, "YAML/JSON file overriding timing-profile durations"),
     ("limits_file", "--limits-file", None, "YAML/JSON file overriding the session caps and other limits the "
                                            "emulator infers (see emulator/domain/limits.py)"),
@@ -220,7 +245,7 @@ OPTIONS: tuple[tuple[str, str, Callable[[str], Any] | None, str], ...] = (
     ("scenario", "--scenario", None, "load a named scenario (fixtures/scenarios) or a scenario YAML file at start-up"),
     ("record_file", "--record", None, "write every request and response to this JSONL file"),
     ("max_body_bytes", "--max-body-bytes", _int, "largest request body accepted (default 64 MiB); larger is 413"),
-    ("log_level", "--log-level", None, f"server log level: {', '.join(LOG_LEVELS)} (default warning)"),
+    ("log_level", "--log-level", _one_of(LOG_LEVELS), f"server log level: {', '.join(LOG_LEVELS)} (default warning)"),
     ("keep_alive_timeout", "--keep-alive-timeout", _float, "seconds an idle keep-alive connection stays open "
                                                            "(default 5)"),
     ("header_timeout", "--header-timeout", _float, "seconds a client may take to send request line and headers "
@@ -265,9 +290,15 @@ def env_name(field_name: str) -> str:
     return ENV_NAMES.get(field_name, f"EMULATOR_{field_name.upper()}")
 
 
+# Options with a fixed set of values show it in the usage (argparse's own choices would not see the variables).
+CHOICES = MappingProxyType({"clock": MODES, "profile": PROFILES, "log_level": LOG_LEVELS})
+
+
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     for name, flag, _convert, help_text in OPTIONS:
-        parser.add_argument(flag, dest=name, default=None, help=f"{help_text} [env {env_name(name)}]")
+        metavar = "{" + ",".join(CHOICES[name]) + "}" if name in CHOICES else None
+        parser.add_argument(flag, dest=name, default=None, metavar=metavar,
+                            help=f"{help_text} [env {env_name(name)}]")
     for name, flag, help_text in FLAGS:
         parser.add_argument(flag, dest=name, action="store_true", default=None,
                             help=f"{help_text} [env {env_name(name)}=1]")
@@ -300,4 +331,23 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
                 raise ConfigError(f"{env_name(name)}: {raw!r} is not valid ({exc})") from exc
     defects = getattr(args, "defects", None)
     values["defects"] = tuple(defects) if defects else _defects(env.get("EMULATOR_DEFECTS", ""))
-    return Config(**values)
+    try:
+        return Config(**values)
+    except ConfigError as exc:
+        raise ConfigError(blame(str(exc), args, env)) from exc
+
+
+def blame(message: str, args: argparse.Namespace, environ: dict[str, str] | None = None) -> str:
+    """A start-up error speaks of the flag (``--speed must be ...``); when the value came from the flag's
+    variable instead, it names the variable and its value (``EMULATOR_SPEED='0' must be ...``)."""
+    env = os.environ if environ is None else environ
+    flag = re.match(r"--[a-z-]+", message)
+    for name, option, _convert, _help in OPTIONS:
+        if flag and option == flag.group() and getattr(args, name, None) is None:
+            var = env_name(name)
+            if var in env:
+                rest = message[flag.end():]
+                if rest.startswith(" " + env[var]):  # (``--limits-file PATH: ...`` names the value already)
+                    rest = rest[len(env[var]) + 1:]
+                return f"{var}={env[var]!r}" + rest
+    return message

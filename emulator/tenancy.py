@@ -67,6 +67,11 @@ class Tenancy:
         return principal
 
     @property
+    def keys(self) -> list[str] | None:
+        """The API keys of the tokens file, in its order; None when every key is a tenant of its own."""
+        return None if self._tokens is None else list(self._tokens)
+
+    @property
     def cached_bytes(self) -> int:
         """What the principal cache holds, as it counts it (for tests and the reliability figures)."""
         return self._cached_bytes

@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -39,7 +41,7 @@ def test_an_unknown_flag_prints_the_subcommands_usage_and_one_sentence(command: 
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith(f"usage: together-rl-emulator {command} "), proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"together-rl-emulator {command}: ") and "--no-such-flag" in last, last
+    assert last.startswith("together-rl-emulator: ") and "--no-such-flag" in last, last
     assert f"Try `together-rl-emulator {command} --help`" in last
 
 
@@ -142,3 +144,138 @@ def test_ctrl_c_stops_within_a_second_with_a_dashboard_stream_open() -> None:
     assert [re.sub(r"closing \d+ open", "closing N open", line) for line in said] == [
         re.sub(r"closing \d+ open", "closing N open", line) for line in shown.splitlines()], err
     assert "Traceback" not in err and "ERROR" not in err, err  # the stream ended; nothing was cut off
+
+
+# --- errors in one sentence, under one prefix (issue 42, item 7) ---------------------------------------------
+
+def cli_env(*args: str, env: dict[str, str], cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "emulator", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=60, check=False, env={**os.environ, **env})
+
+
+def test_a_bad_variable_is_named_with_its_value_and_what_works() -> None:
+    proc = cli_env("serve", "--port", "0", env={"EMULATOR_CLOCK": "manul"})
+    assert (proc.returncode, proc.stderr) == (2, "together-rl-emulator: EMULATOR_CLOCK: 'manul' is not valid "
+                                                 "(expected one of system, manual, auto)\n")
+
+
+def test_a_range_check_names_the_variable_the_value_came_from() -> None:
+    proc = cli_env("serve", "--port", "0", env={"EMULATOR_SPEED": "0"})
+    assert (proc.returncode, proc.stderr) == (2, "together-rl-emulator: EMULATOR_SPEED='0' must be > 0 and at "
+                                                 "most 1e+06\n")
+    flag = cli_env("serve", "--port", "0", "--speed", "0", env={"EMULATOR_SPEED": "2"})  # the flag wins
+    assert flag.stderr == "together-rl-emulator: --speed must be > 0 and at most 1e+06\n"
+
+
+def test_a_state_file_under_a_file_says_the_file_is_in_the_way(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    proc = cli("serve", "--port", "0", "--state-file", "afile/state.json", cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (2, "together-rl-emulator: --state-file afile/state.json: afile is a "
+                                                 "file, not a directory; give a path in a directory (missing "
+                                                 "directories are created)\n")
+
+
+def test_a_start_time_that_is_not_rfc3339_says_what_works() -> None:
+    proc = cli("serve", "--port", "0", "--start-time", "yesterday")
+    assert (proc.returncode, proc.stderr) == (2, "together-rl-emulator: --start-time: 'yesterday' is not valid "
+                                                 "(expected an RFC 3339 time such as 2026-01-01T00:00:00Z)\n")
+
+
+def test_examples_copy_where_nothing_can_be_written_is_one_sentence() -> None:
+    proc = cli("examples", "--copy", "/proc/x")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        2, "", "together-rl-emulator: examples --copy /proc/x: cannot write there (No such file or directory); "
+               "name a directory you can write to (it is created if missing)\n")
+
+
+@pytest.mark.parametrize("command", [["replay", "sdk-training-loop"], ["serve"]])
+def test_a_busy_port_is_one_sentence_and_nothing_more(tmp_path: Path, command: list[str]) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = cli(*command, "--port", str(port), cwd=tmp_path)
+    # (replay used to go on to "answered 0 of 72 recorded requests" for a server that never ran)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        2, "", f"together-rl-emulator: cannot listen on 127.0.0.1:{port} (Address already in use); pick another "
+               "port with --port (or `make serve PORT=...`), or 0 for a free one\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_usage_shows_the_choices_of_clock_profile_and_log_level() -> None:
+    usage = cli("serve", "--bogus").stderr
+    for shown in ("[--clock {system,manual,auto}]", "[--profile {instant,realistic}]",
+                  "[--log-level {critical,error,warning,info,debug,trace}]"):
+        assert shown in usage, usage
+
+
+@pytest.mark.parametrize("args", [["serve", "--bogus"], ["replay"], ["examples", "--copy"], ["serve", "--seed", "x"],
+                                  ["parity"], ["cluster", "--workers", "1", "--haproxy", "no-such-haproxy"]])
+def test_every_error_has_the_one_prefix(args: list[str]) -> None:
+    proc = cli(*args)
+    assert proc.returncode == 2
+    said = [line for line in proc.stderr.splitlines() if not line.startswith(("usage:", " "))]
+    assert len(said) == 1 and said[0].startswith("together-rl-emulator: "), proc.stderr
+    assert not re.search(r"\[Errno|Traceback|^emulator", proc.stderr, re.M), proc.stderr
+
+
+# --- the banner of serve: a key that works in the mode it started in (issue 42, item 2) ----------------------
+
+@contextmanager
+def serving(*args: str, cwd: Path = ROOT) -> Iterator[tuple[str, list[str]]]:
+    """``serve ARGS --port 0``: its URL and its banner, up to the dashboard line; stopped with Ctrl+C."""
+    proc = subprocess.Popen([sys.executable, "-m", "emulator", "serve", *args, "--port", "0"], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline().rstrip("\n")]
+        assert "listening on" in lines[0], lines[0] + (proc.stderr.read() if proc.stderr else "")
+        while not lines[-1].startswith("  dashboard: "):
+            lines.append(proc.stdout.readline().rstrip("\n"))
+            assert lines[-1], lines
+        yield lines[0].rsplit(" ", 1)[1], lines
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=20)
+
+
+def exported_key(lines: list[str]) -> str:
+    found = re.search(r"TOGETHER_API_KEY=(\S+)", lines[1])
+    assert found, lines
+    return found.group(1)
+
+
+def sessions(url: str, key: str) -> httpx.Response:
+    return httpx.get(f"{url}/v1/rl/training-sessions", headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+
+def test_banner_with_a_tokens_file_gives_a_key_of_that_file() -> None:
+    with serving("--tokens-file", "team") as (url, lines):
+        key = exported_key(lines)
+        assert sessions(url, key).status_code == 200
+        assert sessions(url, "any-key").status_code == 401   # (the key the banner used to print)
+    assert lines[2] == "  alice-key: one of the 4 keys of --tokens-file team; any other key is refused", lines
+
+
+def test_banner_with_a_scenario_gives_the_key_of_its_tenant() -> None:
+    with serving("--scenario", "two-sessions-step-40") as (url, lines):
+        answer = sessions(url, exported_key(lines))
+    assert answer.status_code == 200
+    assert sorted(s["display_name"] for s in answer.json()["data"]) == ["sweep-lr-1e-4", "sweep-lr-3e-4"]
+    assert lines[2] == "  demo-key: the tenant --scenario two-sessions-step-40 filled", lines
+
+
+def test_banner_says_the_clock_the_seed_and_the_files_it_writes(tmp_path: Path) -> None:
+    with serving("--clock", "manual", "--seed", "7", "--state-file", "s/state.json", "--record", "r.jsonl",
+                 cwd=tmp_path) as (url, lines):
+        assert sessions(url, exported_key(lines)).status_code == 200
+    assert lines[2:] == [
+        "  clock: manual (at 2026-01-01T00:00:00.000Z, moved by POST /_emulator/clock/advance); seed 7",
+        "  state kept in s/state.json (--state-file)",
+        "  recording every exchange to r.jsonl (--record)",
+        f"  dashboard: {url}/_emulator/ui    Ctrl+C stops"], lines
+    with serving("--clock", "system", "--speed", "10", cwd=tmp_path) as (_url, lines):
+        assert lines[2] == "  clock: system (10x real time); seed 0", lines

@@ -76,7 +76,7 @@ def test_replay_of_a_mistyped_name_is_one_line_and_exit_2() -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "emulator replay: no file 'sdk-training-lop', and no shipped recordings fixture of that name "
+        "together-rl-emulator: replay: no file 'sdk-training-lop', and no shipped recordings fixture of that name "
         f"(shipped: {', '.join(fixture_files.names('recordings'))})"]
 
 

@@ -77,7 +77,7 @@ def test_serve_reads_the_limits_file_from_the_environment(tmp_path: Path) -> Non
                           text=True, timeout=60, env={"EMULATOR_LIMITS_FILE": str(path), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"emulator: --limits-file {path}: max_full_weight_sessions must be a whole number >= 1, not 'two'"]
+        f"together-rl-emulator: EMULATOR_LIMITS_FILE='{path}': max_full_weight_sessions must be a whole number >= 1, not 'two'"]
 
 
 # --- large operation outputs (emulator/domain/operations.py, "Output retention") ------------------------

@@ -219,8 +219,9 @@ def test_quick_start_runs_as_written_and_prints_what_readme_shows(tmp_path: Path
                             env=shell_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
-        banner = "".join(proc.stdout.readline() for _ in range(3))
-        assert banner == block("Quick start", 1).body.replace("8765", str(port))
+        shown = block("Quick start", 1).body
+        banner = "".join(proc.stdout.readline() for _ in shown.splitlines())
+        assert banner == shown.replace("8765", str(port))
         script = block("Quick start", 3).body
         assert script.startswith("# quickstart.py")
         (tmp_path / "quickstart.py").write_text(script)
@@ -273,7 +274,7 @@ def test_manual_clock_block_runs_pasted_as_written(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout == block("Control plane `/_emulator/*` (spec: `emulator/specs/admin.yaml`)", 1).body
     log = (tmp_path / "emulator.log").read_text()
-    assert log.startswith("Together RL emulator listening on") and log.rstrip().endswith("emulator: stopped"), log
+    assert log.startswith("Together RL emulator listening on") and log.rstrip().endswith("together-rl-emulator: stopped"), log
 
 
 CLOCK = "The clock: what is pending, the next transition, the auto clock and scheduled actions"

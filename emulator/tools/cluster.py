@@ -430,7 +430,7 @@ def main(args: argparse.Namespace, serve_args: list[str], out: TextIO | None = N
                                "it (Debian/Ubuntu: apt-get install haproxy) or name it with --haproxy PATH")
         lock = lock_state_dir(args.state_dir) if args.state_dir else None
     except ClusterError as exc:
-        print(f"emulator cluster: {exc}", file=sys.stderr)
+        print(f"together-rl-emulator: cluster: {exc}", file=sys.stderr)
         return 2
     cluster = Cluster(args, serve_args, haproxy, out)
 
@@ -442,7 +442,7 @@ def main(args: argparse.Namespace, serve_args: list[str], out: TextIO | None = N
         try:
             cluster.start()
         except ClusterError as exc:
-            print(f"emulator cluster: {exc}", file=sys.stderr)
+            print(f"together-rl-emulator: cluster: {exc}", file=sys.stderr)
             return 2
         return cluster.supervise()
     finally:

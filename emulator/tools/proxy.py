@@ -20,6 +20,7 @@ What makes it safe to use with a real API key:
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from typing import Any
 from urllib.parse import urlsplit
@@ -79,7 +80,8 @@ def check_upstream(url: str, timeout: float = CHECK_TIMEOUT) -> str:
 
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:200]
+    # "[Errno 111] Connection refused": the operating system's words, without Python's errno tag
+    return re.sub(r"^\[Errno -?\d+\] ", "", text.splitlines()[0])[:200]
 
 
 class ProxyApp:

@@ -159,11 +159,20 @@ def _refused(where: str, what: str, status: int, answer: Any) -> Exception:
     return ScenarioError(f"{where}: {what} answered {status}: {message}")
 
 
+def token_of(doc: dict[str, Any]) -> str:
+    """The API key whose tenant a scenario fills (``demo-key`` unless it names one)."""
+    return str(doc.get("token") or "demo-key")
+
+
+def token(name: str) -> str:
+    return token_of(read(name))
+
+
 async def load(client: InProcessClient, name: str, tenant: str | None = None) -> dict[str, Any]:
     """Reset the scenario's tenant (its state only) and replay the scenario into it. ``tenant``, an API key,
     replaces the scenario's own token and scopes its clock and fault rules to that tenant."""
     doc = read(name)
-    token = tenant or str(doc.get("token") or "demo-key")
+    token = tenant or token_of(doc)
     if client.runtime.principal_for(token) is None:
         raise ScenarioError(f"scenario token {token!r} is not in the tokens file")
     status, answer = await client.call("POST", "/_emulator/reset", body={"keep_settings": True}, tenant=token)
