@@ -125,9 +125,12 @@ class FaultSet:
         self.fired: dict[tuple[str | None, str], int] = {}    # of those (or forced), the ones it acted on
         self._lock = threading.Lock()
 
-    def load(self, rules: Any, tenant: str | None = None) -> list[dict[str, Any]]:
+    def load(self, rules: Any, tenant: str | None = None, *, replace: list[str] | None = None
+             ) -> list[dict[str, Any]]:
         """Add rules (one, a list, or ``{"rules": [...]}``); all or none: one bad rule adds nothing. With
-        ``tenant`` (an API key) every rule is scoped to it: ``match.tenant`` is set, and may not name another."""
+        ``tenant`` (an API key) every rule is scoped to it: ``match.tenant`` is set, and may not name another.
+        A rule whose name is taken is refused, unless ``replace`` is given (a fixture loaded again): the rule
+        of that name (in the same scope) is replaced, counters and all, and its name appended to ``replace``."""
         if isinstance(rules, dict) and "rules" in rules:
             rules = rules["rules"]
         if isinstance(rules, dict):
@@ -145,11 +148,18 @@ class FaultSet:
                                          "the one these rules are added for")
                     rule["match"] = {**rule["match"], "tenant": tenant}
             names = {_key(r) for r in self.rules}
+            new: set[tuple[str | None, str]] = set()
             for rule in checked:
-                if _key(rule) in names:
+                if _key(rule) in new or (_key(rule) in names and replace is None):
                     raise FaultError(f"a fault rule named {rule['name']!r} already exists"
                                      + (" for this tenant" if _key(rule)[0] else ""))
-                names.add(_key(rule))
+                new.add(_key(rule))
+            if replace is not None:
+                replace.extend(rule["name"] for rule in self.rules if _key(rule) in new)
+                self.rules[:] = [rule for rule in self.rules if _key(rule) not in new]
+                for key in new:
+                    self.counts.pop(key, None)
+                    self.fired.pop(key, None)
             self.rules.extend(checked)
         return checked
 
@@ -164,6 +174,22 @@ class FaultSet:
                 self.rules[:] = [rule for rule in self.rules if rule["match"].get("tenant") != tenant]
                 self.counts = {k: n for k, n in self.counts.items() if k[0] != tenant}
                 self.fired = {k: n for k, n in self.fired.items() if k[0] != tenant}
+
+    def tenant_keys(self) -> set[str]:
+        """The API keys that rules are scoped to."""
+        with self._lock:
+            return {rule["match"]["tenant"] for rule in self.rules if rule["match"].get("tenant") is not None}
+
+    def restart(self, tenants: Collection[str] | None = None) -> list[str]:
+        """Restart the counters of every rule (``tenants``: of the rules scoped to those API keys), as if no
+        request had been matched yet: a ``first_n`` or ``nth`` trigger counts from 1 again and a probability
+        draws the same sequence again. Returns the names of the rules whose counters restarted."""
+        with self._lock:
+            keys = {_key(rule) for rule in self.rules if tenants is None or rule["match"].get("tenant") in tenants}
+            for key in keys:
+                self.counts.pop(key, None)
+                self.fired.pop(key, None)
+            return [rule["name"] for rule in self.rules if _key(rule) in keys]
 
     def remove(self, name: str, tenant: str | None = None) -> bool:
         """Drop the rules called ``name`` (with ``tenant``: only that tenant's) and their counters; False when

@@ -15,8 +15,11 @@ stops only when too many steps in a row fail.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
+import urllib.request
+from collections import Counter
 
 import together
 from together.post_training import AdamParams, LossConfig, ModelResourcesClient, Sample
@@ -31,6 +34,28 @@ MAX_FAILURES_IN_A_ROW = 3
 def is_non_finite_loss(exc: Exception) -> bool:
     # The SDK raises OperationFailedError (a RuntimeError) naming the operation's error code.
     return isinstance(exc, RuntimeError) and "NON_FINITE_LOSS" in str(exc)
+
+
+def fault_answers() -> Counter[int] | None:
+    """The error answers the emulator's fault rules have given so far, by status (its control plane, which the
+    real service does not have: None there, or when the control plane wants a token this client lacks)."""
+    url = os.environ["TOGETHER_BASE_URL"].rstrip("/") + "/_emulator/faults"
+    headers = {"X-Emulator-Admin-Token": os.environ["EMULATOR_ADMIN_TOKEN"]} if "EMULATOR_ADMIN_TOKEN" in os.environ else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as answer:
+            rules = json.load(answer)["data"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return Counter({rule["effect"]["status"]: rule["fired"] for rule in rules if "status" in rule.get("effect", {})})
+
+
+def retried(before: Counter[int] | None, after: Counter[int] | None) -> str:
+    """What the SDK retried meanwhile, said only when the emulator can tell (" (the SDK retried 2 answers 429)")."""
+    if before is None or after is None:
+        return ""
+    new = after - before
+    said = [f"{n} answer{'s' if n > 1 else ''} {status}" for status, n in sorted(new.items())]
+    return f" (the SDK retried {' and '.join(said)})" if said else ""
 
 
 def provision() -> ModelResourcesClient:
@@ -56,10 +81,11 @@ def main() -> None:
     os.environ.setdefault("TOGETHER_API_KEY", "any-key")
 
     started = time.monotonic()
+    faults_before = fault_answers()
     resources = provision()
     # The first two creates answer 429: the SDK waits Retry-After (2 s) and tries again, twice.
     session = resources.create_session(lora_config={"rank": 8}, display_name="bad-day", interval=0.1)
-    print(f"resource and session up after {time.monotonic() - started:.1f} s (the SDK retried the 429s)")
+    print(f"resource and session up after {time.monotonic() - started:.1f} s{retried(faults_before, fault_answers())}")
     losses, skipped, in_a_row = [], [], 0
     print(f"{'step':>4}  {'loss':>8}  {'seconds':>7}  outcome")
     try:

@@ -146,6 +146,17 @@ def test_bad_day_survives_the_readmes_fault_file() -> None:
     with serve_in_thread(Config(faults_file="bad-day", speed=20.0)) as (url, runtime):
         lines = run_example("bad_day", url, key="bad-day-key")
         fired = {e["rule"] for e in runtime.store.events.since(0, None, 10_000) if e.get("type") == "fault"}
+        # A reset restarts the rules' counters: the same demo again, step for step (issue 42, item 4).
+        httpx.post(f"{url}/_emulator/reset", timeout=30).raise_for_status()
+        again = run_example("bad_day", url, key="bad-day-key")
+        httpx.delete(f"{url}/_emulator/faults", timeout=30).raise_for_status()
+        calm = run_example("bad_day", url, "--steps", "2", key="bad-day-key")
+    assert "(the SDK retried 2 answers 429" in lines[0], lines[0]
+    steps = [[r[0], r[1], r[-1]] for r in table(lines)]   # (the seconds column is wall time)
+    assert [[r[0], r[1], r[-1]] for r in table(again)] == steps, again
+    assert again[-1].rsplit(";", 1)[0] == lines[-1].rsplit(";", 1)[0], again
+    # With no fault rules there was nothing to retry, and it does not say there was.
+    assert calm[0].startswith("resource and session up after") and "retried" not in calm[0], calm[0]
     rows = table(lines)
     assert [r[0] for r in rows if r[1] == "nan"] == ["2", "5", "8"], rows
     assert all(r[-1] == "ok" for r in rows if r[1] != "nan"), "\n".join(lines)

@@ -231,3 +231,57 @@ def test_fault_effects_reach_the_domain_as_domain_events(realistic_runtime: Runt
     assert named == fx.Named(operation_id="s1", session_id="s1", resource_id="r1")
     assert api_faults.events({"operation_fails": "X", "queue_position": 2, "message": "m", "session_error": "Y"}) == [
         fx.OperationFails("X"), fx.QueuedAt(2), fx.SessionFails("Y", "m")]
+
+
+# --- a reset restarts the counters it scopes; a fixture loaded again replaces its rules (issue 42, item 4) ----
+
+ONCE = {"name": "once", "match": {"operation_id": "listModelResources"}, "trigger": {"first_n": 1},
+        "effect": {"status": 503}}
+
+
+def test_a_reset_restarts_every_rule_s_counters(client: TestClient) -> None:
+    add(client, ONCE, {"name": "third", "match": {"operation_id": "listModelResources"}, "trigger": {"nth": [3]},
+                       "effect": {"status": 500}})
+    codes = [client.get(f"{RL}/model-resources").status_code for _ in range(4)]
+    assert codes == [503, 200, 200, 500]  # ("third" counts what "once" let through)
+    answer = client.post("/_emulator/reset").json()
+    assert answer["fault_counters_restarted"] == ["once", "third"], answer
+    listed = {r["name"]: (r["matched"], r["fired"]) for r in client.get("/_emulator/faults").json()["data"]}
+    assert listed == {"once": (0, 0), "third": (0, 0)}
+    assert [client.get(f"{RL}/model-resources").status_code for _ in range(4)] == codes  # plays again
+
+
+def test_a_tenant_reset_restarts_that_tenant_s_rules_only(client: TestClient) -> None:
+    add(client, {**ONCE, "name": "everyone", "trigger": {"nth": [99]}})  # (first: it sees every request)
+    for key in ("alice-key", "bob-key"):
+        resp = client.post("/_emulator/faults", json=ONCE, headers={"X-Emulator-Tenant": key})
+        assert resp.status_code == 200, resp.text
+    for key in ("alice-key", "bob-key"):
+        assert client.get(f"{RL}/model-resources", headers={"Authorization": f"Bearer {key}"}).status_code == 503
+    answer = client.post("/_emulator/reset", headers={"X-Emulator-Tenant": "alice-key"}).json()
+    assert answer["fault_counters_restarted"] == ["once"], answer
+    codes = {key: client.get(f"{RL}/model-resources", headers={"Authorization": f"Bearer {key}"}).status_code
+             for key in ("alice-key", "bob-key")}
+    assert codes == {"alice-key": 503, "bob-key": 200}
+    everyone = [r for r in client.get("/_emulator/faults").json()["data"] if r["name"] == "everyone"]
+    assert everyone[0]["matched"] == 4  # a rule of every tenant counts on through one tenant's reset
+
+
+def test_a_fixture_loaded_again_replaces_its_own_rules_and_says_so(client: TestClient) -> None:
+    first = client.post("/_emulator/faults", json={"fixture": "bad-day"})
+    assert first.status_code == 200 and first.json()["replaced"] == [], first.text
+    names = [r["name"] for r in first.json()["data"]]
+    add(client, ONCE)
+    assert client.get(f"{RL}/model-resources").status_code == 503  # "once" fires; bad-day's "flaky" counts
+    again = client.post("/_emulator/faults", json={"fixture": "bad-day"})
+    assert again.status_code == 200, again.text
+    assert again.json()["replaced"] == names
+    assert again.json()["message"] == (f"fixture 'bad-day' was loaded already: its rules {', '.join(names)} were "
+                                       "replaced, their counters restarted")
+    listed = client.get("/_emulator/faults").json()["data"]
+    assert sorted(r["name"] for r in listed) == sorted([*names, "once"])
+    assert all(r["matched"] == 0 for r in listed if r["name"] != "once")
+    assert [r for r in listed if r["name"] == "once"][0]["fired"] == 1  # another rule keeps its counters
+    # Rules given one by one still keep their names unique.
+    dup = client.post("/_emulator/faults", json=ONCE)
+    assert dup.status_code == 400 and "a fault rule named 'once' already exists" in dup.text

@@ -294,3 +294,21 @@ def test_a_scenario_the_disk_refuses_answers_503_and_changes_nothing(tmp_path: P
         _refused(client.post("/_emulator/scenarios/queued-resource", headers=TENANT))
         disk.full = False
         assert _control_state(client) == before
+
+
+def test_a_refused_reset_restarts_no_fault_counter(tmp_path: Path) -> None:
+    runtime, disk = _runtime(tmp_path / "state.jsonl")
+    with make_client(runtime) as client:
+        client.post("/_emulator/faults", json={"name": "once", "match": {"operation_id": "listModelResources"},
+                                                "trigger": {"first_n": 1}, "effect": {"status": 503}}
+                    ).raise_for_status()
+        assert client.get(f"{RL}/model-resources").status_code == 503
+        before = _control_state(client)
+        disk.full = True
+        _refused(client.post("/_emulator/reset", json={}))
+        _refused(client.post("/_emulator/reset", json={}, headers=TENANT))
+        disk.full = False
+        assert _control_state(client) == before
+        assert client.get(f"{RL}/model-resources").status_code == 200  # its first_n is still used up
+        assert client.post("/_emulator/reset", json={}).json()["fault_counters_restarted"] == ["once"]
+        assert client.get(f"{RL}/model-resources").status_code == 503

@@ -85,7 +85,8 @@ def test_tenant_time_never_goes_back_behind_its_records(client: TestClient) -> N
 
 def test_reset_of_a_tenant_sets_up_the_fresh_tenant_in_one_call(realistic: TestClient) -> None:
     body = {"seed": 5, "clock": {"mode": "manual", "now": "2027-01-01T00:00:00Z"}, "profile": {"profile": "instant"}}
-    assert realistic.post("/_emulator/reset", json=body, headers=scoped(A)).json() == {"reset": _project(A), "seed": 5}
+    assert realistic.post("/_emulator/reset", json=body, headers=scoped(A)).json() == {"reset": _project(A), "seed": 5,
+                                                                                     "fault_counters_restarted": []}
     first = resource(realistic, A)
     assert first["created_at"].startswith("2027-01-01") and status(realistic, A, first["id"]) == "READY"
     assert realistic.get("/_emulator/profile", headers=scoped(A)).json()["scope"] == "tenant"

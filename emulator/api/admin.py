@@ -244,18 +244,19 @@ def admin_drop_profile(req: Request) -> Reply:
 
 # --- reset and seed --------------------------------------------------------------------------------------
 
-def _reset(runtime: Runtime, project: str | None, seed: int | None, body: dict[str, Any]) -> None:
+def _reset(runtime: Runtime, project: str | None, seed: int | None, body: dict[str, Any]) -> list[str]:
     """Forget one tenant (its state, events, URLs, own clock, profile and seed; ``keep_settings``: its state
     only) or every tenant, then give the fresh tenant (or the global clock and profile) what the body asks
-    for. Fault rules stay."""
+    for. Fault rules stay, with their counters restarted (the tenant's rules, or all): returns their names."""
     if body.get("clock") is not None and not isinstance(body["clock"], dict):
         raise Invalid("clock: an object {mode, speed, now}", param="clock")
     with runtime.control():  # one change: a clock or profile refused leaves the tenant as it was
-        runtime.reset(project, seed, keep_settings=bool(body.get("keep_settings")) and project is not None)
+        restarted = runtime.reset(project, seed, keep_settings=bool(body.get("keep_settings")) and project is not None)
         if body.get("clock") is not None:
             _set_clock(runtime, project, body["clock"], "clock.")
         if body.get("profile") is not None:
             _set_profile(runtime, project, body["profile"])
+    return restarted
 
 
 def admin_reset(req: Request) -> Reply:
@@ -263,9 +264,9 @@ def admin_reset(req: Request) -> Reply:
     tenant = _tenant(req, body_too=True)
     project = tenant[1] if tenant else None
     seed = body.get("seed")
-    _reset(req.runtime, project, None if seed is None else int(seed), body)
+    restarted = _reset(req.runtime, project, None if seed is None else int(seed), body)
     return 200, {"reset": project or "all", "seed": req.runtime.store.seed_for(project) if project
-                 else req.runtime.store.seed}
+                 else req.runtime.store.seed, "fault_counters_restarted": restarted}
 
 
 def admin_set_seed(req: Request) -> Reply:
@@ -343,13 +344,22 @@ def _not_kept(req: Request, answer: dict[str, Any]) -> Reply:
 def admin_add_faults(req: Request) -> Reply:
     tenant = _tenant(req)
     body = req.body
+    # A fixture loaded again replaces its own rules (the demo starts over); rules given one by one keep
+    # their names unique.
+    replaced: list[str] | None = None
     if isinstance(body, dict) and set(body) == {"fixture"}:
-        body = _shipped_faults(body)
+        fixture, body, replaced = body["fixture"], _shipped_faults(body), []
     try:
-        added = req.runtime.add_faults(body, tenant=tenant[0] if tenant else None)
+        added = req.runtime.add_faults(body, tenant=tenant[0] if tenant else None, replace=replaced)
     except FaultError as exc:
         raise Invalid(str(exc), code="invalid_fault_rule") from exc
-    return _not_kept(req, {"data": added})
+    answer: dict[str, Any] = {"data": added}
+    if replaced is not None:
+        answer["replaced"] = replaced
+        if replaced:
+            answer["message"] = (f"fixture {fixture!r} was loaded already: its rules {', '.join(replaced)} were "
+                                 "replaced, their counters restarted")
+    return _not_kept(req, answer)
 
 
 def admin_clear_faults(req: Request) -> Reply:

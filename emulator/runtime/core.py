@@ -314,10 +314,18 @@ class Runtime(VirtualTime, ScheduledActions, StateDocuments):
                 unit.undo.touch(p, self.clocks.now(p), tenant)  # (a refused line: reloaded, settled as it was)
                 self.persistence.commit(tenant)
 
-    def reset(self, project: str | None = None, seed: int | None = None, *, keep_settings: bool = False) -> None:
+    def reset(self, project: str | None = None, seed: int | None = None, *, keep_settings: bool = False
+              ) -> list[str]:
         """Forget one project's state, or everyone's (and reseed). A project's own clock, profile and seed go
-        with it, unless ``keep_settings``; ``seed`` gives it a seed of its own."""
+        with it, unless ``keep_settings``; ``seed`` gives it a seed of its own. The fault rules stay, and the
+        counters of the rules it scopes (every rule, or the rules scoped to the project's API keys) restart,
+        so a fault file plays again as it did from the start; returns those rules' names."""
         with self.control() as unit:
+            if project is None:
+                restarted = self.faults.restart()
+            else:
+                restarted = self.faults.restart([key for key in self.faults.tenant_keys()
+                                                 if self.tenancy.project_for_token(key) == project])
             if project is not None and keep_settings:
                 own_seed = self.store.seed_for(project)
                 seed = seed if seed is not None else (own_seed if own_seed != self.store.seed else None)
@@ -333,6 +341,7 @@ class Runtime(VirtualTime, ScheduledActions, StateDocuments):
                 self.waits.pop(project, None)
             # A tenant with a seed of its own is written at once, with its seed, in the reset's line.
             unit.line.update(reset=True, project=project, tenant=tenant)
+        return restarted
 
     def _moved(self, project: str | None = None) -> None:
         """A clock moved (the tenant's, or the global one): carry out the fault rules scheduled by then for the
@@ -342,9 +351,10 @@ class Runtime(VirtualTime, ScheduledActions, StateDocuments):
 
     # --- fault rules (not in the state file: a restart starts with --faults) -------------------------------
 
-    def add_faults(self, rules: Any, tenant: str | None = None) -> list[dict[str, Any]]:
+    def add_faults(self, rules: Any, tenant: str | None = None, *, replace: list[str] | None = None
+                   ) -> list[dict[str, Any]]:
         with self.control(journal=False):
-            return self.faults.load(rules, tenant=tenant)
+            return self.faults.load(rules, tenant=tenant, replace=replace)
 
     def clear_faults(self, tenant: str | None = None) -> None:
         with self.control(journal=False):
