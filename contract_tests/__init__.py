@@ -39,8 +39,8 @@ The run and the verdict
 A banner names the target, the seed (a random one when none is given, so that ``--seed N`` repeats the
 run), the contract's version and digest and the selection in force. Long waits report progress; tracebacks
 are short; setup errors with one cause (a module's shared resource) show the traceback once and name
-it elsewhere; a failing test shows its last request as a ``curl`` command (``$CONTRACT_TOKEN`` for the
-token). The verdict is "CONFORMS" only when at least one test was executed, none failed and no check
+it elsewhere; a failing test shows the request that failed as a ``curl`` command (``$CONTRACT_TOKEN`` for the
+token, with a line saying to export it). The verdict is "CONFORMS" only when at least one test was executed, none failed and no check
 failed, and the run had no problem: an unusable target, a collection error, an interruption or no
 test executed is "DOES NOT CONFORM", named in both summaries and as an error test case
 ``contract_tests.verdict`` of ``junit.xml``, with a non-zero exit.

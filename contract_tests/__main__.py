@@ -19,6 +19,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PROG = "together-rl-contract"
@@ -33,10 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
     from contract_tests.environment import ENVIRONMENT
 
     parser = argparse.ArgumentParser(
-        prog=PROG,
-        description="Judge an implementation of Together AI's RL API against openapi.yaml. Unknown options go "
-                    "to pytest.",
-        epilog="environment variables (flags win): " + "; ".join(f"{k}: {v}" for k, v in ENVIRONMENT.items()))
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Judge an implementation of Together AI's RL API against openapi.yaml. Other options go to "
+                    "pytest (-k EXPR, -x, -v, ...).",
+        epilog="environment variables (a flag wins over its variable):\n"
+               + "\n".join(f"  {k:<22} {v}" for k, v in ENVIRONMENT.items()))
     parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     parser.add_argument("--base-url", help="implementation under test; omitted: start the emulator on a free port")
     parser.add_argument("--token", help="API token of the main tenant (required with --base-url)")
@@ -73,8 +75,7 @@ def pytest_args(args: argparse.Namespace, rest: list[str]) -> list[str]:
     for arg in args.emulator_arg:
         out.append(f"--emulator-arg={arg}")
     if args.report:
-        report = Path(args.report).resolve()
-        report.mkdir(parents=True, exist_ok=True)
+        report = Path(args.report).resolve()   # (made when written: a run that never starts leaves none)
         out += [f"--report={report}", f"--junitxml={report / 'junit.xml'}"]
     if args.allow_create_resources:
         out.append("--allow-create-resources")
@@ -127,6 +128,24 @@ def install_hint(extra: str) -> str:
     return f"pip install 'PATH[{extra}]', PATH being the wheel or the checkout you installed from"
 
 
+def _command_line() -> object:
+    """A pytest plugin for this command: an option neither this command nor pytest knows is this command's
+    usage error (argparse's usage, one sentence, exit status 2), not pytest's, which names another program
+    and the package's directory. (Made here: pytest is imported once the contract extra is known to be there.)"""
+    import pytest
+
+    class CommandLine:
+        @pytest.hookimpl(wrapper=True)
+        def pytest_cmdline_parse(self, pluginmanager: Any, args: list[str]) -> Any:
+            try:
+                return (yield)
+            except pytest.UsageError as exc:
+                said = [line.split("error: ", 1)[1] for line in str(exc).splitlines() if "error: " in line]
+                build_parser().error(said[0] if said else str(exc).strip().splitlines()[-1])
+
+    return CommandLine()
+
+
 def main(argv: list[str] | None = None) -> int:
     args, rest = build_parser().parse_known_args(argv)
     if args.path:  # needs nothing of the contract extra
@@ -145,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from contract_tests.report import RESULTS
 
-    code = int(pytest.main(pytest_args(args, rest)))
+    code = int(pytest.main(pytest_args(args, rest), plugins=[_command_line()]))
     if code == 0 and RESULTS.failed:
         code = 1  # a violation recorded outside any failing test still fails the run
     return code

@@ -37,8 +37,20 @@ KIND_OPERATION_IDS = {
     "training-checkpoint": ("createTrainingCheckpoint", "getTrainingCheckpoint"),
 }
 _keys = itertools.count()
-# The last request any client sent, as a curl command: a failing test shows it (contract_tests.plugin).
+# The last request any client sent, as a curl command: a failing test that cannot name its own request shows
+# it (contract_tests.plugin); a violation judged on an answer carries that answer's request (``curl_of``).
 LAST_CURL: list[str] = []
+
+
+def blame(exc: BaseException, curl: str | None) -> BaseException:
+    """Tie a failure to the request whose answer it judged (the first one it is tied to stays)."""
+    if curl and getattr(exc, "curl", None) is None:
+        exc.curl = curl  # type: ignore[attr-defined]
+    return exc
+
+
+def curl_of(exc: BaseException | None) -> str | None:
+    return getattr(exc, "curl", None)
 PROGRESS_AFTER, PROGRESS_EVERY = 10.0, 30.0   # wall seconds before a wait first reports, then between reports
 
 
@@ -69,6 +81,7 @@ class Reply:
     where: str
     api: Any = None
     violations: list[ContractViolation] = field(default_factory=list)
+    curl: str | None = None   # the request, as a curl command
 
     def raise_violations(self) -> None:
         """Raise what the answer broke (schema, envelope), once the status was judged."""
@@ -77,7 +90,7 @@ class Reply:
                 if v in self.api.pending:
                     self.api.pending.remove(v)
         if self.violations:
-            raise self.violations[0]
+            raise blame(self.violations[0], self.curl)
 
     def ok(self) -> Any:
         """The body of a 200, or a violation naming what went wrong."""
@@ -87,7 +100,7 @@ class Reply:
             exc = ContractViolation("expected_success", f"{self.where} answered {self.status} where the flow "
                                     f"needs a 200: {str(self.body)[:500]}")
             RESULTS.record(self.operation_id, exc.check, False, str(exc))
-            raise exc
+            raise blame(exc, self.curl)
         self.raise_violations()
         return self.body
 
@@ -159,14 +172,15 @@ class Api:
             kwargs["data"] = b""
         resp = self.http.request(method, url, **kwargs)
         sent = resp.request.url or ""
-        LAST_CURL[:] = [self.target.curl(method, sent or url, hdrs, json if json is not None else
-                                         ("" if empty_body else None))]
+        curl = self.target.curl(method, sent or url, hdrs, json if json is not None else
+                                ("" if empty_body else None))
+        LAST_CURL[:] = [curl]
         where = f"{method} {path}" + (f"?{sent.split('?', 1)[1]}" if "?" in sent else "")
         try:
             body = resp.json()
         except ValueError:
             body = resp.text
-        reply = Reply(resp.status_code, body, operation_id, where, api=self)
+        reply = Reply(resp.status_code, body, operation_id, where, api=self, curl=curl)
         failure = spec.validate_response(operation_id, resp)
         if failure:
             reply.violations.append(ContractViolation(
@@ -182,12 +196,24 @@ class Api:
                 continue
             broken = [v for v in reply.violations if v.check == check]
             RESULTS.record(operation_id, check, not broken, str(broken[0]) if broken else None)
+        for v in reply.violations:  # (raised later, maybe after other requests: they name this one)
+            blame(v, curl)
         self.pending.extend(reply.violations)
         return reply
 
+    def _see(self, curl: str | None, kind: str, obj: Any, operation_id: str) -> None:
+        """The observer's checks on an object an answer carried: a failure names that answer's request."""
+        try:
+            self.observer.see(kind, obj, operation_id)
+        except ContractViolation as exc:
+            raise blame(exc, curl) from None
+
     def expect(self, reply: Reply, statuses: tuple[int, ...], rule: str, check: str) -> Reply:
-        record(reply.operation_id, check,
-               lambda: lc.check_status_code(statuses, reply.status, reply.where, reply.body, rule, check))
+        try:
+            record(reply.operation_id, check,
+                   lambda: lc.check_status_code(statuses, reply.status, reply.where, reply.body, rule, check))
+        except ContractViolation as exc:
+            raise blame(exc, reply.curl) from None
         reply.raise_violations()
         return reply
 
@@ -204,20 +230,20 @@ class Api:
         obj = reply.ok()
         if isinstance(obj, dict) and "id" in obj:
             self.target.remember(self.token, str(obj["id"]))
-        self.observer.see("model resource", obj, "createModelResources")
+        self._see(reply.curl, "model resource", obj, "createModelResources")
         return obj
 
     def get_resource(self, rid: str) -> Reply:
         reply = self.call("getModelResources", "GET", f"{RL}/model-resources/{rid}")
         if reply.status == 200:
-            self.observer.see("model resource", reply.body, "getModelResources")
+            self._see(reply.curl, "model resource", reply.body, "getModelResources")
         return reply
 
     def list_resources(self, **params: Any) -> Reply:
         reply = self.call("listModelResources", "GET", f"{RL}/model-resources", params=params or None)
         if reply.status == 200 and isinstance(reply.body, dict):
             for obj in reply.body.get("data") or []:
-                self.observer.see("model resource", obj, "listModelResources")
+                self._see(reply.curl, "model resource", obj, "listModelResources")
         return reply
 
     def stop_resource(self, rid: str, force: bool | None = None) -> Reply:
@@ -225,7 +251,7 @@ class Api:
         reply = self.call("stopModelResources", "POST", f"{RL}/model-resources/{rid}/stop", params=params,
                           empty_body=True)
         if reply.status == 200:
-            self.observer.see("model resource", reply.body, "stopModelResources")
+            self._see(reply.curl, "model resource", reply.body, "stopModelResources")
         return reply
 
     # --- sessions ---------------------------------------------------------------------------------
@@ -233,33 +259,33 @@ class Api:
     def create_session(self, rid: str, **body: Any) -> Reply:
         reply = self.call("createSession", "POST", f"{RL}/training-sessions", json={"model_resources_id": rid, **body})
         if reply.status == 200:
-            self.observer.see("training session", reply.body, "createSession")
+            self._see(reply.curl, "training session", reply.body, "createSession")
         return reply
 
     def get_session(self, sid: str) -> Reply:
         reply = self.call("getSession", "GET", f"{RL}/training-sessions/{sid}")
         if reply.status == 200:
-            self.observer.see("training session", reply.body, "getSession")
+            self._see(reply.curl, "training session", reply.body, "getSession")
         return reply
 
     def list_sessions(self, **params: Any) -> Reply:
         reply = self.call("listSessions", "GET", f"{RL}/training-sessions", params=params or None)
         if reply.status == 200 and isinstance(reply.body, dict):
             for obj in reply.body.get("data") or []:
-                self.observer.see("training session", obj, "listSessions")
+                self._see(reply.curl, "training session", obj, "listSessions")
         return reply
 
     def stop_session(self, sid: str) -> Reply:
         reply = self.call("stopSession", "POST", f"{RL}/training-sessions/{sid}/stop", empty_body=True)
         if reply.status == 200:
-            self.observer.see("training session", reply.body, "stopSession")
+            self._see(reply.curl, "training session", reply.body, "stopSession")
         return reply
 
     def list_checkpoints(self, **params: Any) -> Reply:
         reply = self.call("listCheckpoints", "GET", f"{RL}/checkpoints", params=params or None)
         if reply.status == 200 and isinstance(reply.body, dict):
             for obj in reply.body.get("data") or []:
-                self.observer.see("checkpoint", obj, "listCheckpoints")
+                self._see(reply.curl, "checkpoint", obj, "listCheckpoints")
         return reply
 
     # --- operations -------------------------------------------------------------------------------
@@ -270,14 +296,14 @@ class Api:
         reply = self.call(create_id, "POST", f"{RL}/training-sessions/{sid}/operations/{kind}", json=body,
                           headers={"Idempotency-Key": key}, empty_body=body is None)
         if reply.status == 200:
-            self.observer.see("operation", reply.body, create_id)
+            self._see(reply.curl, "operation", reply.body, create_id)
         return reply
 
     def get_op(self, sid: str, kind: str, op_id: str) -> Reply:
         _, get_id = KIND_OPERATION_IDS[kind]
         reply = self.call(get_id, "GET", f"{RL}/training-sessions/{sid}/operations/{kind}/{op_id}")
         if reply.status == 200:
-            self.observer.see("operation", reply.body, get_id)
+            self._see(reply.curl, "operation", reply.body, get_id)
         return reply
 
     # --- waiting ----------------------------------------------------------------------------------

@@ -13,5 +13,5 @@ ENVIRONMENT = {
     "CONTRACT_SEED": "--seed",
     "CONTRACT_SPEC": "the contract to judge against (default: the packaged openapi.yaml)",
     "TOGETHER_BASE_URL": "--base-url when neither the flag nor CONTRACT_BASE_URL is given",
-    "TOGETHER_API_KEY": "--token when a base URL is given and neither the flag nor CONTRACT_TOKEN is",
+    "TOGETHER_API_KEY": "--token when a base URL is given and neither the flag nor CONTRACT_TOKEN is set",
 }

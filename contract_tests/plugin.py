@@ -329,6 +329,23 @@ def _name_after_operation(item: pytest.Item, label: str) -> None:
         pass
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """Make the target before the first test that needs it: one that cannot be used is said once, in one
+    sentence (the verdict's), and no test runs (pytest.exit in a test's setup would say it again, with
+    pytest's internals)."""
+    if session.config.option.collectonly or not any(
+            {m.name for m in item.iter_markers()} & set(MARKERS) for item in session.items):
+        return None
+    try:
+        get_target()
+    except (TargetError, pytest.UsageError) as exc:
+        RESULTS.problem(f"the target could not be used: {exc}")
+        _RUN.unusable = True
+        return True  # (the run loop is done: nothing ran)
+    return None
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     names = {m.name for m in item.iter_markers()}
     if not names & set(MARKERS):
@@ -347,6 +364,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 # --- the run: collapsed setup errors, curl reproductions, counts ----------------------------------------
 
+# The sections a failing test's report gets: the request whose answer failed a check, or (when the failure
+# names none) the last request the test sent.
+FAILING_CURL = "the failing request, as curl"
+LAST_CURL_TITLE = "the last request the test sent (the failure names no request), as curl"
 _STARTS: dict[str, float] = {}
 _SETUP_CAUSES: dict[tuple[str, str], str] = {}   # (exception type, message) -> the first test it failed
 
@@ -356,6 +377,7 @@ class _Run:
     collected: int = 0
     deselected: int = 0
     interrupted: str = ""
+    unusable: bool = False   # the target could not be used: nothing ran
 
 
 _RUN = _Run()
@@ -386,11 +408,11 @@ def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
                               ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    if not report.failed or not _in_suite(item):
+    if not report.failed:
         return report
     from contract_tests.client import LAST_CURL
 
-    if report.when == "setup" and call.excinfo is not None:
+    if report.when == "setup" and call.excinfo is not None and _in_suite(item):
         # A fixture shared by many tests (a module's READY resource) fails each of them the same way:
         # the first shows the traceback, the others name it.
         key = (call.excinfo.typename, str(call.excinfo.value)[:500])
@@ -399,8 +421,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
             line = (str(call.excinfo.value).strip().splitlines() or [""])[0][:300]
             report.longrepr = f"setup error: the same cause as {first} ({call.excinfo.typename}: {line})"
             return report
-    if LAST_CURL and "curl " not in report.longreprtext:  # Schemathesis prints its own
-        report.sections.append(("the last request, as curl", LAST_CURL[0]))
+    if "curl " in report.longreprtext:  # Schemathesis prints its own
+        return report
+    from contract_tests.client import curl_of
+
+    failing = curl_of(call.excinfo.value) if call.excinfo is not None else None
+    if failing:
+        report.sections.append((FAILING_CURL, failing))
+    elif LAST_CURL:  # a failure tied to no answer (an assertion of the test's own): say what it is
+        report.sections.append((LAST_CURL_TITLE, LAST_CURL[0]))
     return report
 
 
@@ -414,7 +443,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             message = str(report.longrepr[2])
         elif report.failed:
             message = report.longreprtext[-2000:]
-        curl = next((text for title, text in report.sections if title == "the last request, as curl"), None)
+        curl = next((text for title, text in report.sections if title in (FAILING_CURL, LAST_CURL_TITLE)), None)
         markers = sorted(k for k in report.keywords if k in MARKERS)
         RESULTS.add_test(report.nodeid, outcome, time.monotonic() - _STARTS.get(report.nodeid, time.monotonic()),
                          markers, message, curl=curl)
@@ -453,7 +482,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             reporter = session.config.pluginmanager.get_plugin("terminalreporter")
             if reporter is not None:
                 reporter.write_line(f"contract report: {md_path} ({json_path.name}, junit.xml)")
-        if not RESULTS.conforms() and session.exitstatus == pytest.ExitCode.OK:
+        if _RUN.unusable:
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR  # (as a bad command line: the run never started)
+        elif not RESULTS.conforms() and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # e.g. every test skipped: nothing was vouched for
     finally:
         stop_emulator()

@@ -191,7 +191,7 @@ class Results:
             for t in failed_tests:
                 out.append(f"- `{t['nodeid']}`")
                 if t.get("curl"):
-                    out += ["", "  ```sh", f"  {t['curl']}", "  ```"]
+                    out += ["", "  ```sh", *(f"  {line}" for line in t["curl"].splitlines()), "  ```"]
         skipped = [t for t in data["tests"]["items"] if t["outcome"] == "skipped"]
         if skipped:
             out += ["", "## Skipped tests", ""]

@@ -36,6 +36,28 @@ class TargetError(RuntimeError):
     pass
 
 
+def why_unreachable(exc: BaseException) -> str:
+    """A failed connection in a few words ("Connection refused", "no answer within 30 s"), not the HTTP
+    library's nest of exceptions: the operating system's reason, found down the chain of causes."""
+    if isinstance(exc, requests.Timeout):
+        return "no answer in time"
+    seen: BaseException | None = exc
+    while seen is not None:
+        for arg in (seen, *getattr(seen, "args", ())):
+            if isinstance(arg, OSError) and arg.strerror:
+                return str(arg.strerror)
+            reason = getattr(arg, "reason", None)
+            if isinstance(reason, OSError) and reason.strerror:
+                return str(reason.strerror)
+        seen = seen.__cause__ or seen.__context__
+    text = str(exc)
+    if "Name or service not known" in text or "nodename nor servname" in text:
+        return "unknown host name"
+    if "Connection refused" in text:
+        return "Connection refused"
+    return type(exc).__name__
+
+
 # Where long waits report progress (set by the plugin to a line on the terminal); None: silent.
 PROGRESS: list[Callable[[str], None]] = []
 
@@ -187,7 +209,8 @@ class Target:
             resp = self.http.get(f"{self.base_url}/v1/rl/supported-models",
                                  headers={"Authorization": f"Bearer {probe}"}, timeout=30)
         except requests.RequestException as exc:
-            raise TargetError(f"cannot reach {self.base_url}: {exc}") from exc
+            raise TargetError(f"cannot reach {self.base_url} ({why_unreachable(exc)}); check the URL and that "
+                              "the server is running") from None
         return resp.status_code == 200
 
     def _pick_model(self) -> str:
@@ -248,17 +271,22 @@ class Target:
         self.created.append((token, resource_id))
 
     def curl(self, method: str, url: str, headers: dict[str, str], body: Any = None) -> str:
-        """A shell command that sends the same request (the token as ``$CONTRACT_TOKEN`` unless the suite
-        started the emulator itself, so a report never carries a real credential)."""
+        """A shell command that sends the same request. The token is ``$CONTRACT_TOKEN`` unless the suite
+        started the emulator itself (a report never carries a real credential), and a first line, a comment,
+        says to export it: pasted whole, the command runs once the variable is set."""
         parts = ["curl", "-X", method, shlex.quote(url)]
+        hidden = False
         for name, value in headers.items():
             if name.lower() == "authorization" and not self.launched:
                 parts += ["-H", '"Authorization: Bearer $CONTRACT_TOKEN"']
+                hidden = True
             else:
                 parts += ["-H", shlex.quote(f"{name}: {value}")]
         if body is not None:
             parts += ["-d", shlex.quote(json.dumps(body, separators=(",", ":")))]
-        return " ".join(parts)
+        note = ("# export CONTRACT_TOKEN=... first: the API token of this run (--token), left out of reports\n"
+                if hidden else "")
+        return note + " ".join(parts)
 
     def pass_time(self, seconds: float) -> None:
         """Let time pass on the target: advance its clock when it has one, else sleep."""

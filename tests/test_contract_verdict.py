@@ -76,9 +76,18 @@ LIFECYCLE = ["--pyargs", "contract_tests.test_lifecycle"]
 
 
 def test_unreachable_target_does_not_conform(tmp_path: Path) -> None:
-    proc = with_plugin([*LIFECYCLE, "--base-url", f"http://127.0.0.1:{free_port()}", "--token", "t",
+    port = free_port()
+    proc = with_plugin([*LIFECYCLE, "--base-url", f"http://127.0.0.1:{port}", "--token", "t",
                         "--report", str(tmp_path / "r"), "-k", "unknown_ids", *FAST], tmp_path)
     assert_not_conforming(proc, tmp_path / "r", "the target could not be used")
+    # Said once, in one sentence: no HTTP library's internals, no pytest.exit line (issue 42, item 6).
+    out = proc.stdout + proc.stderr
+    said = f"the target could not be used: cannot reach http://127.0.0.1:{port} (Connection refused); check the " \
+           "URL and that the server is running"
+    assert out.count("cannot reach") == 1 and f"  - {said}\n" in out, out[-3000:]
+    for internal in ("HTTPConnectionPool", "urllib3", "NewConnectionError", "_pytest", "Exit:", "Traceback"):
+        assert internal not in out, out[-3000:]
+    assert proc.returncode == 4  # (pytest's usage error: the run never started)
 
 
 def test_no_test_selected_does_not_conform(tmp_path: Path) -> None:
@@ -246,3 +255,80 @@ def test_realistic_checks_without_an_emulator_to_run_them_are_reported_not_run(t
         data, md, _ = verdict(tmp_path / "r2")
         assert data["not_run"] == [] and "## Not run" not in md
         assert any("stopping_holds_the_slot" in t["nodeid"] and t["outcome"] == "passed" for t in data["tests"]["items"])
+
+
+# --- what a failure says (issue 42, item 6) ----------------------------------------------------------------
+
+FAILS_EARLIER = """
+import pytest
+
+
+@pytest.mark.real_safe
+def test_the_failure_is_not_the_last_request(api):
+    missing = api.get_resource("no-such-resource")
+    api.list_resources(limit=1)          # a later request, which passes
+    missing.ok()                         # fails: the GET of the missing resource is the request to show
+
+
+@pytest.mark.real_safe
+def test_a_failure_of_the_test_s_own(api):
+    api.list_resources(limit=2)
+    assert False, "the test's own assertion"
+"""
+
+
+def curl_section(out: str, title: str) -> list[str]:
+    """The lines of a report section ``title`` (pytest: ``--- title ---``) up to the next section or blank."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if title in line and line.startswith("-"))
+    section = []
+    for line in lines[start + 1:]:
+        if not line.strip() or line.startswith(("-", "=", "_")):
+            break
+        section.append(line)
+    return section
+
+
+def test_the_curl_is_the_request_that_failed_and_says_to_export_the_token(
+        tmp_path: Path, shared_emulator: EmulatorServer) -> None:
+    (tmp_path / "test_mine.py").write_text(FAILS_EARLIER)
+    proc = with_plugin(["test_mine.py", "--base-url", shared_emulator.url, "--token", "curl-check",
+                        "--report", str(tmp_path / "r"), *FAST], tmp_path)
+    out = proc.stdout
+    assert proc.returncode == 1, out[-4000:]
+    failing = curl_section(out, "the failing request, as curl")
+    assert failing == [
+        "# export CONTRACT_TOKEN=... first: the API token of this run (--token), left out of reports",
+        f"curl -X GET {shared_emulator.url}/v1/rl/model-resources/no-such-resource -H 'Accept: application/json' "
+        "-H \"Authorization: Bearer $CONTRACT_TOKEN\""], out[-4000:]
+    last = curl_section(out, "the last request the test sent (the failure names no request), as curl")
+    assert last[1].startswith("curl -X GET ") and "model-resources?limit=2" in last[1], out[-4000:]
+    assert "curl-check" not in out  # the token itself is never shown
+    # Pasted into a shell with the variable exported, the command is the request that failed.
+    run = subprocess.run(["bash", "-c", "\n".join(failing) + " -s -o /dev/null -w '%{http_code}'"],
+                         env={**_env(), "CONTRACT_TOKEN": "curl-check"}, capture_output=True, text=True, timeout=60)
+    assert run.stdout == "404", run.stdout + run.stderr
+    data = json.loads((tmp_path / "r" / "summary.json").read_text())
+    curls = {t["nodeid"].rsplit("::", 1)[1]: t.get("curl") for t in data["tests"]["items"]}
+    assert curls["test_the_failure_is_not_the_last_request"] == "\n".join(failing)
+
+
+def test_an_unknown_option_is_this_command_s_usage_error(tmp_path: Path) -> None:
+    proc = suite(["--bogus-flag"], tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert proc.stderr.startswith("usage: together-rl-contract "), proc.stderr
+    assert proc.stderr.splitlines()[-1] == "together-rl-contract: error: unrecognized arguments: --bogus-flag"
+    for pytest_s in ("pytest.main()", "rootdir", "inifile", "site-packages", "ERROR:"):
+        assert pytest_s not in proc.stderr, proc.stderr
+    assert list(tmp_path.iterdir()) == []  # (no report directory for a run that never started)
+
+
+def test_help_says_every_variable_in_full(tmp_path: Path) -> None:
+    from contract_tests.environment import ENVIRONMENT
+
+    proc = suite(["--help"], tmp_path)
+    assert proc.returncode == 0
+    lines = proc.stdout.splitlines()
+    for name, meaning in ENVIRONMENT.items():  # each on a line of its own, never wrapped mid-sentence
+        assert any(line.split() == [name, *meaning.split()] for line in lines), (name, proc.stdout[-1500:])
+    assert lines[-1].rstrip().endswith("CONTRACT_TOKEN is set"), lines[-1]
