@@ -25,6 +25,9 @@ from contract_tests.plugin import SETTINGS
 from contract_tests.target import PREFERRED_MODEL
 
 
+SECRET_HEADERS = ("authorization", "proxy-authorization", "x-emulator-admin-token", "cookie", "set-cookie")
+
+
 def build_config(max_examples: int) -> SchemathesisConfig:
     data: dict[str, Any] = {
         # The suite sends the target's token itself; generated Authorization values would turn a negative case
@@ -38,6 +41,12 @@ def build_config(max_examples: int) -> SchemathesisConfig:
         "phases": {"coverage": {"enabled": SETTINGS.coverage},
                    "stateful": {"max-steps": 10, "generation": {"mode": "positive"}}},
         "suppress-health-check": ["all"],
+        # Only the credentials are hidden from Schemathesis' reproductions: its default markers ("token", "key")
+        # also hide the request's own fields (`tokens`, `Idempotency-Key`), and its curl would then send
+        # another request than the one that failed. The plugin shows that curl with the token put back as
+        # $CONTRACT_TOKEN (contract_tests.plugin.runnable_curls).
+        "output": {"sanitization": {"keys-to-sanitize": list(SECRET_HEADERS),
+                                    "sensitive-markers": ["authorization", "admin-token"]}},
     }
     if SETTINGS.seed is not None:
         data["seed"] = SETTINGS.seed

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import shlex
 import time
@@ -29,7 +30,14 @@ from contract_tests import spec
 from contract_tests import target as target_module
 from contract_tests.environment import ENVIRONMENT as ENVIRONMENT  # re-exported: the variables it reads
 from contract_tests.report import RESULTS
-from contract_tests.target import LAUNCH_SECOND_TOKEN, LAUNCH_TOKEN, EmulatorProcess, Target, TargetError
+from contract_tests.target import (
+    EXPORT_NOTE,
+    LAUNCH_SECOND_TOKEN,
+    LAUNCH_TOKEN,
+    EmulatorProcess,
+    Target,
+    TargetError,
+)
 
 MARKERS = {
     "real_safe": "runs against any implementation of the contract; needs no emulator control plane",
@@ -369,6 +377,22 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 FAILING_CURL = "the failing request, as curl"
 LAST_CURL_TITLE = "the last request the test sent (the failure names no request), as curl"
 _STARTS: dict[str, float] = {}
+_SCHEMATHESIS_CURL = re.compile(r"^[\s|]*(curl -X .*)$", re.M)
+_FILTERED_AUTH = "-H 'Authorization: [Filtered]'"
+
+
+def runnable_curls(text: str) -> list[str]:
+    """Schemathesis' reproductions in a failure (each once), with the Authorization header it hid put back:
+    the token the suite gave the emulator it started, else ``$CONTRACT_TOKEN`` and a line saying to export it."""
+    found = list(dict.fromkeys(m.group(1).rstrip() for m in _SCHEMATHESIS_CURL.finditer(text)))
+    if not found:
+        return []
+    if _TARGET is not None and _TARGET.launched:
+        return [c.replace(_FILTERED_AUTH, "-H " + shlex.quote(f"Authorization: Bearer {_TARGET.token}")) for c in found]
+    out = [c.replace(_FILTERED_AUTH, '-H "Authorization: Bearer $CONTRACT_TOKEN"') for c in found]
+    if any("$CONTRACT_TOKEN" in c for c in out):
+        out.insert(0, EXPORT_NOTE)
+    return out
 _SETUP_CAUSES: dict[tuple[str, str], str] = {}   # (exception type, message) -> the first test it failed
 
 
@@ -421,7 +445,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
             line = (str(call.excinfo.value).strip().splitlines() or [""])[0][:300]
             report.longrepr = f"setup error: the same cause as {first} ({call.excinfo.typename}: {line})"
             return report
-    if "curl " in report.longreprtext:  # Schemathesis prints its own
+    if "curl -X " in report.longreprtext:  # Schemathesis' own reproduction: runnable, with the token's place said
+        curls = runnable_curls(report.longreprtext)
+        if curls:
+            report.sections.append((FAILING_CURL, "\n".join(curls)))
         return report
     from contract_tests.client import curl_of
 

@@ -32,6 +32,10 @@ LAUNCH_SECOND_TOKEN = "contract-tenant-b"
 READY_LINE = "listening on "
 
 
+# The first line of a reproduction that names the token as $CONTRACT_TOKEN (a comment: pasted whole, it runs).
+EXPORT_NOTE = "# export CONTRACT_TOKEN=... first: the API token of this run (--token), left out of reports"
+
+
 class TargetError(RuntimeError):
     pass
 
@@ -284,9 +288,7 @@ class Target:
                 parts += ["-H", shlex.quote(f"{name}: {value}")]
         if body is not None:
             parts += ["-d", shlex.quote(json.dumps(body, separators=(",", ":")))]
-        note = ("# export CONTRACT_TOKEN=... first: the API token of this run (--token), left out of reports\n"
-                if hidden else "")
-        return note + " ".join(parts)
+        return (EXPORT_NOTE + "\n" if hidden else "") + " ".join(parts)
 
     def pass_time(self, seconds: float) -> None:
         """Let time pass on the target: advance its clock when it has one, else sleep."""

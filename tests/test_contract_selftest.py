@@ -92,3 +92,16 @@ def test_defect_is_caught(runs: dict[str, Run], defect: str) -> None:
     missing = [p for p in CASES[defect][1] if p not in run.output]
     assert not missing, (f"--defect={defect} failed the suite, but the output does not name the broken behaviour "
                          f"{missing}:\n{run.output[-4000:]}")
+
+
+def test_a_generated_failure_shows_the_request_as_a_runnable_curl(runs: dict[str, Run]) -> None:
+    """Schemathesis' reproduction, with the credential it hides put back (issue 42, item 6): the token of the
+    emulator the suite started, and the request's own fields (`tokens`, `Idempotency-Key`) as they were sent."""
+    from contract_tests.target import LAUNCH_TOKEN
+
+    lines = runs["error_not_envelope"].output.splitlines()
+    shown = [lines[i + 1] for i, line in enumerate(lines) if "the failing request, as curl" in line]
+    assert shown, runs["error_not_envelope"].output[-4000:]
+    for curl in shown:
+        assert curl.startswith("curl -X ") and f"-H 'Authorization: Bearer {LAUNCH_TOKEN}'" in curl, curl
+        assert "[Filtered]" not in curl, curl

@@ -332,3 +332,16 @@ def test_help_says_every_variable_in_full(tmp_path: Path) -> None:
     for name, meaning in ENVIRONMENT.items():  # each on a line of its own, never wrapped mid-sentence
         assert any(line.split() == [name, *meaning.split()] for line in lines), (name, proc.stdout[-1500:])
     assert lines[-1].rstrip().endswith("CONTRACT_TOKEN is set"), lines[-1]
+
+
+def test_schemathesis_reproductions_get_the_token_s_place_back() -> None:
+    from contract_tests import plugin
+
+    text = ("    | Reproduce with:\n    | \n    |     curl -X POST -H 'Idempotency-Key: k1' -H 'Authorization: [Filtered]'"
+            " -d '{\"tokens\": [1]}' http://h/v1/rl/x\n    | \n      |     curl -X POST -H 'Idempotency-Key: k1' -H "
+            "'Authorization: [Filtered]' -d '{\"tokens\": [1]}' http://h/v1/rl/x\n")
+    assert plugin.runnable_curls(text) == [  # (a target the suite did not start: the token is the user's)
+        plugin.EXPORT_NOTE,
+        "curl -X POST -H 'Idempotency-Key: k1' -H \"Authorization: Bearer $CONTRACT_TOKEN\" -d '{\"tokens\": [1]}' "
+        "http://h/v1/rl/x"]
+    assert plugin.runnable_curls("no reproduction here") == []
