@@ -157,18 +157,10 @@ def serve_banner(runtime: Any, url: str) -> list[str]:
     """What ``serve`` prints once it listens: an API key that works in this mode (a scenario's tenant, a key
     of the tokens file, or any key), the clock that key's tenant reads, the seed, and the files it writes."""
     from emulator.clock import rfc3339
-    from emulator.tools import scenarios
+    from emulator.tools.server import working_key
 
     config = runtime.config
-    keys = runtime.tenancy.keys
-    if config.scenario:
-        key = scenarios.token(config.scenario)
-        whose = f"the tenant --scenario {config.scenario} filled"
-    elif keys is not None:
-        key = keys[0]
-        whose = f"one of the {len(keys)} keys of --tokens-file {config.tokens_file}; any other key is refused"
-    else:
-        key, whose = "any-key", None
+    key, whose = working_key(config)
     lines = [f"Together RL emulator listening on {url}",
              f"  export TOGETHER_BASE_URL={url} TOGETHER_API_KEY={key}    # Swagger UI: {url}/docs"]
     if whose:

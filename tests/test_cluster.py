@@ -534,6 +534,10 @@ def test_a_second_cluster_on_the_same_state_dir_is_refused(lb: Running) -> None:
 def test_a_tokens_file_routes_a_project_by_its_users(tmp_path: Path) -> None:
     running = Running(tmp_path, "--tokens-file", "team", "--admin-token", "secret")
     try:
+        # The banner gives a key of the file, which works (issue 42, item 2), not any-key, which is refused.
+        exported = running.wait_for(r"TOGETHER_API_KEY=(\S+)", 30).group(1)
+        assert exported == "alice-key", "".join(running.lines)
+        running.wait_for(r"^  alice-key: one of the 4 keys of --tokens-file team; any other key is refused$", 30)
         seen: dict[str, Any] = {}
         for key in ("alice-key", "bob-key", "carol-key"):
             with _api(running.url, key) as api:

@@ -199,6 +199,7 @@ class Cluster:
     def __init__(self, args: argparse.Namespace, serve_args: list[str], haproxy: str, out: TextIO) -> None:
         self.args = args
         self.serve_args = serve_args
+        self.key: tuple[str, str | None] = ("any-key", None)   # what the banner says to export (working_key)
         self.haproxy = haproxy
         self.out = out
         self.count = args.workers
@@ -268,8 +269,11 @@ class Cluster:
                                         env=self.env, start_new_session=True)
         self._await_balancer(deadline)
         self.say(f"Together RL emulator cluster: {self.count} shards behind HAProxy listening on {self.url}")
-        self.say(f"  export TOGETHER_BASE_URL={self.url} TOGETHER_API_KEY=any-key    # dashboard: "
+        key, whose = self.key
+        self.say(f"  export TOGETHER_BASE_URL={self.url} TOGETHER_API_KEY={key}    # dashboard: "
                  f"{self.url}/_emulator/ui")
+        if whose:
+            self.say(f"  {key}: {whose}")
         for shard in self.shards:
             assert shard.proc is not None
             state = f", state file {shard.args[shard.args.index('--state-file') + 1]}" \
@@ -405,6 +409,21 @@ def print_config(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cluster_key(args: argparse.Namespace, serve_args: list[str]) -> tuple[str, str | None]:
+    """The API key the banner gives (emulator.tools.server.working_key), from the options the shards get."""
+    from emulator.config import ConfigError, add_server_arguments, config_from_args
+    from emulator.tools.server import working_key
+
+    parser = argparse.ArgumentParser(add_help=False)
+    add_server_arguments(parser)
+    known, _ = parser.parse_known_args(serve_args)
+    known.tokens_file = args.tokens_file or known.tokens_file
+    try:
+        return working_key(config_from_args(known))
+    except (ConfigError, LookupError, ValueError) as exc:
+        raise ClusterError(str(exc)) from None
+
+
 def main(args: argparse.Namespace, serve_args: list[str], out: TextIO | None = None) -> int:
     """``together-rl-emulator cluster``: every failure to start is one line on stderr and exit status 2."""
     out = out or sys.stdout
@@ -428,11 +447,13 @@ def main(args: argparse.Namespace, serve_args: list[str], out: TextIO | None = N
         if haproxy is None:
             raise ClusterError(f"cluster needs HAProxy 2.6 or later, and {args.haproxy!r} is not on PATH: install "
                                "it (Debian/Ubuntu: apt-get install haproxy) or name it with --haproxy PATH")
+        key = cluster_key(args, serve_args)
         lock = lock_state_dir(args.state_dir) if args.state_dir else None
     except ClusterError as exc:
         print(f"together-rl-emulator: cluster: {exc}", file=sys.stderr)
         return 2
     cluster = Cluster(args, serve_args, haproxy, out)
+    cluster.key = key
 
     def stop(signum: int, frame: Any) -> None:
         cluster.stopping = True

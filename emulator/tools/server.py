@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 
 from emulator.app import build_app
-from emulator.config import ConfigError
+from emulator.config import Config, ConfigError
 from emulator.http.asgi import ASGIApp
 from emulator.runtime import Runtime
+from emulator.tenancy import Tenancy
 from emulator.tools import scenarios
 from emulator.tools.defects import DefectsApp
 from emulator.tools.recording import RecordingApp, RecordingControl
@@ -37,3 +38,14 @@ def build_server_app(runtime: Runtime) -> ASGIApp:
         raise ConfigError(f"--record {config.record_file}: {exc}") from exc
     runtime.recording = control
     return RecordingApp(app, control)
+
+
+def working_key(config: Config) -> tuple[str, str | None]:
+    """An API key that works against a server of this configuration, and why when it is not just any key:
+    the tenant ``--scenario`` filled, else the first key of ``--tokens-file`` (any other is refused)."""
+    if config.scenario:
+        return scenarios.token(config.scenario), f"the tenant --scenario {config.scenario} filled"
+    keys = Tenancy.from_config(config.tokens_file, None).keys
+    if keys:
+        return keys[0], f"one of the {len(keys)} keys of --tokens-file {config.tokens_file}; any other key is refused"
+    return "any-key", None
