@@ -24,7 +24,6 @@ from contract_tests import checks, spec
 from contract_tests.plugin import SETTINGS
 from contract_tests.target import PREFERRED_MODEL
 
-
 SECRET_HEADERS = ("authorization", "proxy-authorization", "x-emulator-admin-token", "cookie", "set-cookie")
 
 

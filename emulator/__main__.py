@@ -24,8 +24,8 @@ import gc
 import signal
 import sys
 import warnings
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
 import emulator

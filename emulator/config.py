@@ -12,7 +12,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -337,7 +337,7 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
         raise ConfigError(blame(str(exc), args, env)) from exc
 
 
-def blame(message: str, args: argparse.Namespace, environ: dict[str, str] | None = None) -> str:
+def blame(message: str, args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> str:
     """A start-up error speaks of the flag (``--speed must be ...``); when the value came from the flag's
     variable instead, it names the variable and its value (``EMULATOR_SPEED='0' must be ...``)."""
     env = os.environ if environ is None else environ
