@@ -12,7 +12,9 @@
 - ``examples [--copy DIR]``: list the example clients that ship in the package, or copy them out.
 
 The bare command prints this help (exit 0). A usage error prints the usage of the subcommand it concerns
-and one sentence, exit status 2; so does every failure to start, never a traceback. Ctrl+C stops a server
+and one sentence, exit status 2; so does every failure to start, never a traceback. Every error and status
+line starts ``together-rl-emulator: ``; a bad value names the flag or the EMULATOR_* variable it came from.
+``serve``'s banner gives an API key that works in the mode it started in, the clock, the seed and its files. Ctrl+C stops a server
 within a second and says so: open dashboard streams end at once (``http.shutdown``), other open responses
 are cut off after ``http.server.SHUTDOWN_GRACE_SECONDS``. Maintainer tools are not here: ``python -m emulator.tools.coverage`` rewrites COVERAGE.md.
 """
