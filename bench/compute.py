@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from emulator.compute import ModelSpec, SessionModel
+from emulator.compute.types import AdamParams, Loss, ModelInput, Sample, SamplingParams, decode
 
 CASES = ("fb-ce", "fb-grpo", "optim", "sample", "sample-top-p")
 VOCAB, TOKENIZER = 248_320, 248_077
@@ -39,7 +40,7 @@ def _tensor(data: Any, dtype: str) -> dict[str, Any]:
     return {"data": data, "dtype": dtype}
 
 
-def _batch(rng: np.random.Generator, loss: str) -> list[dict[str, Any]]:
+def _batch(rng: np.random.Generator, loss: str) -> tuple[Sample, ...]:
     samples = []
     for _ in range(BATCH):
         toks = rng.integers(0, TOKENIZER, LENGTH + 1).tolist()
@@ -52,11 +53,12 @@ def _batch(rng: np.random.Generator, loss: str) -> list[dict[str, Any]]:
             inputs["advantages"] = _tensor(rng.standard_normal(LENGTH).tolist(), "float32")
         samples.append({"model_input": {"chunks": [{"encoded_text": {"tokens": toks[:-1]}}]},
                         "loss_fn_inputs": inputs})
-    return samples
+    return decode(samples, tuple[Sample, ...])  # (typed as a request is, where it enters: not measured)
 
 
-CE = {"type": "LOSS_TYPE_CROSS_ENTROPY"}
-GRPO = {"type": "LOSS_TYPE_GRPO", "grpo_params": {"beta": 0.04}}
+CE = Loss(type="LOSS_TYPE_CROSS_ENTROPY")
+GRPO = decode({"type": "LOSS_TYPE_GRPO", "grpo_params": {"beta": 0.04}}, Loss)
+ADAM = AdamParams(learning_rate=1e-4)
 
 
 def setup(case: str) -> Callable[[], Any]:
@@ -68,25 +70,25 @@ def setup(case: str) -> Callable[[], Any]:
     rng = np.random.default_rng(0)
     ce = _batch(rng, "ce")
     for _ in range(2):
-        model.forward_backward(ce, CE)
-        model.optim_step({"learning_rate": 1e-4}, None)
+        model.loss_and_grad(ce, CE)
+        model.update(ADAM, None)
     if case == "fb-ce":
-        return lambda: model.forward_backward(ce, CE, forward_only=True, return_loss_fn_outputs=True)
+        return lambda: model.loss_and_grad(ce, CE, forward_only=True, return_loss_fn_outputs=True)
     if case == "fb-grpo":
         grpo = _batch(rng, "grpo")
-        return lambda: model.forward_backward(grpo, GRPO, forward_only=True, return_loss_fn_outputs=True)
+        return lambda: model.loss_and_grad(grpo, GRPO, forward_only=True, return_loss_fn_outputs=True)
     if case == "optim":
-        model.forward_backward(ce, CE)
+        model.loss_and_grad(ce, CE)
         state = (model._weights, model._opt, model._acc, model.step)  # (restored after each measured step)
 
         def step() -> None:
-            model.optim_step({"learning_rate": 1e-4}, None)
+            model.update(ADAM, None)
             model._weights, model._opt, model._acc, model.step = state
         return step
-    params: dict[str, Any] = {"max_tokens": 200, "temperature": 1.0}
+    params = SamplingParams(max_tokens=200, temperature=1.0)
     if case == "sample-top-p":
-        params.update(top_p=0.9, top_k=50)
-    prompt = {"chunks": [{"encoded_text": {"tokens": rng.integers(0, TOKENIZER, 64).tolist()}}]}
+        params = SamplingParams(max_tokens=200, temperature=1.0, top_p=0.9, top_k=50)
+    prompt = decode({"chunks": [{"encoded_text": {"tokens": rng.integers(0, TOKENIZER, 64).tolist()}}]}, ModelInput)
     weights = model.weights()
     return lambda: model.sample(weights, [prompt], num_samples=16, sampling_params=params, prompt_logprobs=True,
                                 topk_prompt_logprobs=0, seed=5, version=2)

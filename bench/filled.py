@@ -47,7 +47,8 @@ def fill(runtime: Any, token: str, sessions: int) -> dict[str, Any]:
     resource_ids = []
     with runtime.unit_of_work(principal, write=True) as (state, ctx):
         for _ in range(resources):
-            r = resources_domain.create(state, ctx, {"base_model": BASE_MODEL, "lora_enabled": True})
+            r = resources_domain.create(state, ctx, resources_domain.CreateRequest(base_model=BASE_MODEL,
+                                                                                   lora_enabled=True))
             resource_ids.append(r.id)
     with runtime.unit_of_work(principal, write=False) as (state, ctx):
         assert all(state.resources[rid].status.endswith("READY") for rid in resource_ids), (
@@ -58,7 +59,7 @@ def fill(runtime: Any, token: str, sessions: int) -> dict[str, Any]:
         made = 0
         for rid in resource_ids:
             for _ in range(min(PER_RESOURCE, sessions - made)):
-                sessions_domain.create(state, ctx, {"model_resources_id": rid})
+                sessions_domain.create(state, ctx, sessions_domain.CreateRequest(model_resources_id=rid))
                 made += 1
     with runtime.unit_of_work(principal, write=False) as (state, ctx):
         running = sum(1 for s in state.sessions.values() if s.status.endswith("RUNNING"))

@@ -34,7 +34,7 @@ MAX_JSON_DEPTH = 64
 MAX_STATE_DEPTH = MAX_JSON_DEPTH + 16
 
 # The JSON text is checked, not the parsed value: walking every container in Python cost twice what
-# parsing did on a forward-backward body; these are a few passes of C over the bytes (~15% of parsing).
+# parsing did on a training batch's body; these are a few passes of C over the bytes (~15% of parsing).
 _STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"')
 _MARKS = b'"[]{}'
 _NOT_MARKS = bytes(sorted(set(range(256)) - set(_MARKS)))

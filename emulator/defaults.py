@@ -23,14 +23,14 @@ SAMPLING: Mapping[str, int | float] = MappingProxyType(
 #: Completions per prompt of a sample.
 NUM_SAMPLES = 1
 
-#: ``adam_params`` of an optim-step (and ``muon_params.adam``). The learning rate is not stated.
+#: ``adam_params`` of an optimizer step (and ``muon_params.adam``). The learning rate is not stated.
 ADAM: Mapping[str, float] = MappingProxyType(
     {"beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.0, "grad_clip_norm": 1.0})
-#: ``muon_params`` of an optim-step. The learning rate is not stated.
+#: ``muon_params`` of an optimizer step. The learning rate is not stated.
 MUON: Mapping[str, float] = MappingProxyType(
     {"momentum": 0.95, "newton_schulz_steps": 5, "weight_decay": 0.0, "grad_clip_norm": 1.0})
 
-#: The loss parameters of forward-backward, by the ``loss`` key that holds them.
+#: The loss parameters of a training loss, by the ``loss`` key that holds them.
 GRPO: Mapping[str, float | str] = MappingProxyType(
     {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2, "beta": 0.0,
      "agg_type": "GRPO_LOSS_AGGREGATION_TYPE_FIXED_HORIZON", "ratio_type": "GRPO_LOSS_RATIO_TYPE_TOKEN"})

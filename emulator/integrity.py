@@ -14,35 +14,36 @@ so an accepted import serves every read (``tests/test_import_fuzz.py`` mutates e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from types import MappingProxyType
+from collections.abc import Callable
 from typing import Any
 
+import msgspec
 from connexion.json_schema import Draft4RequestValidator, Draft4ResponseValidator, resolve_refs
 from jsonschema import Draft4Validator
 
-from emulator import compute, spec
+from emulator import compute, rules, spec
 from emulator.clock import MAX_TIME
+from emulator.compute.types import Wire, encode
 from emulator.domain import shaping
 from emulator.domain.catalog import BY_NAME, GPU_TYPE
+from emulator.domain.kind import Kind
+from emulator.domain.kinds import KINDS
 from emulator.domain.session_models import checkpoint_spec
-from emulator.store import Tenant
+from emulator.store import Tenant, TimelineEvent
 from emulator.store.records import (
     CheckpointType,
     Operation,
-    OperationKind,
     OperationStatus,
     ResourceStatus,
+    Session,
     SessionStatus,
     ShapingStatus,
 )
 from emulator.store.snapshot import StateError
 
-K = OperationKind
 OPS = "/v1/rl/training-sessions/{session_id}/operations/"
 UNFINISHED = frozenset({OperationStatus.PENDING, OperationStatus.RUNNING})
 REGISTRY_KINDS = frozenset({"adapter", "model", "training"})
-MAX_INACTIVE_TIMEOUT, MIN_INACTIVE_TIMEOUT = 86_400, 300
 
 
 class Integrity:
@@ -64,14 +65,17 @@ class _Validators:
         paths = doc["paths"]
         self.bodies: dict[str, Any] = {}
         self.outputs: dict[str, Any] = {}
-        for kind in OperationKind:
-            post = paths[OPS + kind.value]["post"]
+        for name, kind in KINDS.items():
+            post = paths[OPS + name]["post"]
             body = ((post.get("requestBody") or {}).get("content") or {}).get("application/json")
             # (an endpoint without a body schema reads none: what was sent is kept, any object)
-            self.bodies[kind] = Draft4RequestValidator(body["schema"] if body else {"type": "object"})
-            got = paths[OPS + kind.value + "/{operation_id}"]["get"]["responses"]["200"]
-            output = got["content"]["application/json"]["schema"]["properties"]["output"]
-            self.outputs[kind] = Draft4ResponseValidator(output)
+            self.bodies[name] = Draft4RequestValidator(body["schema"] if body else {"type": "object"})
+            if kind.output_schema is not None:  # stored otherwise than the API shows it
+                self.outputs[name] = Draft4Validator(kind.output_schema())
+            else:
+                got = paths[OPS + name + "/{operation_id}"]["get"]["responses"]["200"]
+                output = got["content"]["application/json"]["schema"]["properties"]["output"]
+                self.outputs[name] = Draft4ResponseValidator(output)
         resource = schemas["ModelResources"]["properties"]
         session = schemas["Session"]["properties"]
         job = schemas["QuantizationJob"]["properties"]
@@ -101,12 +105,6 @@ class _Validators:
                                                         "revision_id": {"type": "string"},
                                                         "base_model": {"enum": sorted(BY_NAME)},
                                                         "checkpoint_id": {"type": ["string", "null"]}}})
-        self.small_outputs: Mapping[str, Any] = MappingProxyType({
-            K.OPTIM_STEP: Draft4Validator(_counter("step")),
-            K.WEIGHTS_SYNC: Draft4Validator(_counter("weights_version")),
-            K.INFERENCE_CHECKPOINT: Draft4Validator(_object({"checkpoint_id": {"type": "string"}})),
-            K.TRAINING_CHECKPOINT: Draft4Validator(_object({"checkpoint_id": {"type": "string"}})),
-        })
         self.error = Draft4Validator(_object({"code": {"type": "string"}, "message": {"type": "string"},
                                               "occurred_at": {**number, "minimum": 0, "maximum": MAX_TIME}},
                                              required=("code", "message")))
@@ -117,8 +115,9 @@ def _object(props: dict[str, Any], required: tuple[str, ...] | None = None) -> d
             "required": list(props if required is None else required)}
 
 
-def _counter(name: str) -> dict[str, Any]:
-    return _object({name: {"type": "integer", "minimum": 0, "maximum": 2**53}})
+def _sent(op: Operation) -> Any:
+    """An operation's body as the API reads it (its kind's request, typed when the document was read)."""
+    return encode(op.body) if isinstance(op.body, Wire) else op.body
 
 
 class _Check:
@@ -131,6 +130,8 @@ class _Check:
         return StateError(f"{self.where}: {what}")
 
     def valid(self, validator: Any, value: Any, what: str) -> None:
+        if isinstance(value, (msgspec.Struct, tuple)):  # a typed value: checked as the JSON it is written as
+            value = msgspec.json.decode(msgspec.json.encode(value))
         error = next(iter(validator.iter_errors(value)), None)
         if error is not None:
             path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
@@ -151,8 +152,8 @@ class _Check:
         if err is None:
             return
         self.valid(self.v.error, err, f"{what}.error")
-        if err["code"] not in self.v.error_codes[family]:
-            raise self.fail(f"{what}.error.code {err['code']!r} is not an error code of the API")
+        if err.code not in self.v.error_codes[family]:
+            raise self.fail(f"{what}.error.code {err.code!r} is not an error code of the API")
 
     def resources(self) -> None:
         for r in self.t.resources.values():
@@ -162,27 +163,21 @@ class _Check:
                 raise self.fail(f"{what}: gpu_type {r.gpu_type!r} is not offered")
             if not r.lora_enabled and model.full_max_batch_size is None:
                 raise self.fail(f"{what}: {r.base_model} does not support full-weight training")
-            if not MIN_INACTIVE_TIMEOUT <= r.inactive_timeout <= MAX_INACTIVE_TIMEOUT:
+            timeouts = rules.INACTIVE_TIMEOUT
+            if not timeouts.low <= r.inactive_timeout <= timeouts.high:
                 raise self.fail(f"{what}: inactive_timeout {r.inactive_timeout} is not within "
-                                f"{MIN_INACTIVE_TIMEOUT}-{MAX_INACTIVE_TIMEOUT}")
+                                f"{timeouts.low}-{timeouts.high}")
             if not 0 <= r.queue_extra <= 10_000:
                 raise self.fail(f"{what}: queue_extra {r.queue_extra} is not within 0-10000")
             self.valid(self.v.optimizer, r.optimizer_config, f"{what}.optimizer_config")
             if r.status == ResourceStatus.PENDING and r.queue_exit_at is None:
                 raise self.fail(f"{what} is PENDING with no queue_exit_at")
             self.error(r.error, "resource", what)
-            if len(set(r.session_ids)) != len(r.session_ids):
-                raise self.fail(f"{what} lists a session twice in session_ids")
-            for sid in r.session_ids:
-                if self.t.sessions.peek(sid).model_resources_id != r.id:
-                    raise self.fail(f"{what} lists session {sid}, which belongs to another resource")
 
     def sessions(self) -> None:
         for s in self.t.sessions.values():
             what = f"session {s.id}"
             r = self.t.resources.peek(s.model_resources_id)
-            if s.id not in r.session_ids:
-                raise self.fail(f"{what} is not in its resource's session_ids")
             model = self.model(s.base_model, what)
             if s.base_model != r.base_model:
                 raise self.fail(f"{what}: base_model {s.base_model} is not its resource's {r.base_model}")
@@ -190,10 +185,10 @@ class _Check:
                 raise self.fail(f"{what}: lora_config must be set exactly on a LoRA resource's sessions")
             if s.lora_config is not None:
                 self.valid(self.v.lora, s.lora_config, f"{what}.lora_config")
-                if s.lora_config["rank"] > model.lora_max_rank:
+                if s.lora_config.rank > model.lora_max_rank:
                     raise self.fail(f"{what}.lora_config.rank exceeds {model.base_model}'s {model.lora_max_rank}")
-            if s.display_name is not None and len(s.display_name) > 128:
-                raise self.fail(f"{what}.display_name is longer than 128 characters")
+            if s.display_name is not None and len(s.display_name) > rules.DISPLAY_NAME_MAX_LENGTH:
+                raise self.fail(f"{what}.display_name is longer than {rules.DISPLAY_NAME_MAX_LENGTH} characters")
             if s.metadata is not None:
                 self.valid(self.v.metadata, s.metadata, f"{what}.metadata")
             self.error(s.error, "session", what)
@@ -203,50 +198,45 @@ class _Check:
                     raise self.fail(f"{what} lists a checkpoint twice in {name}")
             self.queue(s, what)
 
-    def queue(self, s: Any, what: str) -> None:
-        queued = s.queue or []
+    def queue(self, s: Session, what: str) -> None:
+        """Its unfinished operations (its queue, in submission order): only the first may run, and it finishes
+        (its completion is in the timeline); only a RUNNING session has any."""
+        queued = self.t.queues.get(s.id) or []
         for i, op_id in enumerate(queued):
             op = self.t.operations.peek(op_id)
-            if op.session_id != s.id:
-                raise self.fail(f"{what}'s queue names operation {op_id} of another session")
             allowed = UNFINISHED if i == 0 else {OperationStatus.PENDING}
             if op.status not in allowed:
                 raise self.fail(f"{what}'s queue names operation {op_id}, which is {op.status} at position {i}")
-        if len(set(queued)) != len(queued):
-            raise self.fail(f"{what}'s queue names an operation twice")
         if queued and s.status != SessionStatus.RUNNING:
             raise self.fail(f"{what} is {s.status} with operations queued")
-        head_running = bool(queued) and self.t.operations.peek(queued[0]).status == OperationStatus.RUNNING
-        if head_running != (s.busy_until is not None):
-            raise self.fail(f"{what}: busy_until must be set exactly while its first operation runs")
+        if queued and self.t.operations.peek(queued[0]).status == OperationStatus.RUNNING and not any(
+                event == TimelineEvent.OPERATION_COMPLETE and obj_id == queued[0]
+                for _at, _seq, event, obj_id in self.t.timeline.heap):
+            raise self.fail(f"{what}: its running operation {queued[0]} never completes (no timeline event)")
 
     def operations(self) -> None:
-        queued = {op_id for s in self.t.sessions.values() for op_id in s.queue or ()}
         for op in self.t.operations.values():
             what = f"operation {op.id}"
-            kind = OperationKind(op.kind)
+            kind = KINDS.get(op.kind)
+            if kind is None:
+                raise self.fail(f"{what}: kind {op.kind!r} is not an operation kind ({', '.join(KINDS)})")
             if op.status in UNFINISHED:
-                if op.id not in queued:
-                    raise self.fail(f"{what} is {op.status} but in no session's queue")
-                self.valid(self.v.bodies[kind], op.body, f"{what}.body")
-            elif op.body and kind is K.SAMPLE:
-                self.valid(self.v.bodies[kind], op.body, f"{what}.body")  # (the dashboard shows its prompts)
+                self.valid(self.v.bodies[kind.name], _sent(op), f"{what}.body")
+            elif op.body is not None and kind.shows_samples:
+                self.valid(self.v.bodies[kind.name], _sent(op), f"{what}.body")  # (the dashboard shows its prompts)
             self.output(op, kind, what)
             if op.error is not None:
                 self.error(op.error, "operation", what)
 
-    def output(self, op: Operation, kind: OperationKind, what: str) -> None:
+    def output(self, op: Operation, kind: Kind[Any], what: str) -> None:
         if op.output is None:
             return
         if op.status != OperationStatus.COMPLETED:
             raise self.fail(f"{what} is {op.status} and has an output")
-        small = self.v.small_outputs.get(kind)
-        if small is None:
-            self.valid(self.v.outputs[kind], op.output, f"{what}.output")
-            return
-        self.valid(small, op.output, f"{what}.output")
-        if "checkpoint_id" in op.output and op.output["checkpoint_id"] not in self.t.checkpoints:
-            raise self.fail(f"{what}.output names checkpoint {op.output['checkpoint_id']!r}, which is not there")
+        self.valid(self.v.outputs[kind.name], op.output, f"{what}.output")
+        problem = kind.check_output(self.t, op.output) if kind.check_output is not None else None
+        if problem is not None:
+            raise self.fail(f"{what}.output {problem}")
 
     def checkpoints(self) -> None:
         for c in self.t.checkpoints.values():
@@ -275,13 +265,11 @@ class _Check:
                 self.valid(self.v.shaping["results"], job.results, f"{what}.results")
             if (job.results is not None) != (job.status == ShapingStatus.COMPLETED):
                 raise self.fail(f"{what} is {job.status}: a job has results exactly once it has completed")
-            if job.results is not None and not all(isinstance(job.results.get(k), str) and job.results[k]
-                                                   for k in ("model_object_id", "model_revision_id")):
+            if job.results is not None and not (job.results.model_object_id and job.results.model_revision_id):
                 raise self.fail(f"{what}.results must name the model it made (model_object_id, model_revision_id)")
             if not 0 <= job.phase <= len(shaping.PHASES):
                 raise self.fail(f"{what}: phase {job.phase} is not within 0-{len(shaping.PHASES)}")
-            configuration = job.params.get("configuration") or {}
-            self.model(configuration.get("base_model_name"), f"{what}.params.configuration")
+            self.model(job.params.configuration.base_model_name, f"{what}.params.configuration")
 
     def files(self) -> None:
         """A file's fields are the spec's FileResponse values, its size is its bytes', a validated one was uploaded."""

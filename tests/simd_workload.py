@@ -17,9 +17,29 @@ from typing import Any
 
 import numpy as np
 
-from emulator.compute import ModelSpec, SessionModel
+from emulator.compute import ModelSpec
+from emulator.compute import SessionModel as TypedModel
+from emulator.compute.types import AdamParams, Gradient, Loss, ModelInput, MuonParams, Sample, SamplingParams, decode
 
 VOCAB, TOKENIZER = 248_320, 248_077
+
+
+class SessionModel(TypedModel):
+    """The model driven with the JSON a request carries, read as the API reads it (``decode``)."""
+
+    def forward_backward(self, samples: Any, loss: Any, **kw: Any) -> Any:
+        return self.loss_and_grad(decode(samples, tuple[Sample, ...]), decode(loss, Loss), **kw)
+
+    def custom_forward_backward(self, samples: Any, gradients: Any) -> Any:
+        return self.accumulate_gradients(decode(samples, tuple[Sample, ...]), decode(gradients, tuple[Gradient, ...]))
+
+    def optim_step(self, adam_params: Any, muon_params: Any) -> int:
+        return self.update(decode(adam_params, AdamParams | None),  # type: ignore[arg-type]
+                           decode(muon_params, MuonParams | None))  # type: ignore[arg-type]
+
+    def sample(self, weights: Any, model_inputs: Any, *, sampling_params: Any, **kw: Any) -> Any:  # type: ignore[override]
+        return super().sample(weights, decode(model_inputs, tuple[ModelInput, ...]),
+                              sampling_params=decode(sampling_params, SamplingParams | None), **kw)  # type: ignore[arg-type]
 LOSSES: list[dict[str, Any]] = [
     {"type": "LOSS_TYPE_CROSS_ENTROPY"},
     {"type": "LOSS_TYPE_IMPORTANCE_SAMPLING"},

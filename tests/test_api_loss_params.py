@@ -20,20 +20,21 @@ from collections.abc import Iterator
 import pytest
 from starlette.testclient import TestClient
 
+from emulator.compute import losses
 from emulator.config import Config
-from emulator.domain.operations import LOSS_PARAMS
 from emulator.http.access_log import AccessLog
 from emulator.runtime import Runtime
 from tests.conftest import make_client
 from tests.helpers import RL, assert_error, ce_sample, run_op, running_session, submit
 
+# The LossConfig field each loss type reads (IMPORTANCE_SAMPLING reads none).
+LOSS_PARAMS = {spec.params_key: name for name, spec in losses.LOSS_TYPES.items() if spec.params_key is not None}
 LOSS_TYPES = ("LOSS_TYPE_CROSS_ENTROPY", "LOSS_TYPE_GRPO", "LOSS_TYPE_IMPORTANCE_SAMPLING", "LOSS_TYPE_PPO",
               "LOSS_TYPE_CISPO", "LOSS_TYPE_DRO", "LOSS_TYPE_DPPO")
 # A schema-valid params object for each key (dro_params requires beta).
 PARAMS = {key: {"beta": 0.05} if key == "dro_params" else {} for key in LOSS_PARAMS}
 MISMATCHED = [(t, key) for t, key in itertools.product(LOSS_TYPES, LOSS_PARAMS) if LOSS_PARAMS[key] != t]
 WARNING = "x-emulator-warning"
-
 
 @pytest.fixture
 def strict() -> Iterator[TestClient]:

@@ -194,17 +194,17 @@ def test_a_top_k_past_the_vocabulary_samples_like_any_and_past_int32_is_refused(
 def test_a_bug_in_the_model_fails_that_operation_and_the_session_goes_on(
         client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
     s = running_session(client)
-    original = SessionModel.forward_backward
+    original = SessionModel.loss_and_grad
 
     def broken(self: SessionModel, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("simulated bug")
 
-    monkeypatch.setattr(SessionModel, "forward_backward", broken)
+    monkeypatch.setattr(SessionModel, "loss_and_grad", broken)
     op = run_op(client, s["id"], "forward-backward", FB)  # the GET that runs it is a 200
     assert op["status"] == "TRAINING_OPERATION_STATUS_FAILED", op
     assert op["error"]["code"] == "TRAINING_OPERATION_ERROR_CODE_INTERNAL_ERROR"
     assert "RuntimeError: simulated bug" in op["error"]["message"]
-    monkeypatch.setattr(SessionModel, "forward_backward", original)
+    monkeypatch.setattr(SessionModel, "loss_and_grad", original)
     # The queue moved on: the next operations run (before the fix they stayed PENDING behind a RUNNING one).
     assert run_op(client, s["id"], "forward-backward", FB)["status"] == "TRAINING_OPERATION_STATUS_COMPLETED"
     assert run_op(client, s["id"], "optim-step", {})["status"] == "TRAINING_OPERATION_STATUS_COMPLETED"

@@ -14,9 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 from compute_reference import pending_gradient
-from test_compute_support import V, datum, dense_table, random_trained_model
-
-from emulator.compute import SessionModel
+from test_compute_support import SessionModel, V, datum, dense_table, random_trained_model
 
 Ref = Callable[[np.ndarray], float]
 
@@ -181,7 +179,7 @@ def fd_check(model: SessionModel, case: Case, ref: Ref) -> None:
 
 
 def run(model: SessionModel, case: Case, loss: dict[str, Any], ref: Ref) -> dict[str, Any]:
-    out = model.forward_backward(case.samples, loss, return_loss_fn_outputs=True)
+    out = model.loss_and_grad(case.samples, loss, return_loss_fn_outputs=True)
     assert out["loss"] == pytest.approx(ref(case.table0), rel=1e-10, abs=1e-10)
     assert out["metrics"]["loss:sum"] == out["loss"]
     # loss_fn_outputs: the current policy's logprobs, zero where the loss excludes a position
@@ -222,7 +220,7 @@ def test_cross_entropy_accepts_int64_weights_and_string_tokens() -> None:
     model = random_trained_model(seed=3)
     seq = [3, 9, 14, 2, 30]
     s = datum([str(t) for t in seq[:-1]], [str(t) for t in seq[1:]], weights=([1, 1, 0, 1], "int64"))
-    out = model.forward_backward([s], {"type": "LOSS_TYPE_CROSS_ENTROPY"})
+    out = model.loss_and_grad([s], {"type": "LOSS_TYPE_CROSS_ENTROPY"})
     lp = model.weights().token_logprobs(np.array(seq[:-1]), np.array(seq[1:]))[0]
     assert out["loss"] == pytest.approx(-(lp[0] + lp[1] + lp[3]), rel=1e-12)
 
@@ -332,10 +330,10 @@ def test_cispo_defaults_are_0_and_4(params: dict[str, Any] | None) -> None:
 def test_policy_losses_read_any_nonzero_weight_as_one() -> None:
     model = random_trained_model(seed=2)
     case = Case(model, seed=14, mask_kind="weights")
-    out_w = model.forward_backward(case.samples, {"type": "LOSS_TYPE_IMPORTANCE_SAMPLING"}, forward_only=True)
+    out_w = model.loss_and_grad(case.samples, {"type": "LOSS_TYPE_IMPORTANCE_SAMPLING"}, forward_only=True)
     for s, d in zip(case.samples, case.inputs):
         s["loss_fn_inputs"]["weights"] = {"data": (d["m"] != 0).astype(float).tolist(), "dtype": "float32"}
-    out_b = model.forward_backward(case.samples, {"type": "LOSS_TYPE_IMPORTANCE_SAMPLING"}, forward_only=True)
+    out_b = model.loss_and_grad(case.samples, {"type": "LOSS_TYPE_IMPORTANCE_SAMPLING"}, forward_only=True)
     assert out_w["loss"] == out_b["loss"]
 
 
@@ -343,7 +341,7 @@ def test_forward_only_accumulates_nothing() -> None:
     model = random_trained_model(seed=1)
     case = Case(model, seed=15)
     before = model.to_state()
-    out = model.forward_backward(case.samples, {"type": "LOSS_TYPE_PPO"}, forward_only=True)
+    out = model.loss_and_grad(case.samples, {"type": "LOSS_TYPE_PPO"}, forward_only=True)
     assert out["loss"] == pytest.approx(ref_ppo(case, 0.8, 1.2)(case.table0), rel=1e-10)
     assert out["loss_fn_outputs"] == []
     assert not model.has_pending_gradients
@@ -356,9 +354,9 @@ def test_gradients_accumulate_across_calls() -> None:
     case1 = Case(a, seed=16)
     case2 = Case(a, seed=17)
     loss = {"type": "LOSS_TYPE_IMPORTANCE_SAMPLING"}
-    a.forward_backward(case1.samples, loss)
-    a.forward_backward(case2.samples, loss)
-    b.forward_backward(case1.samples + case2.samples, loss)
+    a.loss_and_grad(case1.samples, loss)
+    a.loss_and_grad(case2.samples, loss)
+    b.loss_and_grad(case1.samples + case2.samples, loss)
     rows = sorted(set(case1.rows) | set(case2.rows))
     np.testing.assert_allclose(pending_gradient(a, rows), pending_gradient(b, rows), rtol=1e-12, atol=1e-15)
 
@@ -367,13 +365,13 @@ def test_custom_forward_backward_matches_the_builtin_backward() -> None:
     a = random_trained_model(seed=2)
     b = random_trained_model(seed=2)
     case = Case(a, seed=18)
-    a.forward_backward(case.samples, {"type": "LOSS_TYPE_IMPORTANCE_SAMPLING"})
+    a.loss_and_grad(case.samples, {"type": "LOSS_TYPE_IMPORTANCE_SAMPLING"})
     grads = []
     for d, lp in zip(case.inputs, case.lps(case.table0)):
         grads.append({"data": (-d["m"] * np.exp(lp - d["q"]) * d["adv"]).tolist(), "dtype": "D_TYPE_FLOAT32"})
     # the SDK's tinker path sends zero weights with real gradients: they must not be applied
     custom = [datum(d["prev"].tolist(), d["tgt"].tolist(), weights=[0.0] * d["prev"].size)
               for d in case.inputs]
-    assert b.custom_forward_backward(custom, grads) == {}
+    assert b.accumulate_gradients(custom, grads) == {}
     ga, gb = pending_gradient(a, case.rows), pending_gradient(b, case.rows)
     np.testing.assert_allclose(gb, ga, rtol=1e-6, atol=1e-7)   # float32 rounding of the wire gradients

@@ -7,9 +7,17 @@ from typing import Any
 import numpy as np
 import pytest
 from compute_reference import array_probe
-from test_compute_support import V, dense_table, make_spec, model_input, random_trained_model, sft_datum
+from test_compute_support import (
+    SessionModel,
+    V,
+    dense_table,
+    make_spec,
+    model_input,
+    random_trained_model,
+    sft_datum,
+)
 
-from emulator.compute import INVALID_INPUT, ComputeError, SessionModel, Weights, decode
+from emulator.compute import INVALID_INPUT, ComputeError, Weights, decode
 
 CE = {"type": "LOSS_TYPE_CROSS_ENTROPY"}
 
@@ -27,7 +35,7 @@ def tokens_of(seq: dict[str, Any]) -> list[int]:
 
 
 def forward_logprobs(model: SessionModel, full: list[int]) -> list[float]:
-    out = model.forward_backward([sft_datum(full)], CE, forward_only=True, return_loss_fn_outputs=True)
+    out = model.loss_and_grad([sft_datum(full)], CE, forward_only=True, return_loss_fn_outputs=True)
     return out["loss_fn_outputs"][0]["tensors"]["logprobs"]["data"]
 
 
@@ -199,8 +207,8 @@ def test_top_k_cut_inside_the_flat_tail_keeps_the_lowest_ids() -> None:
 def _memorise(seq: list[int], vocab: int = V) -> SessionModel:
     model = SessionModel(make_spec(vocab_size=vocab))
     for _ in range(40):
-        model.forward_backward([sft_datum(seq)], CE)
-        model.optim_step({"learning_rate": 3e-4}, None)
+        model.loss_and_grad([sft_datum(seq)], CE)
+        model.update({"learning_rate": 3e-4}, None)
     return model
 
 
@@ -247,8 +255,8 @@ def test_snapshot_isolation() -> None:
     snap = model.weights()
     before = sample(model, [[3, 4]], snap, n=3, seed=2, max_tokens=8, prompt_logprobs=True)
     for _ in range(3):
-        model.forward_backward([sft_datum([3, 4, 5, 6, 7])], CE)
-        model.optim_step({"learning_rate": 1e-3}, None)
+        model.loss_and_grad([sft_datum([3, 4, 5, 6, 7])], CE)
+        model.update({"learning_rate": 1e-3}, None)
     assert sample(model, [[3, 4]], snap, n=3, seed=2, max_tokens=8, prompt_logprobs=True) == before
     assert sample(model, [[3, 4]], n=3, seed=2, max_tokens=8, prompt_logprobs=True) != before
 
@@ -296,9 +304,9 @@ def _padding_trained_model(**spec_kw: Any) -> SessionModel:
         seqs = [[int(x) for x in rng.integers(0, V, 12)] for _ in range(4)]
         for s in seqs:
             s[1::2] = [int(x) for x in rng.integers(T, V, len(s[1::2]))]   # every other target a padding id
-        out = model.forward_backward([sft_datum(s) for s in seqs], CE)
+        out = model.loss_and_grad([sft_datum(s) for s in seqs], CE)
         assert np.isfinite(out["loss"])
-        model.optim_step({"learning_rate": 1e-3}, None)
+        model.update({"learning_rate": 1e-3}, None)
     return model
 
 
@@ -373,8 +381,8 @@ def _catalog_model(name: str, seed: int, trained: bool) -> tuple[SessionModel, l
     if trained:
         batch = [sft_datum([p[-1], int(pad), p[-1], int(pad)]) for p, pad in zip(prompts, padding)]
         for _ in range(10):
-            model.forward_backward(batch, CE)
-            model.optim_step({"learning_rate": 1e-3}, None)
+            model.loss_and_grad(batch, CE)
+            model.update({"learning_rate": 1e-3}, None)
         first = model.weights().token_logprobs(np.array([prompts[1][-1]]), np.array([padding[1]]))[0][0]
         assert first > np.log(0.5)    # the model now prefers a padding id after the prompt
     return model, prompts

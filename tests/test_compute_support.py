@@ -13,11 +13,42 @@ from compute_reference import dense_logits
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator.compute import ModelSpec, SessionModel, Weights
+from emulator.compute import ModelSpec, Weights
+from emulator.compute import SessionModel as TypedModel
 from emulator.compute.base import BaseModel
+from emulator.compute.types import (
+    AdamParams,
+    Gradient,
+    Loss,
+    ModelInput,
+    MuonParams,
+    Sample,
+    SamplingParams,
+    decode,
+)
 from emulator.compute.weights import tail_tokens
 
 V = 64
+
+
+class SessionModel(TypedModel):
+    """The model as the compute tests drive it: with the JSON a request carries, read as the API reads it
+    (``decode``: what cannot be read is INVALID_INPUT before the model is touched)."""
+
+    def loss_and_grad(self, samples: Any, loss: Any, **kw: Any) -> Any:  # type: ignore[override]
+        return super().loss_and_grad(decode(samples, tuple[Sample, ...], "samples"), decode(loss, Loss, "loss"), **kw)
+
+    def accumulate_gradients(self, samples: Any, gradients: Any) -> Any:  # type: ignore[override]
+        return super().accumulate_gradients(decode(samples, tuple[Sample, ...], "samples"),
+                                            decode(gradients, tuple[Gradient, ...], "gradients"))
+
+    def update(self, adam_params: Any, muon_params: Any) -> int:  # type: ignore[override]
+        return super().update(decode(adam_params, AdamParams | None, "adam_params"),
+                              decode(muon_params, MuonParams | None, "muon_params"))
+
+    def sample(self, weights: Any, model_inputs: Any, *, sampling_params: Any, **kw: Any) -> Any:  # type: ignore[override]
+        return super().sample(weights, decode(model_inputs, tuple[ModelInput, ...], "model_inputs"),
+                              sampling_params=decode(sampling_params, SamplingParams | None, "sampling_params"), **kw)
 
 
 def make_spec(**kw: Any) -> ModelSpec:
@@ -66,8 +97,8 @@ def random_trained_model(seed: int = 0, steps: int = 3, **spec_kw: Any) -> Sessi
     model = SessionModel(make_spec(**spec_kw))
     for _ in range(steps):
         seqs = [rng.integers(0, V - 1, 12).tolist() for _ in range(4)]
-        model.forward_backward([sft_datum(s) for s in seqs], {"type": "LOSS_TYPE_CROSS_ENTROPY"})
-        model.optim_step({"learning_rate": 3e-4}, None)
+        model.loss_and_grad([sft_datum(s) for s in seqs], {"type": "LOSS_TYPE_CROSS_ENTROPY"})
+        model.update({"learning_rate": 3e-4}, None)
     return model
 
 

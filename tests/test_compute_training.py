@@ -10,14 +10,21 @@ from typing import Any
 import numpy as np
 import pytest
 from compute_reference import array_probe, dense_logits, pending_gradient
-from test_compute_support import V, datum, make_spec, model_input, random_trained_model, sft_datum
+from test_compute_support import (
+    SessionModel,
+    V,
+    datum,
+    make_spec,
+    model_input,
+    random_trained_model,
+    sft_datum,
+)
 
 from emulator.compute import (
     INVALID_INPUT,
     NON_FINITE_LOSS,
     RESOURCE_EXHAUSTED,
     ComputeError,
-    SessionModel,
     load_files,
     weights_from_files,
 )
@@ -27,15 +34,15 @@ REAL_V = 151_936
 
 
 def ce_loss(model: SessionModel, seq: list[int]) -> float:
-    return model.forward_backward([sft_datum(seq)], CE, forward_only=True)["loss"]
+    return model.loss_and_grad([sft_datum(seq)], CE, forward_only=True)["loss"]
 
 
 def train_ce(model: SessionModel, seqs: list[list[int]], steps: int, adam: dict[str, Any] | None = None,
              muon: dict[str, Any] | None = None) -> list[float]:
     losses = []
     for _ in range(steps):
-        losses.append(model.forward_backward([sft_datum(s) for s in seqs], CE)["loss"])
-        model.optim_step(adam, muon)
+        losses.append(model.loss_and_grad([sft_datum(s) for s in seqs], CE)["loss"])
+        model.update(adam, muon)
     return losses
 
 
@@ -110,44 +117,44 @@ def test_importance_sampling_advantage_sign_moves_the_likelihood(sign: float) ->
     loss = {"type": "LOSS_TYPE_IMPORTANCE_SAMPLING"}
 
     def sampled_logprob_sum() -> float:
-        res = model.forward_backward(samples, loss, forward_only=True, return_loss_fn_outputs=True)
+        res = model.loss_and_grad(samples, loss, forward_only=True, return_loss_fn_outputs=True)
         return sum(sum(o["tensors"]["logprobs"]["data"]) for o in res["loss_fn_outputs"])
 
     start = sampled_logprob_sum()
-    first = model.forward_backward(samples, loss)
+    first = model.loss_and_grad(samples, loss)
     assert first["metrics"]["loss/ratio/mean"] == pytest.approx(1.0, abs=1e-5)   # on-policy
-    model.optim_step({"learning_rate": 1e-4}, None)
+    model.update({"learning_rate": 1e-4}, None)
     for _ in range(4):
-        model.forward_backward(samples, loss)
-        model.optim_step({"learning_rate": 1e-4}, None)
+        model.loss_and_grad(samples, loss)
+        model.update({"learning_rate": 1e-4}, None)
     end = sampled_logprob_sum()
     assert (end - start) * sign > 1.0, (start, end)
 
 
 def test_optim_step_without_gradients_changes_nothing_on_a_fresh_model() -> None:
     model = SessionModel(make_spec())
-    model.forward_backward([sft_datum([1, 2, 3, 4])], CE, forward_only=True)
-    assert model.optim_step(None, None) == 1
+    model.loss_and_grad([sft_datum([1, 2, 3, 4])], CE, forward_only=True)
+    assert model.update(None, None) == 1
     assert model.weights().num_entries == 0 and model.nbytes() == 0
 
 
 def test_gradients_are_cleared_after_a_step() -> None:
     model = SessionModel(make_spec())
-    model.forward_backward([sft_datum([1, 2, 3, 4])], CE)
+    model.loss_and_grad([sft_datum([1, 2, 3, 4])], CE)
     assert model.has_pending_gradients
-    model.optim_step(None, None)
+    model.update(None, None)
     assert not model.has_pending_gradients
 
 
 def test_grad_clip_norm_zero_disables_clipping_and_unset_means_one() -> None:
     model = SessionModel(make_spec())
     batch = [sft_datum([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])]
-    model.forward_backward(batch, CE)
-    model.optim_step({}, None)
+    model.loss_and_grad(batch, CE)
+    model.update({}, None)
     info = model.last_optim_info
     assert info["clip_scale"] == pytest.approx(1.0 / (info["grad_norm"] + 1e-6))
-    model.forward_backward(batch, CE)
-    model.optim_step({"grad_clip_norm": 0}, None)
+    model.loss_and_grad(batch, CE)
+    model.update({"grad_clip_norm": 0}, None)
     assert model.last_optim_info["clip_scale"] == 1.0 and model.last_optim_info["grad_norm"] > 1
 
 
@@ -155,8 +162,8 @@ def test_weight_decay_and_learning_rate_are_honoured() -> None:
     def run(adam: dict[str, Any], steps: int = 1) -> np.ndarray:
         m = SessionModel(make_spec())
         for _ in range(steps):
-            m.forward_backward([sft_datum([1, 2, 3, 4])], CE)
-            m.optim_step(adam, None)
+            m.loss_and_grad([sft_datum([1, 2, 3, 4])], CE)
+            m.update(adam, None)
         return m.weights().theta
 
     base = run({"learning_rate": 1e-4, "weight_decay": 0.0})
@@ -183,9 +190,9 @@ def test_an_unset_optimizer_setting_is_the_vendors_default(optimizer: str, key: 
         m = SessionModel(make_spec(optimizer=optimizer))
         lr = 1e-3 if optimizer == "adam" else 0.02
         for seq in ([1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 4], [1, 2, 3, 4, 5, 6, 7, 8, 9]):  # steps that differ
-            m.forward_backward([sft_datum(seq)], CE)
+            m.loss_and_grad([sft_datum(seq)], CE)
             params = {"learning_rate": lr, **extra}
-            m.optim_step(params if optimizer == "adam" else None, params if optimizer == "muon" else None)
+            m.update(params if optimizer == "adam" else None, params if optimizer == "muon" else None)
         return m.weights().theta
 
     unset = run({})
@@ -200,8 +207,8 @@ def test_lora_rank_limits_individually_trained_tokens_per_row() -> None:
     counts = {}
     for rank in (1, None):
         model = SessionModel(make_spec(lora_rank=rank))
-        model.forward_backward(batch, CE)
-        model.optim_step(None, None)
+        model.loss_and_grad(batch, CE)
+        model.update(None, None)
         w = model.weights()
         counts[rank] = int(np.sum(w.keys // V == 5))
     k = 8
@@ -215,8 +222,8 @@ def test_optimizer_choice_follows_the_session_and_the_params_given() -> None:
     for name, spec_opt, adam, muon in [("adam", "adam", {}, None), ("muon-session", "muon", None, None),
                                        ("muon-params", "adam", None, {"learning_rate": 0.02})]:
         m = SessionModel(make_spec(optimizer=spec_opt))
-        m.forward_backward([sft_datum(seq)], CE)
-        m.optim_step(adam, muon)
+        m.loss_and_grad([sft_datum(seq)], CE)
+        m.update(adam, muon)
         outs[name] = m.weights().theta
     assert not np.allclose(outs["adam"], outs["muon-session"])
     np.testing.assert_array_equal(outs["muon-session"], outs["muon-params"])
@@ -276,10 +283,10 @@ def _bad_cases() -> list[tuple[str, list[Any], dict[str, Any]]]:
 def test_invalid_forward_backward_inputs_are_rejected_and_change_nothing(name: str, samples: list[Any],
                                                                           loss: dict[str, Any]) -> None:
     model = random_trained_model(seed=1)
-    model.forward_backward([sft_datum([1, 2, 3])], CE)    # pending gradients must survive too
+    model.loss_and_grad([sft_datum([1, 2, 3])], CE)    # pending gradients must survive too
     before = model.to_state()
     with pytest.raises(ComputeError) as exc:
-        model.forward_backward(samples, loss)
+        model.loss_and_grad(samples, loss)
     assert exc.value.code == INVALID_INPUT, exc.value.message
     assert exc.value.message
     assert model.to_state() == before
@@ -290,12 +297,12 @@ def test_non_finite_loss_is_reported_and_changes_nothing() -> None:
     before = model.to_state()
     s = datum([1, 2, 3], [2, 3, 4], logprobs=[-1e30, -1.0, -1.0], advantages=[1.0, 1.0, 1.0])
     with pytest.raises(ComputeError) as exc:
-        model.forward_backward([s], {"type": "LOSS_TYPE_IMPORTANCE_SAMPLING"})
+        model.loss_and_grad([s], {"type": "LOSS_TYPE_IMPORTANCE_SAMPLING"})
     assert exc.value.code == NON_FINITE_LOSS
     assert model.to_state() == before
     # the same extreme value at an excluded position is harmless
     s["loss_fn_inputs"]["mask"] = {"data": [0, 1, 1], "dtype": "int64"}
-    assert np.isfinite(model.forward_backward([s], {"type": "LOSS_TYPE_IMPORTANCE_SAMPLING"})["loss"])
+    assert np.isfinite(model.loss_and_grad([s], {"type": "LOSS_TYPE_IMPORTANCE_SAMPLING"})["loss"])
 
 
 @pytest.mark.parametrize("adam,muon", [({"learning_rate": 1e300, "weight_decay": 1e300}, None),
@@ -304,10 +311,10 @@ def test_non_finite_loss_is_reported_and_changes_nothing() -> None:
 def test_an_overflowing_optimizer_step_is_reported_quietly_and_changes_nothing(adam: Any, muon: Any) -> None:
     # pytest turns warnings into errors here: numpy's RuntimeWarning (0 * inf on a new entry) would fail it.
     model = SessionModel(make_spec(optimizer="muon" if muon else "adam"))
-    model.forward_backward([sft_datum([1, 2, 3])], CE)
+    model.loss_and_grad([sft_datum([1, 2, 3])], CE)
     before = model.to_state()
     with pytest.raises(ComputeError) as exc:
-        model.optim_step(adam, muon)
+        model.update(adam, muon)
     assert exc.value.code == NON_FINITE_LOSS, exc.value.message
     assert model.to_state() == before
 
@@ -318,10 +325,10 @@ def test_an_overflowing_optimizer_step_is_reported_quietly_and_changes_nothing(a
                                        (None, {"newton_schulz_steps": 2.5}), ("x", None)])
 def test_invalid_optimizer_params_are_rejected_and_change_nothing(adam: Any, muon: Any) -> None:
     model = random_trained_model(seed=1)
-    model.forward_backward([sft_datum([1, 2, 3])], CE)
+    model.loss_and_grad([sft_datum([1, 2, 3])], CE)
     before = model.to_state()
     with pytest.raises(ComputeError) as exc:
-        model.optim_step(adam, muon)
+        model.update(adam, muon)
     assert exc.value.code == INVALID_INPUT
     assert model.to_state() == before and model.step == 3
 
@@ -333,7 +340,7 @@ def test_invalid_custom_gradients_are_rejected() -> None:
     for grads in ([], [{"data": [1.0, 2.0]}], [{"data": [1.0, 2.0, 3.0], "dtype": "D_TYPE_INT64"}],
                   [{"data": [1.0, float("nan"), 3.0]}]):
         with pytest.raises(ComputeError) as exc:
-            model.custom_forward_backward(samples, grads)
+            model.accumulate_gradients(samples, grads)
         assert exc.value.code == INVALID_INPUT
     assert model.to_state() == before
 
@@ -343,14 +350,14 @@ def test_invalid_custom_gradients_are_rejected() -> None:
 def _continue(model: SessionModel) -> list[float]:
     out = []
     for s in ([3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5]):
-        out.append(model.forward_backward([sft_datum(s)], CE)["loss"])
-        model.optim_step({"learning_rate": 2e-4}, None)
+        out.append(model.loss_and_grad([sft_datum(s)], CE)["loss"])
+        model.update({"learning_rate": 2e-4}, None)
     return out
 
 
 def test_state_round_trip_is_exact_and_json_serialisable() -> None:
     model = random_trained_model(seed=2, steps=4)
-    model.forward_backward([sft_datum([7, 8, 9])], CE)     # pending gradients travel too
+    model.loss_and_grad([sft_datum([7, 8, 9])], CE)     # pending gradients travel too
     state = json.loads(json.dumps(model.to_state()))
     restored = SessionModel.from_state(model.spec, state)
     assert restored.step == model.step == 4
@@ -367,16 +374,16 @@ def test_noted_changes_replay_to_the_same_bits() -> None:
     held = json.loads(json.dumps(model.to_state()))
     model.track_changes()
     assert model.changes_since(model.version) == ([], [(2, model.weights())])
-    model.forward_backward([sft_datum([1, 2, 3, 4])], CE)
-    model.forward_backward([sft_datum([5, 6, 7])], CE, forward_only=True)   # changes nothing, notes nothing
-    model.optim_step({"learning_rate": 1e-3}, None)
+    model.loss_and_grad([sft_datum([1, 2, 3, 4])], CE)
+    model.loss_and_grad([sft_datum([5, 6, 7])], CE, forward_only=True)   # changes nothing, notes nothing
+    model.update({"learning_rate": 1e-3}, None)
     mid = model.weights()
-    model.custom_forward_backward([datum([9, 10], [11, 12])], [{"data": [0.5, -0.25], "dtype": "float32"}])
-    model.optim_step(None, {"learning_rate": 0.02})
-    model.forward_backward([sft_datum([3, 4, 5])], CE)                       # pending at the end
+    model.accumulate_gradients([datum([9, 10], [11, 12])], [{"data": [0.5, -0.25], "dtype": "float32"}])
+    model.update(None, {"learning_rate": 0.02})
+    model.loss_and_grad([sft_datum([3, 4, 5])], CE)                       # pending at the end
     calls, passed = model.changes_since(model.version - 5)  # type: ignore[misc]
-    assert [next(iter(c)) for c in calls] == ["forward_backward", "optim_step", "custom_forward_backward",
-                                             "optim_step", "forward_backward"]
+    assert [next(iter(c)) for c in calls] == ["loss_and_grad", "update", "accumulate_gradients",
+                                             "update", "loss_and_grad"]
     assert [step for step, _ in passed] == [2, 3, 4] and passed[1][1] is mid
     replica = SessionModel.from_state(model.spec, held)
     weights, differ = replica.replay(json.loads(json.dumps(calls)))
@@ -388,10 +395,10 @@ def test_noted_changes_replay_to_the_same_bits() -> None:
 
 def test_changes_are_noted_only_once_tracked_and_only_from_where_the_journal_is() -> None:
     model = random_trained_model(seed=3, steps=1)
-    model.forward_backward([sft_datum([1, 2, 3])], CE)
+    model.loss_and_grad([sft_datum([1, 2, 3])], CE)
     assert model.changes_since(0) is None                  # never tracked: the journal writes the state
     model.track_changes()
-    model.optim_step({"learning_rate": 1e-3}, None)
+    model.update({"learning_rate": 1e-3}, None)
     assert model.changes_since(model.version - 2) is None  # not from where it was tracked
     calls = model.changes_since(model.version - 1)
     assert calls is not None and len(calls[0]) == 1
@@ -401,10 +408,10 @@ def test_a_replay_that_rounds_differently_is_reported() -> None:
     model = random_trained_model(seed=3, steps=1)
     held = json.loads(json.dumps(model.to_state()))
     model.track_changes()
-    model.forward_backward([sft_datum([1, 2, 3])], CE)
-    model.optim_step({"learning_rate": 1e-3}, None)
+    model.loss_and_grad([sft_datum([1, 2, 3])], CE)
+    model.update({"learning_rate": 1e-3}, None)
     calls, _ = model.changes_since(model.version - 2)  # type: ignore[misc]
-    calls[1]["optim_step"]["check"][1] ^= 1            # as if another machine had rounded one bit otherwise
+    calls[1]["update"]["check"][1] ^= 1            # as if another machine had rounded one bit otherwise
     _, differ = SessionModel.from_state(model.spec, held).replay(calls)
     assert differ == [2]
     with pytest.raises(ComputeError, match="unknown model change"):
@@ -423,7 +430,7 @@ def test_state_without_optimizer_keeps_weights_and_resets_step() -> None:
 
 def _pending_state() -> dict[str, Any]:
     model = random_trained_model(seed=2, steps=2)
-    model.forward_backward([sft_datum([7, 8, 9, 7, 3])], CE)
+    model.loss_and_grad([sft_datum([7, 8, 9, 7, 3])], CE)
     state = json.loads(json.dumps(model.to_state()))
     assert len(state["pending_gradients"]["rows"]) >= 2 and len(state["pending_gradients"]["entry_rows"]) >= 2
     return state
@@ -560,8 +567,8 @@ def _script(model: SessionModel) -> str:
                 if len(toks) >= 2:
                     samples.append(datum(toks[:-1], toks[1:], logprobs=seq["logprobs"][1:],
                                          advantages=rng.normal(size=len(toks) - 1).tolist()))
-        log.append(model.forward_backward(samples, {"type": "LOSS_TYPE_PPO"}, return_loss_fn_outputs=True))
-        log.append(model.optim_step({"learning_rate": 1e-4}, None))
+        log.append(model.loss_and_grad(samples, {"type": "LOSS_TYPE_PPO"}, return_loss_fn_outputs=True))
+        log.append(model.update({"learning_rate": 1e-4}, None))
     log.append(model.to_state())
     log.append(model.export_files("CHECKPOINT_VARIANT_MERGED")[1][1].hex())
     return json.dumps(log, sort_keys=True)
@@ -579,10 +586,10 @@ def test_forward_backward_of_4096_tokens_touches_no_vocabulary_sized_array() -> 
     toks = rng.integers(0, vocab, 4097).tolist()
     batch = [datum(toks[:-1], toks[1:], logprobs=[-5.0] * 4096, advantages=rng.normal(size=4096).tolist())]
     with array_probe() as probe:
-        out = model.forward_backward(batch, {"type": "LOSS_TYPE_PPO"}, return_loss_fn_outputs=True)
-        model.optim_step(None, None)
-        model.forward_backward(batch, {"type": "LOSS_TYPE_PPO"})
-        model.optim_step(None, None)
+        out = model.loss_and_grad(batch, {"type": "LOSS_TYPE_PPO"}, return_loss_fn_outputs=True)
+        model.update(None, None)
+        model.loss_and_grad(batch, {"type": "LOSS_TYPE_PPO"})
+        model.update(None, None)
     assert len(out["loss_fn_outputs"][0]["tensors"]["logprobs"]["data"]) == 4096
     assert 0 < probe.max_len <= 4096 * 10 < vocab       # O(tokens * (8 preferred + trained)), not O(V)
     assert model.weights().num_entries <= 4096 * 9
@@ -612,7 +619,7 @@ def test_sparse_training_equals_a_dense_table_trained_with_adamw(rank: int | Non
           "grad_clip_norm": 1.0}
     for t in range(1, 7):
         seqs = [rng.integers(0, 20, 10).tolist() for _ in range(3)]   # rows and targets repeat across steps
-        model.forward_backward([sft_datum(s) for s in seqs], CE)
+        model.loss_and_grad([sft_datum(s) for s in seqs], CE)
         g = pending_gradient(model, list(range(V)))
         norm = np.sqrt((g * g).sum())
         g = g * (1.0 / (norm + 1e-6) if norm > 1.0 else 1.0)
@@ -621,6 +628,6 @@ def test_sparse_training_equals_a_dense_table_trained_with_adamw(rank: int | Non
         lr = hp["learning_rate"]
         delta = delta * (1 - lr * 0.1) - lr * spec.lr_multiplier * (m / (1 - 0.9 ** t)) / (
             np.sqrt(v / (1 - 0.95 ** t)) + 1e-8)
-        model.optim_step(hp, None)
+        model.update(hp, None)
         got = dense_logits(model.weights(), np.arange(V)) - base
         np.testing.assert_allclose(got, delta, rtol=1e-9, atol=1e-12)

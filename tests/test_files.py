@@ -202,12 +202,12 @@ def test_files_survive_export_and_import(runtime: Runtime, client: TestClient) -
 
 
 def test_validation_report_formats() -> None:
-    assert validate_jsonl(b'{"prompt": "a", "completion": "b"}\n')["dataset_format"] == "INSTRUCTION"
-    assert validate_jsonl(b'{"messages": [{"role": "user", "content": "x"}], "tools": []}\n')["dataset_format"] \
+    assert validate_jsonl(b'{"prompt": "a", "completion": "b"}\n').dataset_format == "INSTRUCTION"
+    assert validate_jsonl(b'{"messages": [{"role": "user", "content": "x"}], "tools": []}\n').dataset_format \
         == "CONVERSATION"
     mixed = validate_jsonl(b'{"text": "a"}\n{"prompt": "a", "completion": "b"}\n')
-    assert not mixed["valid"] and "mix" in mixed["error"]
-    assert "role" in validate_jsonl(b'{"messages": [{"content": "x"}]}\n')["error"]
+    assert not mixed.valid and "mix" in (mixed.error or "")
+    assert "role" in (validate_jsonl(b'{"messages": [{"content": "x"}]}\n').error or "")
 
 
 def test_the_spec_names_the_sdks_file_fields() -> None:

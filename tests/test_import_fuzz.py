@@ -230,18 +230,22 @@ def test_the_issue_s_accepted_then_failing_imports_are_refused(exported: dict[st
 def test_a_queue_naming_a_finished_operation_and_a_bad_pending_body_are_refused(exported: dict[str, Any]) -> None:
     project = next(iter(exported["tenants"]))
     tenant = exported["tenants"][project]
-    queued = next(s for s in tenant["sessions"] if s.get("queue"))
     finished = next(op for op in tenant["operations"] if op["status"].endswith("COMPLETED"))
     pending = next(op for op in tenant["operations"] if op["status"].endswith("PENDING"))
-    sessions = tenant["sessions"].index(queued)
+    # A session's queue is derived from its unfinished operations (never written): a document cannot name one,
+    # and an operation behind the running one cannot run too.
+    sessions = next(i for i, s in enumerate(tenant["sessions"]) if s["id"] == pending["session_id"])
     bad_queue = _mutate(exported, ("tenants", project, "sessions", sessions, "queue"), [finished["id"]], False)
     position = tenant["operations"].index(pending)
+    two_running = _mutate(exported, ("tenants", project, "operations", position, "status"),
+                          "TRAINING_OPERATION_STATUS_RUNNING", False)
     bad_body = _mutate(exported, ("tenants", project, "operations", position, "body"), {"samples": "x"}, False)
     sample = next(i for i, op in enumerate(tenant["operations"]) if op["kind"] == "sample" and op.get("output"))
     bad_output = _mutate(exported, ("tenants", project, "operations", sample, "output"), {"results": 5}, False)
     runtime = Runtime(Config(clock="manual"))
     with make_client(runtime) as client:
-        for doc, message in ((bad_queue, "queue"), (bad_body, "body"), (bad_output, "output")):
+        for doc, message in ((bad_queue, "queue"), (two_running, "queue"), (bad_body, "body"),
+                             (bad_output, "output")):
             resp = client.put("/_emulator/state", json=doc)
             assert resp.status_code == 400 and message in resp.json()["error"]["message"], resp.text
 
@@ -296,14 +300,21 @@ def test_a_document_without_ids_counter_never_lets_an_id_come_back(exported: dic
         assert client.put("/_emulator/state", json=again).status_code == 200
 
 
-def test_a_duplicated_session_id_of_a_resource_is_refused(exported: dict[str, Any]) -> None:
+def test_a_resource_s_sessions_are_derived_never_imported(exported: dict[str, Any]) -> None:
+    """A resource's sessions are the sessions that name it (rebuilt on load, never written): a document that
+    lists them (a duplicated one, say) is refused in this version, and an older one's list is not read."""
     project = next(iter(exported["tenants"]))
-    i, r = next((i, r) for i, r in enumerate(exported["tenants"][project]["resources"]) if r["session_ids"])
-    doc = _mutate(exported, ("tenants", project, "resources", i, "session_ids"), r["session_ids"] * 2, False)
+    resources = exported["tenants"][project]["resources"]
+    sid, rid = next((s["id"], s["model_resources_id"]) for s in exported["tenants"][project]["sessions"])
+    i = next(i for i, r in enumerate(resources) if r["id"] == rid)
+    doc = _mutate(exported, ("tenants", project, "resources", i, "session_ids"), [sid, sid], False)
     runtime = Runtime(Config(clock="manual", profile="realistic"))
     with make_client(runtime) as client:
         resp = client.put("/_emulator/state", json=doc)
-        assert resp.status_code == 400 and "twice" in resp.json()["error"]["message"], resp.text
+        assert resp.status_code == 400 and "session_ids" in resp.json()["error"]["message"], resp.text
+        older = {**doc, "version": 3}  # (version 3 wrote the list: upgrade drops it)
+        assert client.put("/_emulator/state", json=older).status_code == 200
+        assert client.get("/_emulator/state").json()["tenants"] == exported["tenants"]
 
 
 @pytest.mark.parametrize("part", ["models", "published"])

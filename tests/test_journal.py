@@ -191,9 +191,9 @@ def test_a_model_that_replays_to_other_numbers_is_said_at_start_up(tmp_path: Pat
         for kind, body in _random_step(random.Random(1)):
             run_op(client, sid, kind, body)
     lines = _lines(path)
-    number, line = next((n, orjson.loads(x)) for n, x in enumerate(lines, 1) if b'"optim_step"' in x)
+    number, line = next((n, orjson.loads(x)) for n, x in enumerate(lines, 1) if b'"update"' in x)
     del line["crc"]
-    line["model_calls"][sid][-1]["optim_step"]["check"][1] ^= 1
+    line["model_calls"][sid][-1]["update"]["check"][1] ^= 1
     lines[number - 1] = seal(line).rstrip(b"\n")
     path.write_bytes(b"\n".join(lines) + b"\n")
     with caplog.at_level("WARNING", logger="emulator"):

@@ -17,13 +17,13 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from emulator.config import Config
 from emulator.domain import model_resources, operations, sessions
+from emulator.domain.kinds import KINDS
 from emulator.errors import EmulatorError
 from emulator.runtime import Runtime
 from emulator.store import records
 from emulator.store.records import (
     TERMINAL,
     TRANSITIONS,
-    OperationKind,
     OperationStatus,
     ResourceStatus,
     SessionStatus,
@@ -59,8 +59,8 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @rule(timeout=st.sampled_from([300, 600, 3600]))
     def create_resource(self, timeout: int) -> None:
-        r = self._tx(lambda s, c: model_resources.create(s, c, {"base_model": "Qwen/Qwen3.5-4B",
-                                                                "inactive_timeout": timeout}))
+        body = model_resources.CreateRequest(base_model="Qwen/Qwen3.5-4B", inactive_timeout=timeout)
+        r = self._tx(lambda s, c: model_resources.create(s, c, body))
         if r is not None:
             self.resource_ids.append(r.id)
 
@@ -68,7 +68,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def create_session(self, data: st.DataObject) -> None:
         rid = data.draw(st.sampled_from(self.resource_ids))
-        s = self._tx(lambda st_, c: sessions.create(st_, c, {"model_resources_id": rid}))
+        s = self._tx(lambda st_, c: sessions.create(st_, c, sessions.CreateRequest(model_resources_id=rid)))
         if s is not None:
             self.session_ids.append(s.id)
 
@@ -78,7 +78,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         sid = data.draw(st.sampled_from(self.session_ids))
         body = {"weight_sync_type": "WEIGHT_SYNC_TYPE_SYNCHRONOUS"} if kind == "weights-sync" else {}
         key = f"k{data.draw(st.integers(0, 3))}"
-        self._tx(lambda s, c: operations.submit(s, c, sid, OperationKind(kind), body, key))
+        request = KINDS[kind].parse(body)
+        self._tx(lambda s, c: operations.submit(s, c, sid, KINDS[kind], request, operations.body_hash(body), key))
 
     @precondition(lambda self: self.session_ids)
     @rule(data=st.data())
@@ -120,11 +121,11 @@ class LifecycleMachine(RuleBasedStateMachine):
                         assert step >= old_step, (obj.id, old_step, step)
                     self.seen[obj.id] = (enum_cls, obj.status, step)
             for r in state.resources.values():
-                active = [state.sessions[s] for s in r.session_ids if state.sessions[s].status in
+                active = [state.sessions[s] for s in state.sessions_of.get(r.id, ()) if state.sessions[s].status in
                           ("TRAINING_SESSION_STATUS_CREATING", "TRAINING_SESSION_STATUS_RUNNING")]
                 if r.status in ("MODEL_RESOURCES_STATUS_STOPPED", "MODEL_RESOURCES_STATUS_ERROR"):
                     assert not active, (r.id, r.status, [s.status for s in active])
-                assert r.inflight_ops >= 0
+                assert state.inflight.get(r.id, 0) >= 0
 
         self._tx(check)
 

@@ -24,6 +24,7 @@ import typing
 from pathlib import Path, PurePath
 from typing import Any
 
+import msgspec
 import numpy as np
 
 import emulator
@@ -45,8 +46,8 @@ ALLOWED: dict[tuple[str, str], str] = {
 }
 
 _SCALARS = (str, bytes, int, float, complex, bool, type(None), range, slice, PurePath, re.Pattern)
-_CALLABLES = (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType, types.MethodType,
-              functools.partial, property, staticmethod, classmethod)
+_CALLABLES = (type, types.FunctionType, types.BuiltinFunctionType, types.WrapperDescriptorType, types.ModuleType,
+              types.MethodType, functools.partial, property, staticmethod, classmethod)
 _SPECIAL = (enum.Enum, contextvars.ContextVar, typing.TypeVar, logging.Logger)
 
 
@@ -73,6 +74,9 @@ def _immutable(value: Any, depth: int = 0) -> bool:
         return all(_immutable(v, depth + 1) for v in value)
     if isinstance(value, types.MappingProxyType):
         return all(_immutable(k, depth + 1) and _immutable(v, depth + 1) for k, v in value.items())
+    if isinstance(value, msgspec.Struct):  # a frozen struct of immutable values (a typed request's default)
+        return bool(value.__struct_config__.frozen) and all(
+            _immutable(getattr(value, name), depth + 1) for name in value.__struct_fields__)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         params = getattr(type(value), "__dataclass_params__", None)
         return bool(params and params.frozen) and all(

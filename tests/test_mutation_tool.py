@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 KILLED = "emulator/domain/model_resources.py::<module>::constant::3600 -> 3599"   # the default inactive_timeout
 SURVIVES = "emulator/domain/shaping.py::estimate::constant::price_usd=12.5 -> price_usd=11.5"  # a price
-EQUIVALENT = "emulator/domain/timing.py::Timing::constant::queue_slot_seconds=0.0"  # an instant-profile duration
+EQUIVALENT = "emulator/domain/durations.py::Timing::constant::queue_slot_seconds=0.0"  # an instant-profile duration
 SELECT = "test_inactive_timeout_default_and_bounds"
 CONTROL = "emulator/domain/limits.py::_count::drop raise::"   # a limits file's count of 0 would be taken
 UNIT_SELECT = "bad_limits_file"

@@ -136,7 +136,7 @@ def test_sdk_large_payload_goes_through_upload(sdk_env: str, server: tuple[str, 
         assert len(uploaded) == 1
         # The operation ran on the uploaded body (40 samples of 1,000 weighted tokens each), not the truncated
         # inline stand-in; it finished, which released both the payload's bytes and its own copy of them.
-        assert ops[-1].payload_id == uploaded[0].id and ops[-1].body == {}
+        assert ops[-1].payload_id == uploaded[0].id and ops[-1].body is None
         assert ops[-1].status == "TRAINING_OPERATION_STATUS_COMPLETED"
         assert ops[-1].output["metrics"]["loss/num_tokens"] == 40 * 1000
         assert uploaded[0].data is None and uploaded[0].released_by == ops[-1].id

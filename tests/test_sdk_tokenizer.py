@@ -170,14 +170,16 @@ def test_dashboard_shows_the_text_next_to_the_ids() -> None:
 
 def test_without_the_tokenizer_the_numeric_text_stays(monkeypatch: pytest.MonkeyPatch) -> None:
     from emulator.compute import SessionModel
+    from emulator.compute.types import EncodedTextChunk, ModelInput, ModelInputChunk, SamplingParams
     from emulator.domain.session_models import _spec
 
     monkeypatch.setattr(tokenizers, "_LOADERS", MappingProxyType({**tokenizers._LOADERS, "qwen3.5": lambda: None}))
     assert not tokenizers.available("qwen3.5")
     assert tokenizers.decode([5, 12], "qwen3.5") == " 5 12"
     model = SessionModel(_spec(3, MODEL, 8, 16.0, True, "adam"))
-    seen = model.sample(model.weights(), [{"chunks": [{"encoded_text": {"tokens": [7]}}]}], num_samples=1,
-                        sampling_params={"max_tokens": 64, "temperature": 0.0, "stop": [" "]}, prompt_logprobs=False,
-                        topk_prompt_logprobs=0, seed=1, version=0)
+    prompt = ModelInput(chunks=(ModelInputChunk(encoded_text=EncodedTextChunk(tokens=(7,))),))
+    seen = model.sample(model.weights(), [prompt], num_samples=1,
+                        sampling_params=SamplingParams(max_tokens=64, temperature=0.0, stop=(" ",)),
+                        prompt_logprobs=False, topk_prompt_logprobs=0, seed=1, version=0)
     # Under the numeric text every token begins with a space: the first token completes " ".
     assert len(seen["results"][0]["sequences"][0]["tokens"]) == 1

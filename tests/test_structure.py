@@ -304,3 +304,106 @@ y = exp(x - np.maximum.reduceat(x, o)) / np.add.reduceat(e, o) + math.sqrt(v) + 
 n = 2**53 + v * v + math.isfinite(y) + np.ldexp(y, k) + rng.random(4) + np.clip(x, 0, 1)
 """
     assert inexact_operations(good, "good.py") == []
+
+
+# --- operation kinds -----------------------------------------------------------------------------------
+
+def _kind_spellings(name: str) -> list[re.Pattern[str]]:
+    """How code can name an operation kind: its path segment (``custom-forward-backward``), its operationIds
+    (``createCustomForwardBackward``) and their handler names (``create_custom_forward_backward``), an enum
+    member (``CUSTOM_FORWARD_BACKWARD``), its snake case (``custom_forward_backward``). A one-word kind
+    (``sample``) is a common word: only its quoted or path forms, enum member and operationIds count."""
+    words = name.split("-")
+    snake, camel = "_".join(words), "".join(w.title() for w in words)
+    found = [rf"\b{snake.upper()}\b", rf"\b(create|get){camel}\b", rf"\b(create|get)_{snake}\b"]
+    if len(words) > 1:
+        found += [rf"(?<![\w-]){re.escape(name)}(?![\w-])", rf"\b{snake}\b"]
+    else:
+        found += [rf"[\"'/]{name}[\"'/]", rf"/{name}\b"]
+    return [re.compile(p) for p in found]
+
+
+def modules_naming(name: str, root: Path = EMULATOR) -> list[str]:
+    """The modules of ``root`` that name the kind ``name`` in any spelling (a longer kind's name that contains
+    it, ``custom-forward-backward`` in ``forward-backward``, does not count for the shorter)."""
+    from emulator.domain.kinds import KINDS
+
+    longer = [other for other in KINDS if other != name and name in other]
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text()
+        for other in longer:
+            for pattern in _kind_spellings(other):
+                text = pattern.sub("", text)
+        if any(p.search(text) for p in _kind_spellings(name)):
+            out.append(path.relative_to(root.parent).as_posix())
+    return out
+
+
+def test_a_kind_is_named_by_its_module_only() -> None:
+    """ARCHITECTURE.md, "Operation kinds": a kind is one module of emulator/domain/kinds; nothing else in
+    emulator/ names one (the registry finds the modules), so the next kind touches its module, openapi.yaml
+    and its tests."""
+    from emulator.domain.kinds import KINDS
+
+    assert len(KINDS) == 7
+    named = {name: modules_naming(name) for name in KINDS}
+    assert named == {name: [f"emulator/domain/kinds/{name.replace('-', '_')}.py"] for name in KINDS}
+
+
+def test_the_kind_count_sees_every_spelling(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("x = K.CUSTOM_FORWARD_BACKWARD\n")
+    (tmp_path / "b.py").write_text("def get_custom_forward_backward(req): ...\n")
+    (tmp_path / "c.py").write_text('path = "/operations/custom-forward-backward"\n')
+    (tmp_path / "d.py").write_text('handler_for("createCustomForwardBackward")\n')
+    (tmp_path / "e.py").write_text('if op.kind == "sample": ...\n')
+    (tmp_path / "f.py").write_text("samples = body['samples']  # a sample of the batch; SAMPLE_KINDS\n")
+    (tmp_path / "g.py").write_text("forward_backward_seconds_per_token = 1\n")
+    here = tmp_path.name
+    assert modules_naming("custom-forward-backward", tmp_path) == [f"{here}/{m}.py" for m in "abcd"]
+    assert modules_naming("sample", tmp_path) == [f"{here}/e.py"]
+    assert modules_naming("forward-backward", tmp_path) == []
+
+
+def test_every_kind_is_served_under_its_own_name() -> None:
+    """One name per operation across layers, for the kinds: ``create<Kind>`` and ``get<Kind>`` (the kind's
+    name in camel case) are the operations of ``/operations/<name>``, served by ``api/operations.py``'s
+    ``submit`` and ``get`` with that kind; every operation of those paths is a kind's."""
+    from emulator.api import operations
+    from emulator.domain.kinds import KINDS
+
+    doc = spec.load_spec(spec.VENDOR)
+    prefix = "/v1/rl/training-sessions/{session_id}/operations/"
+    for name, kind in KINDS.items():
+        camel = "".join(w.title() for w in name.split("-"))
+        assert (kind.create, kind.get) == (f"create{camel}", f"get{camel}")
+        assert doc["paths"][prefix + name]["post"]["operationId"] == kind.create
+        assert doc["paths"][prefix + name + "/{operation_id}"]["get"]["operationId"] == kind.get
+        for operation_id, serve in ((kind.create, operations.submit), (kind.get, operations.get)):
+            handler = handler_for(operation_id)
+            assert handler is not None and handler.func is serve and handler.keywords == {"kind": kind}  # type: ignore[attr-defined]
+    served = {path.removeprefix(prefix).partition("/")[0] for path in doc["paths"] if path.startswith(prefix)}
+    assert served == set(KINDS)
+
+
+def test_no_module_is_in_an_import_cycle_through_the_kinds_registry() -> None:
+    """The registry imports the kinds' modules by discovery, which the import graph does not see: with those
+    edges added, no module is in a cycle (a kind importing the queue that runs it would be)."""
+    from emulator.domain import kinds
+
+    graph = grimp.build_graph("emulator", include_external_packages=False)
+    for module in kinds.MODULES:
+        graph.add_import(importer="emulator.domain.kinds", imported=module)
+    assert _cycles(graph, set(graph.modules)) == []
+
+
+STRICT = ("emulator/domain", "emulator/compute")  # the domain (with its operation kinds) and the simulated model
+
+
+def test_mypy_strict_passes_on_the_domain_and_the_model() -> None:
+    """Typed requests and records are held by the type checker where they are used (issue 38, item 2); the
+    modules they import are checked by ``make lint`` without --strict."""
+    mypy = Path(sys.executable).with_name("mypy")
+    proc = subprocess.run([str(mypy), "--strict", "--follow-imports=silent", "--no-error-summary", *STRICT],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -88,7 +88,9 @@ METADATA = "not part of the contract: how large a session's metadata may be is u
 
 TABLE: tuple[Equivalent, ...] = (
     Equivalent("emulator/domain/timing.py", "<module>", "constant", TIMING),
-    Equivalent("emulator/domain/timing.py", "Timing", "constant", TIMING),
+    Equivalent("emulator/domain/durations.py", "Timing", "constant", TIMING),
+    *(Equivalent(f"emulator/domain/kinds/{name}.py", "<module>", "constant", TIMING, line="TimingParam(")
+      for name in ("_training", "_checkpoint", "optim_step", "weights_sync", "sample")),
     Equivalent("emulator/domain/limits.py", "Limits", "constant",
                "not part of the contract: how many routed-experts keys a session keeps (1024), how much large "
                "output a tenant keeps (256 MiB) and how many finished operations a session keeps (1,000) are the "
@@ -117,10 +119,7 @@ TABLE: tuple[Equivalent, ...] = (
     Equivalent("emulator/domain/model_resources.py", "estimate_cost", None, PRICE, line="round(gpus"),
     Equivalent("emulator/domain/common.py", "release_inputs", "delete assignment",
                "same behaviour: drops a finished forward-backward's request body to bound memory; no answer shows "
-               "an operation's request", before="op.body = {}"),
-    *(Equivalent(f"emulator/domain/{name}.py", "*", "delete assignment",
-                 "same behaviour: Session.busy_until is bookkeeping nothing reads (only a state export shows it)",
-                 before="s.busy_until =") for name in ("operations", "cascade")),
+               "an operation's request", before="op.body = None"),
     *(Equivalent("emulator/domain/cascade.py", scope, "delete assignment",
                  "same behaviour: expires_at is shown, extended and acted on only while a resource is READY, and a "
                  "stopping or failed resource never is again", before="r.expires_at = None")
@@ -137,13 +136,10 @@ TABLE: tuple[Equivalent, ...] = (
                  "not reachable from the API: runs only when the emulator's own model raises an unexpected "
                  "exception (a bug); tests/test_api_sessions_operations.py injects one", line=line)
       for line in ("op.output = None", "op.error = error_detail(INTERNAL_ERROR")),
-    Equivalent("emulator/domain/operations.py", "_check_sample_bounds", "drop raise",
+    Equivalent("emulator/domain/kinds/sample.py", "_check_bounds", "drop raise",
                "not part of the contract: whether a sample asking for more than the model's context length is refused "
                "at submit (400) or its operation ends FAILED is undocumented; the model refuses it either way, and "
                "the contract accepts both (flows.op_refused)", before="sampling_params.max_tokens:"),
-    *(Equivalent("emulator/domain/model_resources.py", scope, "delete assignment",
-                 "same behaviour: expiry_armed only saves duplicate expiry events in the timeline; a duplicate finds "
-                 "the resource as the first did", before="r.expiry_armed = True") for scope in ("on_expire", "_push_expiry")),
     Equivalent("emulator/domain/gpu_queue.py", "enter", "delete assignment",
                "same behaviour: the dequeue event is scheduled for exit_at whatever the field holds; on_dequeue reads "
                "queue_exit_at only to skip an event that a hold has overtaken, and a hold sets its own (only the "
@@ -183,8 +179,7 @@ TABLE: tuple[Equivalent, ...] = (
                before="budget.total > limit", after="budget.total >= limit"),
     Equivalent("emulator/domain/operations.py", "_keep_output", "comparison", RETENTION, before="len(kept) > 1"),
     Equivalent("emulator/domain/operations.py", "_keep_output", "constant", RETENTION, line="len(kept) > 1"),
-    *(Equivalent("emulator/domain/operations.py", scope, None, RETENTION)
-      for scope in ("_per_token_output_size",)),
+    Equivalent("emulator/domain/kinds/_training.py", "output_size", None, RETENTION),
     Equivalent("emulator/domain/operations.py", "_large_output", None, RETENTION),
     Equivalent("emulator/domain/operations.py", "_check_output_kept", None, RETENTION),
     # Bounds the request schema already enforces (inactive_timeout 300-86400, seconds 60-86400, display_name
@@ -193,13 +188,8 @@ TABLE: tuple[Equivalent, ...] = (
     *(Equivalent(f"emulator/domain/{module}.py", scope, "drop raise", SCHEMA, before=text)
       for module, scope, text in (("model_resources", "_validated_settings", "inactive_timeout must be between"),
                                   ("model_resources", "extend_expiry", "seconds must be between"),
-                                  ("sessions", "create", "display_name must be at most"),
-                                  ("sessions", "update", "display_name must be at most"),
-                                  ("model_resources", "_validated_settings", "num_generator_replicas must be >= 0"))),
-    Equivalent("emulator/domain/model_resources.py", "_validated_settings", "constant", SCHEMA, before="300",
-               line="300 <= timeout"),
-    Equivalent("emulator/domain/model_resources.py", "extend_expiry", "constant", SCHEMA, before="60",
-               line="60 <= seconds"),
+                                  ("sessions", "_check_display_name", "display_name must be at most"),
+                                  ("model_resources", "_validated_settings", "num_generator_replicas must be >= "))),
     Equivalent("emulator/domain/shaping.py", "_resolve_inputs", "drop raise",
                "same answer: without a model id the next check refuses the request with the same 400 and param",
                before="inputs.model_object_id is required"),
@@ -231,11 +221,14 @@ TABLE: tuple[Equivalent, ...] = (
                "moving either end of the printable range changes no quoted key", before="' ' <= c <= '~'"),
     # How long an operation runs, from its body: only the timing profiles' durations use these (a mutant that
     # makes one return None or raise elsewhere is not listed: the operation never finishes, or fails).
-    Equivalent("emulator/domain/operations.py", "_token_count", None, TIMING + " (here: the tokens a forward-backward's "
-               "duration counts; anything it raises counts as nothing, see _seconds)"),
-    *(Equivalent("emulator/domain/operations.py", scope, kind, TIMING + " (here: how many tokens an operation's "
-                 "duration counts)") for scope, kind in (("_training_seconds", "and/or"),
-                                                         ("_sample_seconds", "and/or"))),
+    Equivalent("emulator/domain/kinds/_training.py", "token_count", "comparison", TIMING + " (here: the tokens a "
+               "training batch's duration counts)"),
+    Equivalent("emulator/domain/kinds/sample.py", "_output_size", None, RETENTION),
+    *(Equivalent("emulator/domain/kinds/__init__.py", scope, None,
+                 "not reachable from the API: checks the kinds' declarations as the registry loads them (a broken "
+                 "one stops the emulator's start-up)") for scope in ("_load", "_params")),
+    Equivalent("emulator/domain/kinds/sample.py", "_seconds", "and/or", TIMING + " (here: how many tokens an "
+               "operation's duration counts)"),
     Equivalent("emulator/domain/operations.py", "_seconds", "constant", TIMING + " (here: how long an operation whose "
                "body the model will refuse runs before it fails)"),
     Equivalent("emulator/domain/session_models.py", "<module>", "constant",
@@ -252,12 +245,12 @@ TABLE: tuple[Equivalent, ...] = (
                "not part of the contract: what a server does with lora_config on a full-weight resource is "
                "undocumented (the SDK says a seed is \"ignored when LoRA is off\", so it may well accept it)",
                before="lora_config is only valid on a LoRA-enabled"),
-    Equivalent("emulator/domain/operations.py", "_weights_sync", "enum swap",
+    Equivalent("emulator/domain/kinds/weights_sync.py", "_execute", "enum swap",
                "same behaviour: weight_sync_type is required by the request schema (a 400 before the domain runs), "
-               "so this default is never used", line='body.get("weight_sync_type") or'),
-    Equivalent("emulator/domain/operations.py", "_sync_seconds", "enum swap",
-               "not part of the contract: how long a weights-sync takes (the default there is never used either: the "
-               "request schema requires weight_sync_type)", line='body.get("weight_sync_type", '),
+               "so this default is never used", line='request.weight_sync_type or'),
+    Equivalent("emulator/domain/kinds/weights_sync.py", "_seconds", "enum swap",
+               "not part of the contract: how long a weights sync takes (the default there is never used either: the "
+               "request schema requires weight_sync_type)", line='request.weight_sync_type in ('),
 )
 
 
@@ -267,7 +260,7 @@ CONTROL_PLANE: tuple[ControlPlane, ...] = (
     *(ControlPlane("emulator/domain/limits.py", scope, None, "limits file", ("tests/test_limits.py",))
       for scope in ("Limits.from_mapping", "_known", "_count")),
     # Timing overrides: --profile-file at start-up, and a tenant's POST /_emulator/profile {"overrides": ...}.
-    ControlPlane("emulator/domain/timing.py", "Timing.with_overrides", None, "timing overrides",
+    ControlPlane("emulator/domain/durations.py", "Timing.with_overrides", None, "timing overrides",
                  ("tests/test_tenant_control.py",)),
     # State export / import (GET/PUT /_emulator/state, --state-file): the records' own (de)serialisation, and the
     # file statuses only the state document's schema reads.
@@ -275,6 +268,12 @@ CONTROL_PLANE: tuple[ControlPlane, ...] = (
     ControlPlane("emulator/store/records.py", "from_dict", None, "state export and import", STATE_TESTS),
     ControlPlane("emulator/store/records.py", "<module>", "enum swap", "state export and import", STATE_TESTS,
                  line="FILE_STATUSES ="),
+    # ... and what a state import checks of an operation kind's stored request and output (the kinds' registry).
+    ControlPlane("emulator/domain/kinds/__init__.py", "decode_body", None, "state export and import", STATE_TESTS),
+    ControlPlane("emulator/domain/kinds/__init__.py", "<module>", "enum swap", "state export and import", STATE_TESTS,
+                 line="_UNFINISHED ="),
+    ControlPlane("emulator/domain/kinds/_checkpoint.py", "check_output", None, "state export and import", STATE_TESTS),
+    ControlPlane("emulator/domain/kind.py", "counter_output", "constant", "state export and import", STATE_TESTS),
     # Fault rules (POST /_emulator/faults): which resource a resource_error rule fired on a session's request fails.
     ControlPlane("emulator/domain/fault_effects.py", "apply", "comparison", "fault rules", ("tests/test_faults.py",),
                  line="resource_id = named.resource_id if named.resource_id is not None"),

@@ -34,7 +34,8 @@ from typing import Any
 import yaml
 
 KINDS = ("comparison", "and/or", "drop raise", "constant", "enum swap", "delete assignment", "early return")
-DEFAULT_TARGETS = ("emulator/domain/*.py", "emulator/api/render.py", "emulator/store/records.py")
+DEFAULT_TARGETS = ("emulator/domain/*.py", "emulator/domain/kinds/*.py", "emulator/api/render.py", "emulator/wire.py",
+                   "emulator/store/records.py")
 
 _COMPARISON_SWAP: dict[type[ast.cmpop], type[ast.cmpop]] = {
     ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,

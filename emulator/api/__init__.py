@@ -1,9 +1,11 @@
 """Thin HTTP handlers, one module per spec tag; :func:`handler_for` maps operationId -> handler.
 
 A handler is the public function of a handler module named after its operationId in snake_case
-(``createTrainingSession`` -> ``create_training_session``). ``tests/test_structure.py`` checks both
-directions: every operation of ``openapi.yaml`` and ``admin.yaml`` has a handler, and every public function
-of a handler module is the handler of an operation.
+(``createTrainingSession`` -> ``create_training_session``), but for the operation kinds': each kind's module
+declares its two operationIds (``Kind.create``, ``Kind.get``), served by :func:`operations.submit` and
+:func:`operations.get` with that kind. ``tests/test_structure.py`` checks both directions: every operation of
+``openapi.yaml`` and ``admin.yaml`` has a handler, and every public function of a handler module is the
+handler of an operation.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import functools
 import re
 from collections.abc import Callable
 from types import MappingProxyType, ModuleType
+from typing import Any
 
 from emulator.api import (
     admin,
@@ -25,6 +28,8 @@ from emulator.api import (
     supported_models,
 )
 from emulator.api.request import Reply, Request
+from emulator.domain.kind import Kind
+from emulator.domain.kinds import KINDS
 
 Handler = Callable[[Request], Reply]
 
@@ -42,11 +47,28 @@ def _collect(*modules: ModuleType) -> dict[str, Handler]:
     return out
 
 
-_BY_SNAKE = MappingProxyType(_collect(model_resources, sessions, operations, payloads, checkpoints,
-                                      supported_models, shaping, files, admin))
+_BY_SNAKE = MappingProxyType(_collect(model_resources, sessions, payloads, checkpoints, supported_models, shaping,
+                                      files, admin))
+
+
+def _kind_handler(serve: Callable[[Request, Kind[Any]], Reply], kind: Kind[Any]) -> Handler:
+    handler = functools.partial(serve, kind=kind)  # type: ignore[call-arg]  # (kind is serve's second parameter)
+    handler.__name__ = handler.__qualname__ = f"{serve.__name__}[{kind.name}]"  # type: ignore[attr-defined]
+    handler.__module__ = serve.__module__  # type: ignore[attr-defined]
+    for mark in ("polls", "stateless"):  # what the dispatcher reads of a handler
+        if hasattr(serve, mark):
+            setattr(handler, mark, getattr(serve, mark))
+    return handler
+
+
+#: The operation kinds' handlers, by operationId.
+KIND_HANDLERS: MappingProxyType[str, Handler] = MappingProxyType({
+    operation_id: _kind_handler(serve, kind)
+    for kind in KINDS.values() for operation_id, serve in ((kind.create, operations.submit), (kind.get, operations.get))
+})
 
 
 @functools.cache
 def handler_for(operation_id: str) -> Handler | None:
     """The handler of an operationId (a pure memo: the table above never changes)."""
-    return _BY_SNAKE.get(_snake(operation_id))
+    return KIND_HANDLERS.get(operation_id) or _BY_SNAKE.get(_snake(operation_id))

@@ -11,7 +11,7 @@ from emulator.domain import files as domain
 
 def upload_file(req: Request) -> Reply:
     """The first step of an upload: the file is created, and the 302 points at where its bytes go."""
-    f = domain.create(req.tenant, req.ctx, req.json())
+    f = domain.create(req.tenant, req.ctx, req.read(domain.Form))
     token = req.presign("file-upload", f.id)
     return 302, {"id": f.id}, {"Location": f"{req.base_url}/_files/uploads/{token}", "X-Together-File-Id": f.id}
 

@@ -8,7 +8,7 @@ from emulator.domain import model_resources as domain
 
 
 def create_model_resources(req: Request) -> Reply:
-    return 200, render.model_resources(req.tenant, domain.create(req.tenant, req.ctx, req.json()))
+    return 200, render.model_resources(req.tenant, domain.create(req.tenant, req.ctx, req.read(domain.CreateRequest)))
 
 
 def list_model_resources(req: Request) -> Reply:
@@ -30,7 +30,7 @@ def stop_model_resources(req: Request) -> Reply:
 
 
 def extend_model_resources_expiry(req: Request) -> Reply:
-    r = domain.extend_expiry(req.tenant, req.ctx, req.path["model_resources_id"], int(req.json()["seconds"]))
+    r = domain.extend_expiry(req.tenant, req.ctx, req.path["model_resources_id"], req.read(domain.ExtendRequest).seconds)
     return 200, render.model_resources(req.tenant, r)
 
 
@@ -40,4 +40,4 @@ def estimate_model_resources_cost(req: Request) -> Reply:
     # which never creates a tenant and changes nothing.
     assert req.principal is not None
     with req.runtime.unit_of_work(req.principal, write=False) as (tenant, _ctx):
-        return 200, domain.estimate_cost(tenant, req.json())
+        return 200, domain.estimate_cost(tenant, req.read(domain.CreateRequest))

@@ -1,37 +1,42 @@
 """Records -> the wire JSON of the spec's response schemas (int64 as strings, RFC 3339 times).
 
-The only place that knows the wire format: the domain stores numbers, times and ids; this module writes
-``"step": "3"``, checkpoint summaries and operation outputs as the API shows them.
+With the operation kinds' renders (each kind's output) and :mod:`emulator.wire` (what several answers show
+alike), the only place that knows the wire format: the domain stores numbers, times and ids; this module
+writes ``"step": "3"`` and RFC 3339 times as the API shows them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import orjson
 
 from emulator.clock import rfc3339
+from emulator.domain.kinds import KINDS
 from emulator.domain.model_resources import queue_position
+from emulator.jsontypes import JsonObject
 from emulator.runtime import RenderCache
 from emulator.store import Tenant
 from emulator.store.records import (
     Checkpoint,
     CheckpointType,
+    ErrorDetail,
     File,
+    LoraConfig,
     ModelResource,
     Operation,
-    OperationKind,
+    OptimizerConfig,
     Session,
     ShapingJob,
 )
+from emulator.wire import checkpoint_summary
 
 
-def _error(err: dict[str, Any] | None) -> dict[str, Any] | None:
-    if err is None:
-        return None
-    out = dict(err)
-    if isinstance(out.get("occurred_at"), float):
-        out["occurred_at"] = rfc3339(out["occurred_at"])
+def _error(err: ErrorDetail) -> dict[str, Any]:
+    out: dict[str, Any] = {"code": err.code, "message": err.message}
+    if err.occurred_at is not None:
+        out["occurred_at"] = rfc3339(err.occurred_at)
     return out
 
 
@@ -49,7 +54,7 @@ def model_resources(tenant: Tenant, r: ModelResource) -> dict[str, Any]:
         "created_by": r.created_by,
         "inactive_timeout": r.inactive_timeout,
         "lora_enabled": r.lora_enabled,
-        "optimizer_config": r.optimizer_config,
+        "optimizer_config": _optimizer(r.optimizer_config),
         "status": r.status,
         "status_details": details,
         "updated_at": created if r.updated_at == r.created_at else rfc3339(r.updated_at),  # a new resource
@@ -63,19 +68,16 @@ def model_resources(tenant: Tenant, r: ModelResource) -> dict[str, Any]:
     return out
 
 
-def _lora(cfg: dict[str, Any]) -> dict[str, Any]:
-    if "seed" not in cfg:  # as stored: the domain interns LoRA configs and never edits one, nor do renderers
-        return cfg
-    out = dict(cfg)
-    out["seed"] = str(out["seed"])
-    return out
+def _optimizer(cfg: OptimizerConfig) -> dict[str, Any]:
+    if cfg.muon is None:  # (the usual one: adam, which sets nothing)
+        return {"adam": {}}
+    return {"muon": {} if cfg.muon.scaling_strategy is None else {"scaling_strategy": cfg.muon.scaling_strategy}}
 
 
-def checkpoint_summary(ckpt: Checkpoint) -> dict[str, Any]:
-    """A checkpoint as sessions and checkpoint operations show it (InferenceCheckpoint / TrainingCheckpoint)."""
-    out: dict[str, Any] = {"id": ckpt.id, "created_at": rfc3339(ckpt.created_at), "step": str(ckpt.step)}
-    if ckpt.registration is not None:
-        out["registration"] = ckpt.registration
+def _lora(cfg: LoraConfig) -> dict[str, Any]:
+    out: dict[str, Any] = msgspec.to_builtins(cfg)
+    if cfg.seed is not None:
+        out["seed"] = str(cfg.seed)
     return out
 
 
@@ -140,25 +142,17 @@ def list_page_json(items: list[bytes], has_more: bool, limit: int, last_id: str 
 def operation(tenant: Tenant, op: Operation) -> dict[str, Any]:
     out: dict[str, Any] = {"id": op.id, "status": op.status}
     if op.error is not None:
-        out["error"] = {"code": op.error.get("code"), "message": op.error.get("message")}
+        out["error"] = {"code": op.error.code, "message": op.error.message}
     if op.output is not None and op.status == "TRAINING_OPERATION_STATUS_COMPLETED":
         out["output"] = operation_output(tenant, op)
     return out
 
 
-def operation_output(tenant: Tenant, op: Operation) -> dict[str, Any]:
-    """An operation's stored output as its kind's output schema shows it (outputs of the simulated model,
-    losses and samples, are stored as the API shows them)."""
-    out = op.output
-    assert out is not None
-    kind = op.kind
-    if kind == OperationKind.OPTIM_STEP:
-        return {"step": str(out["step"])}
-    if kind == OperationKind.WEIGHTS_SYNC:
-        return {"weights_version": str(out["weights_version"])}
-    if kind in (OperationKind.INFERENCE_CHECKPOINT, OperationKind.TRAINING_CHECKPOINT):
-        return {"checkpoint": checkpoint_summary(tenant.checkpoints.peek(out["checkpoint_id"]))}
-    return out
+def operation_output(tenant: Tenant, op: Operation) -> JsonObject:
+    """An operation's stored output as its kind's output schema shows it (its kind's render: outputs of the
+    simulated model, losses and samples, are stored as the API shows them)."""
+    assert op.output is not None
+    return KINDS[op.kind].render(tenant, op.output)
 
 
 def checkpoint(c: Checkpoint) -> dict[str, Any]:
@@ -182,16 +176,21 @@ def shaping_job(job: ShapingJob) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": job.id,
         "created_at": rfc3339(job.created_at),
-        "events": job.events,
+        "events": shaping_events(job),
         "job_type": "quantization",
-        "params": job.params,
+        "params": msgspec.to_builtins(job.params),
         "status": job.status,
         "updated_at": rfc3339(job.updated_at),
         "user_id": job.user_id,
     }
     if job.results is not None:
-        out["results"] = job.results
+        out["results"] = msgspec.to_builtins(job.results)
     return out
+
+
+def shaping_events(job: ShapingJob) -> list[Any]:
+    events: list[Any] = msgspec.to_builtins(job.events)
+    return events
 
 
 def file(f: File) -> dict[str, Any]:
@@ -200,7 +199,7 @@ def file(f: File) -> dict[str, Any]:
                            "bytes": f.size, "purpose": f.purpose, "FileType": f.file_type,
                            "processing_status": f.processing_status}
     if f.validation_report is not None:
-        out["validation_report"] = f.validation_report
+        out["validation_report"] = msgspec.to_builtins(f.validation_report)
     return out
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from emulator.compute.errors import ComputeError
+from emulator.compute.types import decode
 from emulator.domain.context import Ctx, Principal
 from emulator.errors import Invalid, shorten
 from emulator.store import Tenant
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 Reply = tuple[int, Any] | tuple[int, Any, dict[str, str]]
 READ_METHODS = frozenset({"GET", "HEAD"})
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 def stateless(handler: F) -> F:
@@ -72,6 +75,14 @@ class Request:
 
     def json(self) -> dict[str, Any]:
         return self.body if isinstance(self.body, dict) else {}
+
+    def read(self, type_: type[T]) -> T:
+        """The body as ``type_`` (request validation checked it against the spec: what the type cannot read is
+        a 400 all the same, naming the field)."""
+        try:
+            return decode(self.json(), type_)
+        except ComputeError as exc:
+            raise Invalid(f"the request body: {exc.message}") from None
 
     def query_int(self, name: str, default: int) -> int:
         raw = self.query.get(name)

@@ -8,7 +8,7 @@ from emulator.domain import sessions as domain
 
 
 def create_session(req: Request) -> Reply:
-    return 200, render.session(req.tenant, domain.create(req.tenant, req.ctx, req.json()))
+    return 200, render.session(req.tenant, domain.create(req.tenant, req.ctx, req.read(domain.CreateRequest)))
 
 
 def list_sessions(req: Request) -> Reply:
@@ -27,7 +27,7 @@ def get_session(req: Request) -> Reply:
 
 
 def update_session(req: Request) -> Reply:
-    return 200, render.session(req.tenant, domain.update(req.tenant, req.ctx, req.path["session_id"], req.json()))
+    return 200, render.session(req.tenant, domain.update(req.tenant, req.ctx, req.path["session_id"], req.read(domain.UpdateRequest)))
 
 
 def stop_session(req: Request) -> Reply:

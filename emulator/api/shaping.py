@@ -8,11 +8,11 @@ from emulator.domain import shaping as domain
 
 
 def create_shaping_job(req: Request) -> Reply:
-    return 200, render.shaping_job(domain.create(req.tenant, req.ctx, req.json()))
+    return 200, render.shaping_job(domain.create(req.tenant, req.ctx, req.read(domain.JobRequest)))
 
 
 def estimate_shaping_job(req: Request) -> Reply:
-    return 200, domain.estimate(req.tenant, req.json())
+    return 200, domain.estimate(req.tenant, req.read(domain.JobRequest))
 
 
 def list_shaping_jobs(req: Request) -> Reply:
@@ -29,4 +29,4 @@ def cancel_shaping_job(req: Request) -> Reply:
 
 
 def list_shaping_job_events(req: Request) -> Reply:
-    return 200, {"data": domain.get(req.tenant, req.path["id"]).events, "object": "list"}
+    return 200, {"data": render.shaping_events(domain.get(req.tenant, req.path["id"])), "object": "list"}

@@ -3,8 +3,8 @@
 Emulates the real service's trainer and generator with a tiny deterministic language model per
 session: a bigram logit table over the base model's full vocabulary, whose base part is an analytic
 seeded function (never stored) and whose trained part is stored sparsely, so memory and cost grow
-with what was trained, never with the vocabulary. Forward-backward returns the true loss of the
-configured loss type over the model's exact log-probabilities, optim-step really updates it
+with what was trained, never with the vocabulary. A training pass returns the true loss of the
+configured loss type over the model's exact log-probabilities, an optimizer step really updates it
 (AdamW or Muon), sampling draws from a published weights snapshot, and checkpoints round-trip.
 It differs from a real model in what it can learn (one previous token of context) and in a few
 documented conventions (learning-rate scale, LoRA capacity, token <-> text mapping); see the module

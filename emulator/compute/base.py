@@ -50,7 +50,8 @@ def mix64(x: np.ndarray) -> np.ndarray:
     x = x + _GOLDEN
     x = (x ^ (x >> _U64(30))) * _M1
     x = (x ^ (x >> _U64(27))) * _M2
-    return x ^ (x >> _U64(31))
+    out: np.ndarray = x ^ (x >> _U64(31))
+    return out
 
 
 def seed_to_u64(seed: int | str) -> int:
@@ -193,7 +194,8 @@ def normalise(logits: np.ndarray, offsets: np.ndarray, seg: np.ndarray, tail_n: 
 
 def log_partition(m: np.ndarray, s: np.ndarray) -> np.ndarray:
     """``log Z`` of rows from their :func:`normalise` max and sum."""
-    return m + log(s)
+    out: np.ndarray = m + log(s)
+    return out
 
 
 ROW_CACHE_ROWS = 1 << 15     # rows remembered per base model (~200 bytes each with their normalisation)

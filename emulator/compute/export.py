@@ -40,6 +40,7 @@ from emulator.compute.spec import (
     ModelSpec,
 )
 from emulator.compute.weights import Weights
+from emulator.jsontypes import Json
 
 ADAPTER = "CHECKPOINT_VARIANT_ADAPTER"
 MERGED = "CHECKPOINT_VARIANT_MERGED"
@@ -54,7 +55,7 @@ def _dumps(obj: Any) -> bytes:
 
 
 def write_safetensors(tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> bytes:
-    header: dict[str, Any] = {}
+    header: dict[str, Json] = {}
     blobs: list[bytes] = []
     offset = 0
     for name in sorted(tensors):
@@ -100,7 +101,7 @@ def read_safetensors(data: bytes) -> tuple[dict[str, np.ndarray], dict[str, str]
     return out, meta
 
 
-def _base_config(base: BaseModel) -> dict[str, Any]:
+def _base_config(base: BaseModel) -> dict[str, Json]:
     return {"vocab_size": base.vocab_size, "base_seed": int(base.seed), "eos_token_id": base.eos,
             "base_formula": BASE_FORMULA, "num_preferred": NUM_PREFERRED,
             "preferred_ladder": list(PREF_LADDER),

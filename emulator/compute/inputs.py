@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from emulator.compute.errors import invalid
+from emulator.compute.types import Gradient, ModelInput, Number, Sample, TensorData
 
 INPUT_DTYPES: MappingProxyType[str, frozenset[str]] = MappingProxyType({
     "target_tokens": frozenset({"int64"}),
@@ -31,25 +33,6 @@ INPUT_DTYPES: MappingProxyType[str, frozenset[str]] = MappingProxyType({
     "mask": frozenset({"int64", "float32"}),
 })
 
-POLICY_REQUIRED = ("target_tokens", "logprobs", "advantages")
-LOSS_REQUIRED: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
-    "LOSS_TYPE_CROSS_ENTROPY": ("target_tokens", "weights"),
-    "LOSS_TYPE_GRPO": POLICY_REQUIRED,
-    "LOSS_TYPE_IMPORTANCE_SAMPLING": POLICY_REQUIRED,
-    "LOSS_TYPE_PPO": POLICY_REQUIRED,
-    "LOSS_TYPE_CISPO": POLICY_REQUIRED,
-    "LOSS_TYPE_DPPO": POLICY_REQUIRED,
-    "LOSS_TYPE_DRO": POLICY_REQUIRED,
-})
-PARAMS_KEY: MappingProxyType[str, str | None] = MappingProxyType({
-    "LOSS_TYPE_CROSS_ENTROPY": "cross_entropy_params",
-    "LOSS_TYPE_GRPO": "grpo_params",
-    "LOSS_TYPE_IMPORTANCE_SAMPLING": None,
-    "LOSS_TYPE_PPO": "ppo_params",
-    "LOSS_TYPE_CISPO": "cispo_params",
-    "LOSS_TYPE_DPPO": "dppo_params",
-    "LOSS_TYPE_DRO": "dro_params",
-})
 GRADIENT_DTYPES = frozenset({None, "D_TYPE_UNSPECIFIED", "D_TYPE_FLOAT32", "D_TYPE_BFLOAT16", "float32"})
 _F32_MAX = float(np.finfo(np.float32).max)
 
@@ -100,12 +83,11 @@ def parse_float(value: Any, where: str) -> float:
     return out
 
 
-def _float32_array(data: list[Any], where: str) -> np.ndarray:
+def _float32_array(data: Sequence[Number], where: str) -> np.ndarray:
     """Finite numbers as the trainer sees them: float32 on the wire, so float32-rounded (as float64)."""
     if len(data) <= 64:  # a short list of plain numbers in float32 range: checked here, not by numpy's abs and max
         for x in data:
-            t = type(x)
-            if (t is not float and t is not int) or not -_F32_MAX <= x <= _F32_MAX:  # (NaN fails too)
+            if not ((type(x) is float or type(x) is int) and -_F32_MAX <= x <= _F32_MAX):  # (NaN fails too)
                 break
         else:
             return np.array(data, dtype=np.float64).astype(np.float32).astype(np.float64)
@@ -134,7 +116,7 @@ _PLAIN_INTS = frozenset({int})
 _PLAIN_NUMBERS = frozenset({int, float})
 
 
-def _int_array(data: list[Any], where: str) -> np.ndarray:
+def _int_array(data: Sequence[Number], where: str) -> np.ndarray:
     if set(map(type, data)) <= _PLAIN_INTS:
         try:
             return np.asarray(data, dtype=np.int64)
@@ -147,22 +129,13 @@ def _int_array(data: list[Any], where: str) -> np.ndarray:
         raise invalid(f"{where}: integer out of int64 range") from None
 
 
-def parse_tokens(model_input: Any, where: str, vocab_size: int) -> np.ndarray:
+def parse_tokens(model_input: ModelInput, where: str, vocab_size: int) -> np.ndarray:
     """The concatenated ``encoded_text`` tokens of a ``ModelInput``, range-checked."""
-    if not isinstance(model_input, dict):
-        raise invalid(f"{where} must be an object with 'chunks'")
-    chunks = model_input.get("chunks")
-    if not isinstance(chunks, list):
-        raise invalid(f"{where}.chunks must be a list")
     parts: list[np.ndarray] = []
-    for ci, chunk in enumerate(chunks):
-        cw = f"{where}.chunks[{ci}]"
-        if not isinstance(chunk, dict) or not isinstance(chunk.get("encoded_text"), dict):
-            raise invalid(f"{cw}: only encoded_text chunks are supported")
-        tokens = chunk["encoded_text"].get("tokens")
-        if not isinstance(tokens, list):
-            raise invalid(f"{cw}.encoded_text.tokens must be a list")
-        parts.append(_int_array(tokens, f"{cw}.encoded_text.tokens"))
+    for ci, chunk in enumerate(model_input.chunks):
+        if chunk.encoded_text is None:
+            raise invalid(f"{where}.chunks[{ci}]: only encoded_text chunks are supported")
+        parts.append(_int_array(chunk.encoded_text.tokens, f"{where}.chunks[{ci}].encoded_text.tokens"))
     arr = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
     check_token_range(arr, where, vocab_size)
     return arr
@@ -179,25 +152,19 @@ def check_token_range(arr: np.ndarray, where: str, vocab_size: int) -> None:
     raise invalid(f"{where}: token {int(arr[i])} at position {i} is outside the vocabulary [0, {vocab_size})")
 
 
-def parse_tensor(name: str, tensor: Any, n: int, where: str) -> tuple[np.ndarray, str]:
-    if not isinstance(tensor, dict):
-        raise invalid(f"{where} must be a TensorData object")
-    data = tensor.get("data")
-    dtype = tensor.get("dtype")
-    if not isinstance(data, list):
-        raise invalid(f"{where}.data must be a list")
+def parse_tensor(name: str, tensor: TensorData, n: int, where: str) -> tuple[np.ndarray, str]:
+    data, dtype = tensor.data, tensor.dtype
     if dtype not in ("int64", "float32"):
         raise invalid(f"{where}.dtype must be 'int64' or 'float32', got {dtype!r}")
     allowed = INPUT_DTYPES.get(name)
     if allowed is not None and dtype not in allowed:
         raise invalid(f"{where}.dtype must be one of {sorted(allowed)}, got {dtype!r}")
     for sparse in ("sparse_crow_indices", "sparse_col_indices"):
-        if tensor.get(sparse):
+        if getattr(tensor, sparse):
             raise invalid(f"{where}.{sparse}: sparse tensors are not supported; send dense 1-D data")
-    shape = tensor.get("shape")
-    if shape is not None and (not isinstance(shape, list)
-                              or [parse_int(s, f"{where}.shape") for s in shape] != [len(data)]):
-        raise invalid(f"{where}.shape must be [len(data)] = [{len(data)}] (1-D tensors only), got {shape!r}")
+    shape = tensor.shape
+    if shape is not None and list(shape) != [len(data)]:
+        raise invalid(f"{where}.shape must be [len(data)] = [{len(data)}] (1-D tensors only), got {list(shape)!r}")
     if len(data) != n:
         raise invalid(f"{where} has {len(data)} values but the sample's model_input has {n} tokens; every "
                       "loss_fn_inputs tensor needs one value per model_input token")
@@ -227,9 +194,9 @@ class Batch:
         return np.diff(self.offsets)
 
 
-def parse_samples(samples: Any, *, vocab_size: int, max_batch_size: int, max_seq_length: int,
+def parse_samples(samples: Sequence[Sample], *, vocab_size: int, max_batch_size: int, max_seq_length: int,
                   required: tuple[str, ...], label: str = "samples") -> Batch:
-    if not isinstance(samples, list) or not samples:
+    if not samples:
         raise invalid(f"{label} must be a non-empty list")
     if len(samples) > max_batch_size:
         raise invalid(f"batch of {len(samples)} samples exceeds the model's max_batch_size {max_batch_size}")
@@ -238,17 +205,13 @@ def parse_samples(samples: Any, *, vocab_size: int, max_batch_size: int, max_seq
     lengths: list[int] = []
     for si, sample in enumerate(samples):
         where = f"{label}[{si}]"
-        if not isinstance(sample, dict):
-            raise invalid(f"{where} must be an object")
-        tokens = parse_tokens(sample.get("model_input"), f"{where}.model_input", vocab_size)
+        tokens = parse_tokens(sample.model_input, f"{where}.model_input", vocab_size)
         n = int(tokens.size)
         if n == 0:
             raise invalid(f"{where}.model_input has no tokens")
         if n > max_seq_length:
             raise invalid(f"{where} has {n} tokens, over the model's max_seq_length {max_seq_length}")
-        lfi = sample.get("loss_fn_inputs")
-        if not isinstance(lfi, dict):
-            raise invalid(f"{where}.loss_fn_inputs must be an object of tensors")
+        lfi = sample.loss_fn_inputs
         if "weights" in lfi and "mask" in lfi:
             raise invalid(f"{where}.loss_fn_inputs cannot contain both weights and mask")
         missing = [k for k in required if k not in lfi]
@@ -291,36 +254,31 @@ def _batch_tensors(parsed: list[dict[str, np.ndarray]], lengths: list[int]) -> d
     return tensors
 
 
-def parse_gradients(gradients: Any, batch: Batch) -> np.ndarray:
-    if not isinstance(gradients, list):
-        raise invalid("gradients must be a list")
+def parse_gradients(gradients: Sequence[Gradient], batch: Batch) -> np.ndarray:
     if len(gradients) != batch.num_samples:
         raise invalid(f"got {len(gradients)} gradients for {batch.num_samples} samples; send one per sample")
     out = []
     lengths = batch.lengths()
     for i, grad in enumerate(gradients):
         where = f"gradients[{i}]"
-        if not isinstance(grad, dict) or not isinstance(grad.get("data"), list):
-            raise invalid(f"{where} must be an object with a 'data' list")
-        if grad.get("dtype") not in GRADIENT_DTYPES:
-            raise invalid(f"{where}.dtype must be D_TYPE_FLOAT32 (or omitted), got {grad.get('dtype')!r}")
-        if len(grad["data"]) != int(lengths[i]):
-            raise invalid(f"{where} has {len(grad['data'])} values but sample {i} has "
+        if grad.dtype not in GRADIENT_DTYPES:
+            raise invalid(f"{where}.dtype must be D_TYPE_FLOAT32 (or omitted), got {grad.dtype!r}")
+        if len(grad.data) != int(lengths[i]):
+            raise invalid(f"{where} has {len(grad.data)} values but sample {i} has "
                           f"{int(lengths[i])} tokens")
-        out.append(_float32_array(grad["data"], f"{where}.data"))
+        out.append(_float32_array(grad.data, f"{where}.data"))
     return np.concatenate(out)
 
 
-def number_param(params: dict[str, Any], key: str, default: float | None, where: str) -> float | None:
-    if key not in params or params[key] is None:
+def number_param(value: float | None, key: str, default: float | None, where: str) -> float | None:
+    """A loss parameter: ``default`` when unset, else finite."""
+    if value is None:
         return default
-    return parse_float(params[key], f"{where}.{key}")
+    return parse_float(value, f"{where}.{key}")
 
 
 __all__ = [
     "INPUT_DTYPES",
-    "LOSS_REQUIRED",
-    "PARAMS_KEY",
     "Batch",
     "check_token_range",
     "number_param",

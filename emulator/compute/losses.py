@@ -44,16 +44,17 @@ share whose weight was clipped), ``loss/kl_sample/mean`` (mean ``q - lp``), ``lo
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
 
 import numpy as np
 
-from emulator import defaults
+from emulator import defaults, rules
 from emulator.compute.errors import invalid
-from emulator.compute.inputs import LOSS_REQUIRED, PARAMS_KEY, Batch, number_param
+from emulator.compute.inputs import Batch, number_param
 from emulator.compute.portable import exp
+from emulator.compute.types import ClipParams, DppoParams, DroParams, GrpoParams, Loss, NoParams, Wire
 
 AGG_TYPES = ("GRPO_LOSS_AGGREGATION_TYPE_UNSPECIFIED", "GRPO_LOSS_AGGREGATION_TYPE_FIXED_HORIZON",
              "GRPO_LOSS_AGGREGATION_TYPE_TOKEN_MEAN", "GRPO_LOSS_AGGREGATION_TYPE_SEQUENCE_MEAN")
@@ -88,7 +89,7 @@ class LossConfig:
 
     @property
     def required_inputs(self) -> tuple[str, ...]:
-        req = LOSS_REQUIRED[self.type]
+        req = LOSS_TYPES[self.type].required
         if self.type == "LOSS_TYPE_GRPO" and self.beta > 0:
             return (*req, "reference_logprobs")
         return req
@@ -102,70 +103,81 @@ class LossResult:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def parse_loss(loss: Any) -> LossConfig:
-    if not isinstance(loss, dict):
-        raise invalid("loss must be an object with a 'type'")
-    ltype = loss.get("type")
-    if not isinstance(ltype, str) or ltype not in LOSS_REQUIRED:
-        raise invalid(f"unsupported loss type {ltype!r}; expected one of {sorted(LOSS_REQUIRED)}")
-    key = PARAMS_KEY[ltype]
-    params = loss.get(key) if key else None
-    if params is None:
-        params = {}
-    if not isinstance(params, dict):
-        raise invalid(f"loss.{key} must be an object")
-    if not params and ltype in _DEFAULT_CONFIGS:  # no parameters: the defaults (the common case), built once
-        return _DEFAULT_CONFIGS[ltype]
-    where = f"loss.{key}"
-    if ltype in DEFAULT_CLIPS:
-        lo = number_param(params, "clip_low_threshold", DEFAULT_CLIPS[ltype][0], where)
-        hi = number_param(params, "clip_high_threshold", DEFAULT_CLIPS[ltype][1], where)
-        assert lo is not None and hi is not None
-        if ltype == "LOSS_TYPE_CISPO":
-            if lo < 0 or hi < lo:
-                raise invalid(f"{where}: need 0 <= clip_low_threshold <= clip_high_threshold, "
-                              f"got {lo} / {hi}")
-        else:
-            if hi < 1:
-                raise invalid(f"{where}.clip_high_threshold must be >= 1, got {hi}")
-            if lo > 1 or lo < 0:
-                raise invalid(f"{where}.clip_low_threshold must be in [0, 1], got {lo}")
-        if ltype != "LOSS_TYPE_GRPO":
-            return LossConfig(ltype, clip_low=lo, clip_high=hi)
-        beta = number_param(params, "beta", DEFAULT_GRPO_BETA, where)
-        assert beta is not None
-        if beta < 0:
-            raise invalid(f"{where}.beta must be >= 0, got {beta}")
-        agg = params.get("agg_type") or DEFAULT_AGG_TYPE
-        if agg not in AGG_TYPES:
-            raise invalid(f"{where}.agg_type must be one of {list(AGG_TYPES)}, got {agg!r}")
-        if agg == "GRPO_LOSS_AGGREGATION_TYPE_UNSPECIFIED":  # protobuf's "not set": the default
-            agg = DEFAULT_AGG_TYPE
-        ratio = params.get("ratio_type") or DEFAULT_RATIO_TYPE
-        if ratio not in RATIO_TYPES:
-            raise invalid(f"{where}.ratio_type must be one of {list(RATIO_TYPES)}, got {ratio!r}")
-        return LossConfig(ltype, clip_low=lo, clip_high=hi, beta=beta, agg_type=agg, ratio_type=ratio)
-    if ltype == "LOSS_TYPE_DPPO":
-        dl = number_param(params, "delta_low", DEFAULT_DPPO_DELTA, where)
-        dh = number_param(params, "delta_high", DEFAULT_DPPO_DELTA, where)
-        assert dl is not None and dh is not None
-        for name, val in (("delta_low", dl), ("delta_high", dh)):
-            if not 0 <= val <= 1:
-                raise invalid(f"{where}.{name} must be in [0, 1], got {val}")
-        return LossConfig(ltype, delta_low=dl, delta_high=dh)
-    if ltype == "LOSS_TYPE_DRO":
-        if "beta" not in params or params["beta"] is None:
-            raise invalid("LOSS_TYPE_DRO requires loss.dro_params.beta (it has no default)")
-        beta = number_param(params, "beta", None, where)
-        assert beta is not None
-        if beta < 0:
-            raise invalid(f"{where}.beta must be >= 0, got {beta}")
-        return LossConfig(ltype, beta=beta)
+def parse_loss(loss: Loss) -> LossConfig:
+    ltype = loss.type
+    if ltype not in LOSS_TYPES:
+        raise invalid(f"unsupported loss type {ltype!r}; expected one of {sorted(LOSS_TYPES)}")
+    spec = LOSS_TYPES[ltype]
+    key = spec.params_key
+    params: Wire | None = getattr(loss, key) if key else None
+    if params is None or params == _UNSET[type(params)]:  # no parameters: the defaults (the common case)
+        default = _DEFAULT_CONFIGS.get(ltype)
+        if default is not None:
+            return default
+    return spec.parse(ltype, params, f"loss.{key}")
+
+
+def _no_params(ltype: str, params: Wire | None, where: str) -> LossConfig:
     return LossConfig(ltype)
 
 
-# What parse_loss returns for each loss type given no parameters (DRO has a required parameter).
-_DEFAULT_CONFIGS = MappingProxyType({t: LossConfig.default(t) for t in LOSS_REQUIRED if t != "LOSS_TYPE_DRO"})
+def _clipped(ltype: str, params: Wire | None, where: str) -> LossConfig:
+    clip = params if isinstance(params, ClipParams) else ClipParams()
+    lo = number_param(clip.clip_low_threshold, "clip_low_threshold", DEFAULT_CLIPS[ltype][0], where)
+    hi = number_param(clip.clip_high_threshold, "clip_high_threshold", DEFAULT_CLIPS[ltype][1], where)
+    assert lo is not None and hi is not None
+    if ltype == "LOSS_TYPE_CISPO":
+        if lo < 0 or hi < lo:
+            raise invalid(f"{where}: need 0 <= clip_low_threshold <= clip_high_threshold, "
+                          f"got {lo} / {hi}")
+    else:
+        if hi < rules.CLIP_HIGH.low:
+            raise invalid(f"{where}.clip_high_threshold must be >= {rules.CLIP_HIGH.low}, got {hi}")
+        if lo > rules.CLIP_LOW.high or lo < 0:  # (a negative bound the spec leaves open: refused all the same)
+            raise invalid(f"{where}.clip_low_threshold must be in [0, {rules.CLIP_LOW.high}], got {lo}")
+    return LossConfig(ltype, clip_low=lo, clip_high=hi)
+
+
+def _grpo_params(ltype: str, params: Wire | None, where: str) -> LossConfig:
+    grpo = params if isinstance(params, GrpoParams) else GrpoParams()
+    clips = _clipped(ltype, grpo, where)
+    beta = number_param(grpo.beta, "beta", DEFAULT_GRPO_BETA, where)
+    assert beta is not None
+    if beta < 0:
+        raise invalid(f"{where}.beta must be >= 0, got {beta}")
+    agg = grpo.agg_type or DEFAULT_AGG_TYPE
+    if agg not in AGG_TYPES:
+        raise invalid(f"{where}.agg_type must be one of {list(AGG_TYPES)}, got {agg!r}")
+    if agg == "GRPO_LOSS_AGGREGATION_TYPE_UNSPECIFIED":  # protobuf's "not set": the default
+        agg = DEFAULT_AGG_TYPE
+    ratio = grpo.ratio_type or DEFAULT_RATIO_TYPE
+    if ratio not in RATIO_TYPES:
+        raise invalid(f"{where}.ratio_type must be one of {list(RATIO_TYPES)}, got {ratio!r}")
+    return LossConfig(ltype, clip_low=clips.clip_low, clip_high=clips.clip_high, beta=beta, agg_type=agg,
+                      ratio_type=ratio)
+
+
+def _dppo_params(ltype: str, params: Wire | None, where: str) -> LossConfig:
+    dppo = params if isinstance(params, DppoParams) else DppoParams()
+    dl = number_param(dppo.delta_low, "delta_low", DEFAULT_DPPO_DELTA, where)
+    dh = number_param(dppo.delta_high, "delta_high", DEFAULT_DPPO_DELTA, where)
+    assert dl is not None and dh is not None
+    bounds = rules.DPPO_DELTA
+    for name, val in (("delta_low", dl), ("delta_high", dh)):
+        if not bounds.low <= val <= bounds.high:
+            raise invalid(f"{where}.{name} must be in [{bounds.low}, {bounds.high}], got {val}")
+    return LossConfig(ltype, delta_low=dl, delta_high=dh)
+
+
+def _dro_params(ltype: str, params: Wire | None, where: str) -> LossConfig:
+    dro = params if isinstance(params, DroParams) else DroParams()
+    if dro.beta is None:
+        raise invalid("LOSS_TYPE_DRO requires loss.dro_params.beta (it has no default)")
+    beta = number_param(dro.beta, "beta", None, where)
+    assert beta is not None
+    if beta < 0:
+        raise invalid(f"{where}.beta must be >= 0, got {beta}")
+    return LossConfig(ltype, beta=beta)
 
 
 def _masked(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -182,7 +194,8 @@ def counted_mask(batch: Batch) -> np.ndarray:
     """1.0 where a policy loss counts the position (non-zero weight or mask), else 0.0."""
     for key in ("weights", "mask"):
         if key in batch.tensors:
-            return (batch.tensors[key] != 0).astype(np.float64)
+            counted: np.ndarray = (batch.tensors[key] != 0).astype(np.float64)
+            return counted
     return np.ones(batch.prevs.size, dtype=np.float64)
 
 
@@ -190,14 +203,10 @@ def counted_mask(batch: Batch) -> np.ndarray:
 def compute(cfg: LossConfig, batch: Batch, lp: np.ndarray) -> LossResult:
     """Loss value, d loss / d lp per position, the counted mask and metrics. May return non-finite
     numbers; the caller checks."""
-    if cfg.type == "LOSS_TYPE_CROSS_ENTROPY":
-        return _cross_entropy(batch, lp)
-    if cfg.type == "LOSS_TYPE_GRPO":
-        return _grpo(cfg, batch, lp)
-    return _policy(cfg, batch, lp)
+    return LOSS_TYPES[cfg.type].compute(cfg, batch, lp)
 
 
-def _cross_entropy(batch: Batch, lp: np.ndarray) -> LossResult:
+def _cross_entropy(cfg: LossConfig, batch: Batch, lp: np.ndarray) -> LossResult:
     w = batch.tensors["weights"]
     counted = w != 0
     loss = -float(np.where(counted, w * lp, 0.0).sum())  # _masked(w * lp, w), reusing the mask
@@ -307,4 +316,35 @@ def _grpo(cfg: LossConfig, batch: Batch, lp: np.ndarray) -> LossResult:
     return LossResult(loss, dlp, m != 0, metrics)
 
 
-__all__ = ["LossConfig", "LossResult", "compute", "counted_mask", "parse_loss"]
+@dataclass(frozen=True)
+class LossType:
+    """One loss type: the ``LossConfig`` field holding its parameters (None: it has none; another type's is
+    dropped with a warning by the kind that trains on a loss), the ``loss_fn_inputs`` it needs,
+    how its parameters are read (with their defaults) and how it is computed."""
+
+    params_key: str | None
+    required: tuple[str, ...]
+    parse: Callable[[str, Wire | None, str], LossConfig]
+    compute: Callable[[LossConfig, Batch, np.ndarray], LossResult]
+
+
+POLICY_REQUIRED = ("target_tokens", "logprobs", "advantages")
+
+#: Every loss type (docs/api-surface.md A.3.1).
+LOSS_TYPES: Mapping[str, LossType] = MappingProxyType({
+    "LOSS_TYPE_CROSS_ENTROPY": LossType("cross_entropy_params", ("target_tokens", "weights"), _no_params,
+                                        _cross_entropy),
+    "LOSS_TYPE_GRPO": LossType("grpo_params", POLICY_REQUIRED, _grpo_params, _grpo),
+    "LOSS_TYPE_IMPORTANCE_SAMPLING": LossType(None, POLICY_REQUIRED, _no_params, _policy),
+    "LOSS_TYPE_PPO": LossType("ppo_params", POLICY_REQUIRED, _clipped, _policy),
+    "LOSS_TYPE_CISPO": LossType("cispo_params", POLICY_REQUIRED, _clipped, _policy),
+    "LOSS_TYPE_DPPO": LossType("dppo_params", POLICY_REQUIRED, _dppo_params, _policy),
+    "LOSS_TYPE_DRO": LossType("dro_params", POLICY_REQUIRED, _dro_params, _policy),
+})
+# What parse_loss returns for each loss type given no parameters (DRO has a required parameter).
+_DEFAULT_CONFIGS = MappingProxyType({t: LossConfig.default(t) for t in LOSS_TYPES if t != "LOSS_TYPE_DRO"})
+# A parameters object that sets nothing reads as none at all.
+_UNSET: Mapping[type, Wire] = MappingProxyType({cls: cls() for cls in (NoParams, ClipParams, GrpoParams, DppoParams,
+                                                                      DroParams)})
+
+__all__ = ["LOSS_TYPES", "LossConfig", "LossResult", "LossType", "compute", "counted_mask", "parse_loss"]

@@ -1,4 +1,4 @@
-"""One training session's simulated model: forward-backward, optim-step, sampling, checkpoints.
+"""One training session's simulated model: loss and gradients, optimizer updates, sampling, checkpoints.
 
 Emulates the trainer + generator pair behind a session with a tiny deterministic language model:
 a bigram table over the base model's real vocabulary (see :mod:`emulator.compute.weights` for the
@@ -14,10 +14,10 @@ learning-rate response, not by a literal low-rank factorisation; and pending gra
 part of a checkpoint (a real trainer does not save them either).
 
 For a journal (``--state-file``) a model notes its changes once asked to (:meth:`SessionModel.track_changes`):
-each forward-backward and optim-step as the call that made it, so a journal line carries the request, not
+each gradient accumulation and update as the call that made it, so a journal line carries the request, not
 the model, and :meth:`SessionModel.replay` makes them again to the same bits.
 
-Costs: creating a model allocates nothing proportional to the vocabulary; a forward-backward costs
+Costs: creating a model allocates nothing proportional to the vocabulary; a loss and its gradients cost
 O(tokens * (8 + trained entries of the rows involved)); an optimizer step is O(trained entries).
 """
 
@@ -25,21 +25,35 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
 import numpy as np
 
+from emulator import rules
 from emulator.compute import export as _export
 from emulator.compute.base import base_model
 from emulator.compute.bases import BaseModels
 from emulator.compute.errors import NON_FINITE_LOSS, RESOURCE_EXHAUSTED, ComputeError, invalid
 from emulator.compute.inputs import parse_gradients, parse_int, parse_samples, parse_tokens, state_int
 from emulator.compute.losses import compute, parse_loss
-from emulator.compute.optim import OptState, optim_step
+from emulator.compute.optim import OptState, update
 from emulator.compute.sampling import decodable, generate, parse_sampling_params, topk_row
-from emulator.compute.spec import MAX_SAMPLE_TOKENS, MAX_TOPK_PROMPT_LOGPROBS, ModelSpec
+from emulator.compute.spec import MAX_SAMPLE_TOKENS, ModelSpec
 from emulator.compute.tokenizers import numeric_piece, piece_function
+from emulator.compute.types import (
+    AdamParams,
+    Gradient,
+    Loss,
+    ModelInput,
+    MuonParams,
+    Sample,
+    SamplingParams,
+    decode,
+)
 from emulator.compute.weights import GradAccum, Weights, all_finite, backward, flat_keys
+from emulator.jsontypes import Json
 
 STATE_FORMAT = "together-rl-emulator/session-model"
 STATE_VERSION = 1
@@ -88,12 +102,12 @@ class SessionModel:
         return self._weights.nbytes() + self._opt.nbytes() + self._acc.nbytes()
 
     def weights(self) -> Weights:
-        """An immutable snapshot of the current parameters (what weights-sync publishes)."""
+        """An immutable snapshot of the current parameters (what a weights sync publishes)."""
         return self._weights
 
     # --- training ------------------------------------------------------------------------------
-    def forward_backward(self, samples: list[dict], loss: dict, *, forward_only: bool = False,
-                         return_loss_fn_outputs: bool = False) -> dict:
+    def loss_and_grad(self, samples: Sequence[Sample], loss: Loss, *, forward_only: bool = False,
+                      return_loss_fn_outputs: bool = False) -> dict[str, Json]:
         cfg = parse_loss(loss)
         s = self.spec
         batch = parse_samples(samples, vocab_size=self.vocab_size, max_batch_size=s.max_batch_size,
@@ -110,7 +124,7 @@ class SessionModel:
         if not forward_only:
             grad = backward(rs, ridx, batch.targets, res.dlp)
             new_acc = self._acc.merge(grad, self.vocab_size)
-        outputs: list[dict[str, Any]] = []
+        outputs: list[Json] = []
         if return_loss_fn_outputs:
             shown = np.where(res.counted, lp, 0.0)
             for i in range(batch.num_samples):
@@ -120,11 +134,13 @@ class SessionModel:
         if new_acc is not self._acc:
             self._acc = new_acc
             self.version += 1
-            self._note({"forward_backward": {"samples": samples, "loss": loss}})
+            if self._changes is not None:
+                self._note({"loss_and_grad": {"samples": msgspec.to_builtins(samples),
+                                              "loss": msgspec.to_builtins(loss)}})
         return {"loss": float(res.loss), "loss_fn_outputs": outputs,
                 "metrics": {k: float(v) for k, v in res.metrics.items()}}
 
-    def custom_forward_backward(self, samples: list[dict], gradients: list[dict]) -> dict:
+    def accumulate_gradients(self, samples: Sequence[Sample], gradients: Sequence[Gradient]) -> dict[str, Json]:
         """Accumulate caller-supplied d loss / d logprob (one value per token) through the same backward
         path. ``weights``/``mask`` are validated but not applied: the gradients are taken as given (the
         SDK's tinker path sends zero weights alongside real gradients)."""
@@ -139,11 +155,13 @@ class SessionModel:
                                "the supplied gradients produce non-finite parameter gradients")
         self._acc = self._acc.merge(grad, self.vocab_size)
         self.version += 1
-        self._note({"custom_forward_backward": {"samples": samples, "gradients": gradients}})
+        if self._changes is not None:
+            self._note({"accumulate_gradients": {"samples": msgspec.to_builtins(samples),
+                                                 "gradients": msgspec.to_builtins(gradients)}})
         return {}
 
-    def optim_step(self, adam_params: dict | None, muon_params: dict | None) -> int:
-        new_w, new_opt, info = optim_step(self.spec, self._weights, self._opt, self._acc, adam_params,
+    def update(self, adam_params: AdamParams | None, muon_params: MuonParams | None) -> int:
+        new_w, new_opt, info = update(self.spec, self._weights, self._opt, self._acc, adam_params,
                                           muon_params)
         if not (all_finite(new_w.theta) and all_finite(new_w.beta)):
             raise ComputeError(NON_FINITE_LOSS, "the optimizer step produced non-finite weights")
@@ -153,8 +171,8 @@ class SessionModel:
         self._export_step = self.step
         self.last_optim_info = info
         if self._changes is not None:
-            self._note({"optim_step": {"adam_params": adam_params, "muon_params": muon_params,
-                                       "check": weights_check(new_w)}})
+            self._note({"update": {"adam_params": msgspec.to_builtins(adam_params),
+                                   "muon_params": msgspec.to_builtins(muon_params), "check": weights_check(new_w)}})
         return self.step
 
     # --- changes, for a journal ----------------------------------------------------------------
@@ -167,7 +185,7 @@ class SessionModel:
     def _note(self, call: dict[str, Any]) -> None:
         if self._changes is not None:
             self._changes.append(call)
-            if "optim_step" in call:
+            if "update" in call:
                 self._changes_weights.append((self.step, self._weights))
 
     def changes_since(self, version: int) -> tuple[list[dict[str, Any]], list[tuple[int, Weights]]] | None:
@@ -195,12 +213,14 @@ class SessionModel:
             if not isinstance(call, dict) or len(call) != 1:
                 raise invalid(f"not a model change: {str(call)[:100]}")
             (name, args), = call.items()
-            if name == "forward_backward":
-                self.forward_backward(args["samples"], args["loss"])
-            elif name == "custom_forward_backward":
-                self.custom_forward_backward(args["samples"], args["gradients"])
-            elif name == "optim_step":
-                self.optim_step(args.get("adam_params"), args.get("muon_params"))
+            if name == "loss_and_grad":
+                self.loss_and_grad(decode(args["samples"], tuple[Sample, ...]), decode(args["loss"], Loss))
+            elif name == "accumulate_gradients":
+                self.accumulate_gradients(decode(args["samples"], tuple[Sample, ...]),
+                                          decode(args["gradients"], tuple[Gradient, ...]))
+            elif name == "update":
+                self.update(decode(args.get("adam_params"), AdamParams | None),  # type: ignore[arg-type]
+                            decode(args.get("muon_params"), MuonParams | None))  # type: ignore[arg-type]
                 weights[self.step] = self._weights
                 if args.get("check") is not None and args["check"] != weights_check(self._weights):
                     differ.append(self.step)
@@ -209,20 +229,22 @@ class SessionModel:
         return weights, differ
 
     # --- sampling ------------------------------------------------------------------------------
-    def sample(self, weights: Weights, model_inputs: list[dict], *, num_samples: int, sampling_params: dict,
-               prompt_logprobs: bool, topk_prompt_logprobs: int, seed: int, version: int) -> dict:
+    def sample(self, weights: Weights, model_inputs: Sequence[ModelInput], *, num_samples: int,
+               sampling_params: SamplingParams | None, prompt_logprobs: bool, topk_prompt_logprobs: int, seed: int,
+               version: int) -> dict[str, Json]:
         if not isinstance(weights, Weights):
             raise invalid("weights must be a Weights snapshot")
         if weights.vocab_size != self.vocab_size:
             raise invalid("the weights snapshot belongs to a model with a different vocabulary")
         cfg = parse_sampling_params(sampling_params, int(seed))
         num_samples = parse_int(num_samples, "num_samples")
-        if num_samples < 1:
-            raise invalid(f"num_samples must be >= 1, got {num_samples}")
+        if num_samples < rules.NUM_SAMPLES.low:
+            raise invalid(f"num_samples must be >= {rules.NUM_SAMPLES.low}, got {num_samples}")
         topk = parse_int(topk_prompt_logprobs or 0, "topk_prompt_logprobs")
-        if not 0 <= topk <= MAX_TOPK_PROMPT_LOGPROBS:
-            raise invalid(f"topk_prompt_logprobs must be in [0, {MAX_TOPK_PROMPT_LOGPROBS}], got {topk}")
-        if not isinstance(model_inputs, list) or not model_inputs:
+        bounds = rules.TOPK_PROMPT_LOGPROBS
+        if not bounds.low <= topk <= bounds.high:
+            raise invalid(f"topk_prompt_logprobs must be in [{bounds.low}, {bounds.high}], got {topk}")
+        if not model_inputs:
             raise invalid("model_inputs must be a non-empty list")
         prompts = [parse_tokens(mi, f"model_inputs[{i}]", self.vocab_size)
                    for i, mi in enumerate(model_inputs)]
@@ -238,7 +260,7 @@ class SessionModel:
         groups = generate(weights, prompts, num_samples, cfg, self.spec.ends,
                           piece_function(self.spec.tokenizer) if cfg.stop else numeric_piece,
                           self.spec.sampled_vocab)
-        # log-probs of every sampled token, by the same function forward-backward uses
+        # log-probs of every sampled token, by the same function the loss uses
         prevs: list[np.ndarray] = []
         targets: list[np.ndarray] = []
         for p, group in zip(prompts, groups):
@@ -252,14 +274,14 @@ class SessionModel:
         results = []
         cursor = 0
         for p, group in zip(prompts, groups):
-            seqs = []
+            seqs: list[Json] = []
             for j, (toks, reason) in enumerate(group):
                 n = len(toks)
                 seqs.append({"tokens": [str(t) for t in toks], "logprobs": _floats(lps[cursor:cursor + n]),
                              "stop_reason": reason,
                              "prompt_cache_hit_tokens": 0 if j == 0 else (int(p.size) // 16) * 16})
                 cursor += n
-            result: dict[str, Any] = {"sequences": seqs, "policy_segments": [{"start_token": 0,
+            result: dict[str, Json] = {"sequences": seqs, "policy_segments": [{"start_token": 0,
                                                                                 "version": int(version)}]}
             if prompt_logprobs or topk:
                 plp, rs, ridx = weights.token_logprobs(p[:-1], p[1:])
@@ -267,7 +289,7 @@ class SessionModel:
                     result["prompt_logprobs"] = [0.0] + _floats(plp)
                 if topk:
                     rs = decodable(rs, self.spec.sampled_vocab)  # (what the generator could have sampled)
-                    entries: list[dict[str, Any]] = [{}]
+                    entries: list[Json] = [{}]
                     for i in range(p.size - 1):
                         ids, vals = topk_row(rs, int(ridx[i]), topk)
                         entries.append({"token_ids": ids, "logprobs": vals})
@@ -276,12 +298,12 @@ class SessionModel:
         return {"results": results}
 
     # --- checkpoints ---------------------------------------------------------------------------
-    def to_state(self, *, include_optimizer: bool = True) -> dict:
+    def to_state(self, *, include_optimizer: bool = True) -> dict[str, Json]:
         """JSON-ready state. With ``include_optimizer`` it also carries the optimizer moments and any
-        gradients accumulated since the last optim-step, so a restored model continues exactly."""
+        gradients accumulated since the last optimizer step, so a restored model continues exactly."""
         acc = self._acc
         v = self.vocab_size
-        pending = {"entry_rows": (acc.keys // v).tolist(), "entry_cols": (acc.keys % v).tolist(),
+        pending: dict[str, Json] = {"entry_rows": (acc.keys // v).tolist(), "entry_cols": (acc.keys % v).tolist(),
                    "entry_grad": acc.vals.tolist(), "rows": acc.rows.tolist(),
                    "row_tail_grad": acc.tail.tolist()}
         return {"format": STATE_FORMAT, "version": STATE_VERSION, "step": self.step,
@@ -290,11 +312,11 @@ class SessionModel:
                 "pending_gradients": pending if include_optimizer and not acc.is_empty else None}
 
     @classmethod
-    def from_state(cls, spec: ModelSpec, state: dict, *, load_optimizer: bool = True,
+    def from_state(cls, spec: ModelSpec, state: Mapping[str, Any], *, load_optimizer: bool = True,
                    bases: BaseModels | None = None) -> SessionModel:
         """Restore a model. The base model (seed, end token) comes from the state, so a resumed session
         continues the checkpoint's model even if its own spec carries another seed."""
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
             raise invalid("not a session-model state")
         if int(state.get("version", 0)) != STATE_VERSION:
             raise invalid(f"unsupported session-model state version {state.get('version')!r}")
@@ -338,7 +360,7 @@ def weights_check(weights: Weights) -> list[int]:
     return [weights.num_entries, zlib.adler32(beta.data, zlib.adler32(theta.data))]
 
 
-def load_files(files: list[tuple[str, bytes]]) -> dict:
+def load_files(files: list[tuple[str, bytes]]) -> dict[str, Json]:
     """Parse files from :meth:`SessionModel.export_files` (see :func:`emulator.compute.export.load_files`)."""
     return _export.load_files(files)
 

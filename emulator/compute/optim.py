@@ -1,6 +1,6 @@
 """Optimizer step: AdamW or Muon applied to the sparse bigram parameters.
 
-Emulates ``optim-step`` (docs/api-surface.md A.3.3). The accumulated gradient (in dense-table terms, see
+Emulates the optimizer step (docs/api-surface.md A.3.3). The accumulated gradient (in dense-table terms, see
 :mod:`emulator.compute.weights`) is clipped to ``grad_clip_norm`` by its global norm over the whole
 (virtual) ``V x V`` table (unset = 1.0, 0 = off), then (unset settings: the vendor's defaults, and learning
 rates of the emulator's choice; ``spec.ADAM_DEFAULTS`` / ``MUON_DEFAULTS``):
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from emulator.compute.errors import RESOURCE_EXHAUSTED, ComputeError, invalid
-from emulator.compute.inputs import parse_float, parse_int, state_int
+from emulator.compute.inputs import parse_float, state_int
 from emulator.compute.portable import power_int
 from emulator.compute.spec import (
     ADAM_DEFAULTS,
@@ -43,6 +43,7 @@ from emulator.compute.spec import (
     NS_COEFFS,
     ModelSpec,
 )
+from emulator.compute.types import AdamParams, MuonParams, Wire
 from emulator.compute.weights import (
     EMPTY_F64,
     GradAccum,
@@ -52,6 +53,7 @@ from emulator.compute.weights import (
     setdiff_unique,
     union_sorted,
 )
+from emulator.jsontypes import Json
 
 _F64 = np.float64
 _I64 = np.int64
@@ -79,7 +81,7 @@ class OptState:
     def nbytes(self) -> int:
         return int(sum(a.nbytes for a in (self.m, self.v, self.buf, self.m_tail, self.v_tail)))
 
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self) -> dict[str, Json]:
         return {"adam_m": self.m.tolist(), "adam_v": self.v.tolist(), "muon_momentum": self.buf.tolist(),
                 "tail_adam_m": self.m_tail.tolist(), "tail_adam_v": self.v_tail.tolist(),
                 "adam_steps": self.t_entries, "tail_adam_steps": self.t_tail}
@@ -106,8 +108,8 @@ _EMPTY_OPT = OptState(EMPTY_F64, EMPTY_F64, EMPTY_F64, EMPTY_F64, EMPTY_F64)
 
 # --- hyperparameters ---------------------------------------------------------------------------------
 
-def _num(params: dict[str, Any], key: str, default: float, where: str) -> float:
-    val = params.get(key)
+def _num(params: Wire, key: str, default: float, where: str) -> float:
+    val: float | None = getattr(params, key)
     if val is None:
         return default
     if type(val) is float and math.isfinite(val):  # what parse_float returns, without building its label
@@ -115,19 +117,15 @@ def _num(params: dict[str, Any], key: str, default: float, where: str) -> float:
     return parse_float(val, f"{where}.{key}")
 
 
-def parse_adam(params: Any, where: str = "adam_params") -> dict[str, float]:
+_NO_ADAM = AdamParams()
+_NO_MUON = MuonParams()
+
+
+def parse_adam(params: AdamParams | None, where: str = "adam_params") -> dict[str, float]:
     if params is None:
-        params = {}
-    if not isinstance(params, dict):
-        raise invalid(f"{where} must be an object")
-    hp = ADAM_DEFAULTS.copy()
-    for key, val in params.items():  # the common case: each given value a finite float, taken as it is
-        if key in hp and val is not None:
-            if type(val) is not float or not math.isfinite(val):
-                # (in ADAM_DEFAULTS order, so the first invalid key is the one reported)
-                hp = {k: _num(params, k, d, where) for k, d in ADAM_DEFAULTS.items()}
-                break
-            hp[key] = val
+        params = _NO_ADAM
+    # (in ADAM_DEFAULTS order, so the first invalid key is the one reported)
+    hp = {k: _num(params, k, d, where) for k, d in ADAM_DEFAULTS.items()}
     # (checks written out, not looped over key tuples: this runs on every optimizer step)
     if hp["learning_rate"] < 0:
         raise invalid(f"{where}.learning_rate must be >= 0, got {hp['learning_rate']}")
@@ -144,16 +142,14 @@ def parse_adam(params: Any, where: str = "adam_params") -> dict[str, float]:
     return hp
 
 
-def parse_muon(params: Any, fallback_adam: Any) -> tuple[dict[str, float], dict[str, float]]:
+def parse_muon(params: MuonParams | None, fallback_adam: AdamParams | None
+               ) -> tuple[dict[str, float], dict[str, float]]:
     if params is None:
-        params = {}
-    if not isinstance(params, dict):
-        raise invalid("muon_params must be an object")
+        params = _NO_MUON
     where = "muon_params"
     hp = {k: _num(params, k, d, where) for k, d in MUON_DEFAULTS.items() if k != "newton_schulz_steps"}
-    ns = params.get("newton_schulz_steps")
-    hp["newton_schulz_steps"] = float(MUON_DEFAULTS["newton_schulz_steps"] if ns is None
-                                      else parse_int(ns, f"{where}.newton_schulz_steps"))
+    ns = params.newton_schulz_steps
+    hp["newton_schulz_steps"] = float(MUON_DEFAULTS["newton_schulz_steps"] if ns is None else ns)
     if hp["learning_rate"] < 0:
         raise invalid(f"{where}.learning_rate must be >= 0, got {hp['learning_rate']}")
     if not 0 <= hp["momentum"] < 1:
@@ -164,13 +160,13 @@ def parse_muon(params: Any, fallback_adam: Any) -> tuple[dict[str, float], dict[
     for k in ("weight_decay", "grad_clip_norm"):
         if hp[k] < 0:
             raise invalid(f"{where}.{k} must be >= 0, got {hp[k]}")
-    nested = params.get("adam")
+    nested = params.adam
     adam = parse_adam(nested if nested is not None else fallback_adam,
                       f"{where}.adam" if nested is not None else "adam_params")
     return hp, adam
 
 
-def choose(spec: ModelSpec, adam_params: Any, muon_params: Any
+def choose(spec: ModelSpec, adam_params: AdamParams | None, muon_params: MuonParams | None
            ) -> tuple[str, dict[str, float], dict[str, float]]:
     """(algorithm, matrix hyperparameters, adam hyperparameters). The session's optimizer decides,
     except that a request carrying only the other optimizer's params object gets that optimizer."""
@@ -208,8 +204,8 @@ def newton_schulz_sigma(sigma: np.ndarray, steps: int) -> np.ndarray:
 # Extreme hyperparameters can overflow: the caller turns non-finite weights into NON_FINITE_LOSS, so numpy's
 # RuntimeWarnings would only be noise on the server's console (the decorator costs ~1 us per step).
 @np.errstate(all="ignore")
-def optim_step(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum, adam_params: Any,
-               muon_params: Any) -> tuple[Weights, OptState, dict[str, float]]:
+def update(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum, adam_params: AdamParams | None,
+           muon_params: MuonParams | None) -> tuple[Weights, OptState, dict[str, float]]:
     algo, hp, adam_hp = choose(spec, adam_params, muon_params)
     v_size = weights.vocab_size
     base = weights.base
@@ -335,4 +331,4 @@ def optim_step(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum,
     return new_w, new_opt, info
 
 
-__all__ = ["OptState", "choose", "newton_schulz_sigma", "optim_step", "parse_adam", "parse_muon"]
+__all__ = ["OptState", "choose", "newton_schulz_sigma", "parse_adam", "parse_muon", "update"]

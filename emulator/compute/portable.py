@@ -90,7 +90,8 @@ def _exp(x: np.ndarray) -> np.ndarray:
     _sub(lo, y, y)
     _sub(y, hi, y)
     _sub(_A_ONE, y, y)
-    return np.ldexp(y, t.view(np.int32)[_LOW_WORD::2], y)  # y * 2^k, rounded once (also to a subnormal)
+    out: np.ndarray = np.ldexp(y, t.view(np.int32)[_LOW_WORD::2], y)  # y * 2^k, rounded once (also to a subnormal)
+    return out
 
 
 def exp_float(x: float) -> float:

@@ -26,7 +26,7 @@ Conventions (where a real engine's behaviour depends on its tokenizer or kernels
   each (seed, prompt tokens, sample index) has its own random stream, so a completion does not
   depend on what else is in the batch.
 * ``logprobs`` are the model's own (temperature 1, untruncated) log-probabilities of the sampled
-  tokens, computed by the same function as forward-backward's.
+  tokens, computed by the same function as the training loss's.
 * Padding ids [inferred]: an embedding is wider than its tokenizer (Qwen3.5: 248,320 rows, 248,077 ids).
   The generator samples only the tokenizer's ids: the others have zero probability, as a masked logit,
   before temperature, top-k and top-p, and are never listed in ``topk_prompt_logprobs``. The model keeps
@@ -48,6 +48,7 @@ from emulator.compute.inputs import parse_float, parse_int
 from emulator.compute.portable import exp
 from emulator.compute.spec import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P
 from emulator.compute.tokenizers import TokenBytes, numeric_piece
+from emulator.compute.types import SamplingParams
 from emulator.compute.weights import RowSet, Weights, tail_tokens, unique_inverse
 
 GREEDY_BELOW = 1e-5
@@ -77,39 +78,37 @@ class SamplingConfig:
 TOP_K_BOUND = 1 << 62
 
 
-def parse_sampling_params(params: Any, seed: int) -> SamplingConfig:
+def parse_sampling_params(params: SamplingParams | None, seed: int) -> SamplingConfig:
     if params is None:
-        params = {}
-    if not isinstance(params, dict):
-        raise invalid("sampling_params must be an object")
+        params = _NO_PARAMS
     w = "sampling_params"
-    max_tokens = DEFAULT_MAX_TOKENS if params.get("max_tokens") is None else parse_int(params["max_tokens"],
-                                                                                          f"{w}.max_tokens")
+    max_tokens = DEFAULT_MAX_TOKENS if params.max_tokens is None else params.max_tokens
     if max_tokens < 0:
         raise invalid(f"{w}.max_tokens must be >= 0, got {max_tokens}")
-    temperature = (DEFAULT_TEMPERATURE if params.get("temperature") is None
-                   else parse_float(params["temperature"], f"{w}.temperature"))
+    temperature = (DEFAULT_TEMPERATURE if params.temperature is None
+                   else parse_float(params.temperature, f"{w}.temperature"))
     if temperature < 0:
         raise invalid(f"{w}.temperature must be >= 0, got {temperature}")
-    top_k = DEFAULT_TOP_K if params.get("top_k") is None else parse_int(params["top_k"], f"{w}.top_k")
+    top_k = DEFAULT_TOP_K if params.top_k is None else params.top_k
     if top_k < -1:
         raise invalid(f"{w}.top_k must be -1 (off), 0 (off) or positive, got {top_k}")
     top_k = min(top_k, TOP_K_BOUND)  # past the vocabulary every top_k keeps all tokens; numpy takes int64 only
-    top_p = DEFAULT_TOP_P if params.get("top_p") is None else parse_float(params["top_p"], f"{w}.top_p")
+    top_p = DEFAULT_TOP_P if params.top_p is None else parse_float(params.top_p, f"{w}.top_p")
     if not 0 < top_p <= 1:
         raise invalid(f"{w}.top_p must be in (0, 1], got {top_p}")
-    stop_raw = params.get("stop")
+    stop_raw = params.stop
     if stop_raw is None:
         stop: tuple[str, ...] = ()
     elif isinstance(stop_raw, str):
         stop = (stop_raw,) if stop_raw else ()
-    elif isinstance(stop_raw, list) and all(isinstance(s, str) for s in stop_raw):
-        stop = tuple(s for s in stop_raw if s)
     else:
-        raise invalid(f"{w}.stop must be a list of strings")
-    if params.get("seed") is not None:
-        seed = parse_int(params["seed"], f"{w}.seed")
+        stop = tuple(s for s in stop_raw if s)
+    if params.seed is not None:
+        seed = parse_int(params.seed, f"{w}.seed")
     return SamplingConfig(max_tokens, temperature, top_k, top_p, stop, seed)
+
+
+_NO_PARAMS = SamplingParams()
 
 
 # --- per-row distributions ---------------------------------------------------------------------------
@@ -280,7 +279,8 @@ def tail_token_per_row(rs: RowSet, rows: np.ndarray, ranks: np.ndarray) -> np.nd
     within = np.arange(rs.cols.size, dtype=np.int64) - rs.offsets[rs.seg]
     key = rs.seg * v + (rs.cols - within)
     counts = key.searchsorted(rows * v + ranks, side="right") - rs.offsets[rows]
-    return ranks + counts
+    out: np.ndarray = ranks + counts
+    return out
 
 
 def greedy(rs: RowSet) -> np.ndarray:

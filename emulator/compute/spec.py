@@ -155,7 +155,6 @@ DEFAULT_MAX_TOKENS = int(defaults.SAMPLING["max_tokens"])
 DEFAULT_TEMPERATURE = float(defaults.SAMPLING["temperature"])
 DEFAULT_TOP_P = float(defaults.SAMPLING["top_p"])
 DEFAULT_TOP_K = int(defaults.SAMPLING["top_k"])
-MAX_TOPK_PROMPT_LOGPROBS = 20
 
 # --- budgets (RESOURCE_EXHAUSTED beyond these) ----------------------------------------------------
 #: Trained (row, next-token) entries one session may hold (~40 bytes each with optimizer state).

@@ -34,6 +34,7 @@ from emulator.compute.base import BaseModel, base_model, log_partition, normalis
 from emulator.compute.bases import BaseModels
 from emulator.compute.errors import invalid
 from emulator.compute.inputs import state_int
+from emulator.jsontypes import Json
 
 _I64 = np.int64
 _F64 = np.float64
@@ -79,12 +80,13 @@ def _segment_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     first = np.zeros(lengths.size, dtype=_I64)
     lengths[:-1].cumsum(out=first[1:])
     within = np.arange(total, dtype=_I64) - first.repeat(lengths)
-    return starts.repeat(lengths) + within
+    out: np.ndarray = starts.repeat(lengths) + within
+    return out
 
 
 def all_finite(a: np.ndarray) -> bool:
     """``np.isfinite(a).all()``, counting instead of reducing (half the cost on the small arrays of a step)."""
-    return np.count_nonzero(np.isfinite(a)) == a.size
+    return bool(np.count_nonzero(np.isfinite(a)) == a.size)
 
 
 def lookup_sorted(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -210,7 +212,8 @@ class RowSet:
 
     @property
     def flatkey(self) -> np.ndarray:
-        return self.seg * self.vocab_size + self.cols
+        key: np.ndarray = self.seg * self.vocab_size + self.cols
+        return key
 
     def logit_of(self, ridx: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         return lookup_or(self.flatkey, self.logits, ridx * self.vocab_size + tokens, self.tail_logit[ridx])
@@ -304,7 +307,7 @@ _EMPTY_ACC = GradAccum(EMPTY_I64, EMPTY_F64, EMPTY_I64, EMPTY_F64)
 
 @dataclass(frozen=True, eq=False)
 class Weights:
-    """An immutable snapshot of the model's parameters (what weights-sync publishes)."""
+    """An immutable snapshot of the model's parameters (what a weights sync publishes)."""
 
     base: BaseModel
     keys: np.ndarray       # int64, sorted: row * V + col of every explicit trained column
@@ -315,7 +318,8 @@ class Weights:
 
     @staticmethod
     def initial(base: BaseModel) -> Weights:
-        return base.derived("initial weights", _initial)
+        weights: Weights = base.derived("initial weights", _initial)
+        return weights
 
     @property
     def vocab_size(self) -> int:
@@ -394,7 +398,7 @@ class Weights:
         return lp, rs, ridx
 
     # --- state ----------------------------------------------------------------------------------
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self) -> dict[str, Json]:
         v = self.vocab_size
         return {
             "base": self.base.describe(),

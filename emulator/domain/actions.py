@@ -132,7 +132,7 @@ def on_run(tenant: Tenant, ctx: Ctx, record: ScheduledAction, at: float) -> None
     _finish(tenant, record, A.DONE if ok else A.FAILED, at, result)
 
 
-def _stop_resource(tenant: Tenant, ctx: Ctx, params: dict[str, Any], at: float) -> tuple[bool, str]:
+def _stop_resource(tenant: Tenant, ctx: Ctx, params: Mapping[str, Any], at: float) -> tuple[bool, str]:
     r = tenant.resources.get(params["id"])
     if r is None:
         return False, f"model resource {params['id']} is gone"
@@ -143,7 +143,7 @@ def _stop_resource(tenant: Tenant, ctx: Ctx, params: dict[str, Any], at: float) 
     return True, f"model resource {r.id} force-stopped ({stopped} active session(s) stopped with it)"
 
 
-def _expire_session(tenant: Tenant, ctx: Ctx, params: dict[str, Any], at: float) -> tuple[bool, str]:
+def _expire_session(tenant: Tenant, ctx: Ctx, params: Mapping[str, Any], at: float) -> tuple[bool, str]:
     s = tenant.sessions.get(params["id"])
     if s is None:
         return False, f"training session {params['id']} is gone"
@@ -153,7 +153,7 @@ def _expire_session(tenant: Tenant, ctx: Ctx, params: dict[str, Any], at: float)
     return True, f"training session {s.id} expired"
 
 
-def _capacity_unavailable(tenant: Tenant, ctx: Ctx, params: dict[str, Any], at: float) -> tuple[bool, str]:
+def _capacity_unavailable(tenant: Tenant, ctx: Ctx, params: Mapping[str, Any], at: float) -> tuple[bool, str]:
     """The GPU queue stands still for ``seconds``: every resource waiting in it (of ``gpu_type``, or all) leaves
     that much later, and a resource created meanwhile queues behind them. Resources already past the queue
     keep their GPUs."""
@@ -175,5 +175,5 @@ def _capacity_unavailable(tenant: Tenant, ctx: Ctx, params: dict[str, Any], at: 
     return True, f"no GPU capacity for {seconds:g} s: {moved} queued resource(s) wait that much longer"
 
 
-_RUN: Mapping[ActionKind, Callable[[Tenant, Ctx, dict[str, Any], float], tuple[bool, str]]] = MappingProxyType({
+_RUN: Mapping[ActionKind, Callable[[Tenant, Ctx, Mapping[str, Any], float], tuple[bool, str]]] = MappingProxyType({
     K.STOP_RESOURCE: _stop_resource, K.EXPIRE_SESSION: _expire_session, K.CAPACITY_UNAVAILABLE: _capacity_unavailable})

@@ -30,23 +30,23 @@ R = ResourceStatus
 
 def active_sessions(tenant: Tenant, r: ModelResource) -> list[Session]:
     """Sessions that still hold a slot on ``r`` (a STOPPING session keeps its slot)."""
-    return [tenant.sessions[sid] for sid in r.session_ids if tenant.sessions[sid].status in ACTIVE_SESSION]
+    sessions = tenant.sessions
+    return [sessions[sid] for sid in tenant.sessions_of.get(r.id, ()) if sessions[sid].status in ACTIVE_SESSION]
 
 
 def fail_operations(tenant: Tenant, s: Session, at: float) -> None:
     """The session stops: every unfinished operation ends FAILED with SESSION_NOT_ACTIVE."""
-    if not s.queue:
+    queue = tenant.queues.pop(s.id, None)
+    if not queue:
         return
     r = tenant.resources[s.model_resources_id]
-    for op_id in s.queue:
+    for op_id in queue:
         op = tenant.operations[op_id]
         op.error = error_detail(SESSION_NOT_ACTIVE, f"training session {s.id} stopped before the operation "
                                 "finished", at)
         transition(tenant, op, OperationStatus.FAILED, at)
         release_inputs(tenant, op)
-        r.inflight_ops -= 1
-    s.queue = None
-    s.busy_until = None
+        tenant.inflight[r.id] -= 1
 
 
 def stop_session(tenant: Tenant, ctx: Ctx, s: Session, at: float) -> None:

@@ -35,9 +35,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
 
 from emulator import defaults
+from emulator.jsontypes import Json
 
 GPU_TYPE = "B200-SXM"
 
@@ -71,8 +71,8 @@ class CatalogModel:
     def end_token_ids(self) -> tuple[int, ...]:
         return tuple(dict.fromkeys((self.chat_end_token_id, self.end_of_text_token_id)))
 
-    def to_json(self) -> dict[str, Any]:
-        trainer: dict[str, Any] = {"lora": {"max_batch_size": self.lora_max_batch_size,
+    def to_json(self) -> dict[str, Json]:
+        trainer: dict[str, Json] = {"lora": {"max_batch_size": self.lora_max_batch_size,
                                             "max_rank": self.lora_max_rank,
                                             "max_seq_length": self.lora_max_seq_length}}
         if self.full_max_batch_size is not None:

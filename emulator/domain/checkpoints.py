@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from emulator import compute
 from emulator.domain.common import lookup, page
-from emulator.domain.session_models import checkpoint_spec
+from emulator.domain.session_models import checkpoint_model, checkpoint_spec
 from emulator.errors import FailedPrecondition
 from emulator.store import Tenant
 from emulator.store.records import Checkpoint, CheckpointType
@@ -49,7 +49,7 @@ def files(tenant: Tenant, checkpoint_id: str, variant: str) -> tuple[Checkpoint,
     key = (ckpt.id, variant)
     cached = tenant.models.files.get(key)
     if cached is None:
-        model = compute.SessionModel.from_state(checkpoint_spec(ckpt), (ckpt.model_state or {})["model"],
+        model = compute.SessionModel.from_state(checkpoint_spec(ckpt), checkpoint_model(ckpt),
                                                 load_optimizer=False, bases=tenant.models.bases)
         cached = model.export_files(variant)
         tenant.models.files[key] = cached

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
+from emulator.domain.kinds import KINDS
 from emulator.errors import Invalid, NotFound
 from emulator.store import Table, Tenant
-from emulator.store.records import OperationKind, check_edge
+from emulator.store.records import Malformed, check_edge
 
+T = TypeVar("T")
 KIND_NAMES = MappingProxyType({"ModelResource": "model_resources", "Session": "training_session", "Operation": "operation",
               "ShapingJob": "shaping_job"})
 
@@ -24,20 +26,13 @@ def transition(tenant: Tenant, record: Any, new: StrEnum, at: float, **extra: An
     tenant.log(at, KIND_NAMES[type(record).__name__], record.id, old_value, value, **extra)
 
 
-# Kinds whose request body is read only to run the operation (its samples: 100-200 bytes per token). Once
-# the operation has finished the body goes, or a long training loop would keep every batch it ever sent
-# for the life of the state (and write it to --state-file). Idempotency compares the body's hash, which
-# stays; a sample's prompts stay, the dashboard shows them.
-INPUT_ONLY_KINDS = frozenset({OperationKind.FORWARD_BACKWARD, OperationKind.CUSTOM_FORWARD_BACKWARD})
-
-
 def release_inputs(tenant: Tenant, op: Any) -> None:
-    """Drop what a finished operation no longer needs: its body if nothing reads it any more (see
-    ``INPUT_ONLY_KINDS``), and the bytes of the uploaded payload it was read from. The SDK uploads every
+    """Drop what a finished operation no longer needs: its body if its kind reads it only to run
+    (``Kind.keeps_request``), and the bytes of the uploaded payload it was read from. The SDK uploads every
     body over 0.5 MiB, once per call; kept, those bytes grew a long loop by a batch per step. The
     operation's body already holds what was read from them."""
-    if op.kind in INPUT_ONLY_KINDS:
-        op.body = {}
+    if not KINDS[op.kind].keeps_request or isinstance(op.body, Malformed):
+        op.body = None
     if op.payload_id is not None:
         payload = tenant.payloads.get(op.payload_id)
         if payload is not None and payload.blob is not None:
@@ -45,7 +40,7 @@ def release_inputs(tenant: Tenant, op: Any) -> None:
             payload.released_by = op.id
 
 
-def lookup(table: Table[Any], obj_id: str, what: str, param: str) -> Any:
+def lookup(table: Table[T], obj_id: str, what: str, param: str) -> T:
     record = table.get(obj_id)
     if record is None:
         raise NotFound(f"{what} {obj_id!r} not found", param=param)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from emulator.domain.durations import Timing
 from emulator.domain.limits import DEFAULT_LIMITS, Limits
-from emulator.domain.timing import Timing
 from emulator.errors import Invalid
 
 

@@ -28,17 +28,20 @@ uploads, files and unread payloads together (:mod:`emulator.domain.limits`); mor
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
+import msgspec
 import orjson
 
+from emulator.compute.types import Wire
 from emulator.domain.common import lookup
 from emulator.domain.context import Ctx
 from emulator.domain.limits import Limits
 from emulator.errors import Capacity, Exists, Invalid
+from emulator.jsontypes import Json
 from emulator.store import Tenant
 from emulator.store.blobs import Blob
-from emulator.store.records import File
+from emulator.store.records import File, ValidationReport
 
 PURPOSES = ("fine-tune", "calibration", "eval", "batch-api")
 FILE_TYPES = ("jsonl", "csv", "parquet")
@@ -46,17 +49,26 @@ CALIBRATION_PURPOSES = ("calibration", "fine-tune")
 CALIBRATION_MAX_BYTES = 64 * 1024 * 1024
 
 
-def create(tenant: Tenant, ctx: Ctx, form: dict[str, Any]) -> File:
+class Form(Wire, frozen=True):
+    """The upload form's fields (``POST /v1/files``)."""
+
+    purpose: str | None = None
+    file_name: str | None = None
+    file_type: str | None = None
+    checksum: str | None = None
+
+
+def create(tenant: Tenant, ctx: Ctx, form: Form) -> File:
     """A new file awaiting its bytes (the first step of an upload)."""
-    purpose = _field(form, "purpose")
+    purpose = _field(form.purpose, "purpose")
     if purpose not in PURPOSES:
         raise Invalid(f"purpose must be one of {', '.join(PURPOSES)}, not {purpose!r}", param="purpose")
-    name = _field(form, "file_name")
-    file_type = form.get("file_type") or name.rpartition(".")[2]
+    name = _field(form.file_name, "file_name")
+    file_type = form.file_type or name.rpartition(".")[2]
     if file_type not in FILE_TYPES:
         raise Invalid(f"file_type must be one of {', '.join(FILE_TYPES)}, not {file_type!r}",
                              param="file_type")
-    checksum = form.get("checksum") or None
+    checksum = form.checksum or None
     if checksum is not None:
         for f in tenant.files.values():
             if (f.checksum, f.filename, f.purpose) == (checksum, name, purpose) and f.blob is not None:
@@ -67,9 +79,8 @@ def create(tenant: Tenant, ctx: Ctx, form: dict[str, Any]) -> File:
     return tenant.files.add(f)
 
 
-def _field(form: dict[str, Any], name: str) -> str:
-    value = form.get(name)
-    if not isinstance(value, str) or not value:
+def _field(value: str | None, name: str) -> str:
+    if not value:
         raise Invalid(f"{name}: the form field is required", param=name)
     return value
 
@@ -106,10 +117,9 @@ def preprocess(tenant: Tenant, file_id: str) -> File:
         f.processing_status, f.validation_report = "COMPLETED", None
         return f
     with f.blob.open() as data:  # type: ignore[attr-defined]
-        report = validate_jsonl(data)
-    report["file_id"] = f.id
+        report = msgspec.structs.replace(validate_jsonl(data), file_id=f.id)
     f.validation_report = report
-    f.processing_status = "COMPLETED" if report["valid"] else "INVALID_FORMAT"
+    f.processing_status = "COMPLETED" if report.valid else "INVALID_FORMAT"
     return f
 
 
@@ -122,7 +132,7 @@ def _lines(data: bytes | BinaryIO | Iterable[bytes]) -> Iterable[bytes]:
         yield from chunk.splitlines()
 
 
-def validate_jsonl(data: bytes | BinaryIO | Iterable[bytes]) -> dict[str, Any]:
+def validate_jsonl(data: bytes | BinaryIO | Iterable[bytes]) -> ValidationReport:
     """The validation report of a JSONL dataset (see the module docstring): its bytes, or a file of them read a
     line at a time."""
     formats: set[str] = set()
@@ -147,10 +157,10 @@ def validate_jsonl(data: bytes | BinaryIO | Iterable[bytes]) -> dict[str, Any]:
         return _invalid("the file has no rows")
     if len(formats) > 1:
         return _invalid(f"rows mix dataset formats ({', '.join(sorted(formats))})")
-    return {"valid": True, "dataset_format": formats.pop(), "nlines": lines, "dataset_has_tools": has_tools}
+    return ValidationReport(valid=True, dataset_format=formats.pop(), nlines=lines, dataset_has_tools=has_tools)
 
 
-def _row_format(row: dict[str, Any]) -> tuple[str, str | None]:
+def _row_format(row: dict[str, Json]) -> tuple[str, str | None]:
     if "messages" in row:
         messages = row["messages"]
         if not isinstance(messages, list) or not messages:
@@ -168,8 +178,8 @@ def _row_format(row: dict[str, Any]) -> tuple[str, str | None]:
     return "", "a row needs messages, prompt and completion, or text"
 
 
-def _invalid(message: str) -> dict[str, Any]:
-    return {"valid": False, "error_type": "INVALID_FORMAT", "error": message}
+def _invalid(message: str) -> ValidationReport:
+    return ValidationReport(valid=False, error_type="INVALID_FORMAT", error=message)
 
 
 def get(tenant: Tenant, file_id: str) -> File:
@@ -204,13 +214,13 @@ def check_calibration(tenant: Tenant, file_id: str, param: str) -> None:
                              "'calibration' (or 'fine-tune')", param=param)
     if f.blob is None:
         raise Invalid(f"calibration file {f.id} has not finished uploading", param=param)
-    report = f.validation_report or {}
-    if f.processing_status != "COMPLETED" or report.get("dataset_format") != "CONVERSATION":
-        why = report.get("error") or (f"its format is {report['dataset_format']}" if report.get("dataset_format")
-                                      else f"its processing_status is {f.processing_status}")
+    report = f.validation_report or ValidationReport(valid=False)
+    if f.processing_status != "COMPLETED" or report.dataset_format != "CONVERSATION":
+        why = report.error or (f"its format is {report.dataset_format}" if report.dataset_format
+                               else f"its processing_status is {f.processing_status}")
         raise Invalid(f"calibration file {f.id} has not passed validation as a conversation dataset "
                              f"(jsonl rows with messages): {why}", param=param)
-    if f.size == 0 or not report.get("nlines"):
+    if f.size == 0 or not report.nlines:
         raise Invalid(f"calibration file {f.id} is empty", param=param)
     if f.size > CALIBRATION_MAX_BYTES:
         raise Invalid(f"calibration file {f.id} is {f.size} bytes; at most 64 MiB ({CALIBRATION_MAX_BYTES}) "

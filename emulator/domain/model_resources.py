@@ -15,18 +15,27 @@ registry.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
 
-from emulator import defaults
+from emulator import defaults, rules
 from emulator.bounds import later
+from emulator.compute.types import Wire
 from emulator.domain import cascade, gpu_queue
 from emulator.domain.catalog import BY_NAME, GPU_TYPE, CatalogModel
 from emulator.domain.common import lookup, page, transition
 from emulator.domain.context import Ctx
 from emulator.errors import FailedPrecondition, Invalid
+from emulator.jsontypes import Json, JsonObject
 from emulator.store import Tenant, TimelineEvent
-from emulator.store.records import ModelResource, ResourceStatus, SessionStatus
+from emulator.store.records import (
+    AdamConfig,
+    ModelResource,
+    MuonConfig,
+    OptimizerConfig,
+    ResourceStatus,
+    SessionStatus,
+)
 
 R = ResourceStatus
 DEFAULT_INACTIVE_TIMEOUT = 3600  # the SDK's ModelResourcesClient.create docstring
@@ -51,17 +60,24 @@ OPTIMIZER_FIELDS: Mapping[str, tuple[str, ...]] = MappingProxyType({"adam": (), 
 DROPPED_NAMED = 5  # fields named in the warning; a client may send thousands
 
 
-def _optimizer(given: Any) -> tuple[dict[str, Any], list[str]]:
+def _optimizer(given: JsonObject | None) -> tuple[OptimizerConfig, list[str]]:
     """(the optimizer config as kept, the paths of the fields dropped)."""
-    out: dict[str, Any] = {}
+    adam: AdamConfig | None = None
+    muon: MuonConfig | None = None
     dropped: list[str] = []
     for name, config in (given or {}).items():
         if name not in OPTIMIZER_FIELDS:
             dropped.append(f"optimizer_config.{_shown(name)}")
-        elif isinstance(config, dict):
-            out[name] = {k: v for k, v in config.items() if k in OPTIMIZER_FIELDS[name] and v is not None}
+        elif isinstance(config, Mapping):
+            if name == "adam":
+                adam = AdamConfig()
+            else:
+                strategy = config.get("scaling_strategy")
+                muon = MuonConfig(scaling_strategy=None if strategy is None else str(strategy))
             dropped += [f"optimizer_config.{name}.{_shown(k)}" for k in config if k not in OPTIMIZER_FIELDS[name]]
-    return out or {"adam": {}}, dropped
+    if adam is None and muon is None:
+        adam = AdamConfig()
+    return OptimizerConfig(adam=adam, muon=muon), dropped
 
 
 def _shown(key: str) -> str:
@@ -70,59 +86,92 @@ def _shown(key: str) -> str:
     return "".join(c if " " <= c <= "~" else c.encode("unicode_escape").decode("ascii") for c in str(key)[:40])
 
 
-def _validated_settings(tenant: Tenant, body: dict[str, Any]) -> dict[str, Any]:
+class ComputeConfigRequest(Wire, frozen=True):
+    gpu_type: str | None = None
+    num_generator_replicas: int | None = None
+
+
+class CreateRequest(Wire, frozen=True):
+    """The body of a create, or of an estimate (its optimizer config as sent: fields the SDK's types lack are
+    dropped with a warning, so they are read from it)."""
+
+    base_model: str
+    lora_enabled: bool | None = None
+    compute_config: ComputeConfigRequest | None = None
+    optimizer_config: JsonObject | None = None
+    inactive_timeout: int | None = None
+    base_weights_ref: str | None = None
+
+
+class ExtendRequest(Wire, frozen=True):
+    seconds: int
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """A resource's settings as a create (or an estimate) reads its body."""
+
+    model: CatalogModel
+    lora_enabled: bool
+    gpu_type: str
+    num_generator_replicas: int
+    optimizer_config: OptimizerConfig
+    inactive_timeout: int
+    base_weights_ref: str | None
+    dropped: tuple[str, ...]
+
+
+def _validated_settings(tenant: Tenant, body: CreateRequest) -> Settings:
     """The settings of a create, or of the resource an estimate prices: one rule for each field, whichever
     asks (a create and an estimate of the same body answer the same 400, or neither does)."""
-    model = catalog_model(body["base_model"])
-    lora_enabled = body.get("lora_enabled")
-    lora_enabled = DEFAULT_LORA_ENABLED if lora_enabled is None else bool(lora_enabled)
+    model = catalog_model(body.base_model)
+    lora_enabled = DEFAULT_LORA_ENABLED if body.lora_enabled is None else body.lora_enabled
     if not lora_enabled and model.full_max_batch_size is None:
         raise Invalid(f"{model.base_model} does not support full-weight training (lora_enabled=false)",
                              param="lora_enabled")
-    compute = body.get("compute_config") or {}
-    gpu_type = compute.get("gpu_type") or GPU_TYPE
+    compute = body.compute_config or ComputeConfigRequest()
+    gpu_type = compute.gpu_type or GPU_TYPE
     if gpu_type != GPU_TYPE:
         raise Invalid(f"gpu_type {gpu_type!r} is not offered for post-training; use {GPU_TYPE}",
                              param="compute_config.gpu_type")
-    replicas = compute.get("num_generator_replicas")
-    replicas = DEFAULT_GENERATOR_REPLICAS if replicas is None else int(replicas)
-    if replicas < 0:
-        raise Invalid("num_generator_replicas must be >= 0", param="compute_config.num_generator_replicas")
-    optimizer, dropped = _optimizer(body.get("optimizer_config"))
-    if "adam" in optimizer and "muon" in optimizer:
+    replicas = DEFAULT_GENERATOR_REPLICAS if compute.num_generator_replicas is None else compute.num_generator_replicas
+    if replicas < rules.GENERATOR_REPLICAS.low:
+        raise Invalid(f"num_generator_replicas must be >= {rules.GENERATOR_REPLICAS.low}",
+                      param="compute_config.num_generator_replicas")
+    optimizer, dropped = _optimizer(body.optimizer_config)
+    if optimizer.adam is not None and optimizer.muon is not None:
         # "set one of adam or muon" (a protobuf oneof: its JSON parser refuses a second member) [inferred]
         raise Invalid("optimizer_config takes one of adam or muon, not both", param="optimizer_config")
-    timeout = body.get("inactive_timeout")
-    timeout = DEFAULT_INACTIVE_TIMEOUT if timeout is None else int(timeout)
-    if not 300 <= timeout <= 86400:
-        raise Invalid("inactive_timeout must be between 300 and 86400 seconds", param="inactive_timeout")
-    ref = body.get("base_weights_ref")
+    timeout = DEFAULT_INACTIVE_TIMEOUT if body.inactive_timeout is None else body.inactive_timeout
+    timeouts = rules.INACTIVE_TIMEOUT
+    if not timeouts.low <= timeout <= timeouts.high:
+        raise Invalid(f"inactive_timeout must be between {timeouts.low} and {timeouts.high} seconds",
+                      param="inactive_timeout")
+    ref = body.base_weights_ref
     if ref is not None:
         artifact = tenant.registry.get(ref.removeprefix("together://").split("@")[0].split("/")[0])
-        if artifact is None or artifact.get("kind") != "model":
+        if artifact is None or artifact.kind != "model":
             raise Invalid(f"base_weights_ref {ref!r} does not name a full-weight model in this project's "
                                  "model registry", param="base_weights_ref")
-        if artifact.get("base_model") != model.base_model:
-            raise Invalid(f"base_weights_ref {ref!r} was trained from {artifact.get('base_model')}, "
+        if artifact.base_model != model.base_model:
+            raise Invalid(f"base_weights_ref {ref!r} was trained from {artifact.base_model}, "
                                  f"not {model.base_model}", param="base_weights_ref")
-    return {"base_model": model.base_model, "lora_enabled": lora_enabled, "gpu_type": gpu_type,
-            "num_generator_replicas": replicas, "optimizer_config": optimizer, "inactive_timeout": timeout,
-            "base_weights_ref": ref, "model": model, "dropped": dropped}
+    return Settings(model, lora_enabled, gpu_type, replicas, optimizer, timeout, ref, tuple(dropped))
 
 
-def create(tenant: Tenant, ctx: Ctx, body: dict[str, Any]) -> ModelResource:
+def create(tenant: Tenant, ctx: Ctx, body: CreateRequest) -> ModelResource:
     s = _validated_settings(tenant, body)
-    dropped = s["dropped"]
+    dropped = s.dropped
     if dropped:
         more = f" and {len(dropped) - DROPPED_NAMED} more" if len(dropped) > DROPPED_NAMED else ""
         ctx.ignored(", ".join(dropped[:DROPPED_NAMED]) + more,
                     "the SDK's optimizer types have no such field (adam: none; muon: scaling_strategy)")
     now = ctx.now
     r = ModelResource(
-        id=tenant.ids.uuid("model_resources"), created_by=ctx.principal.user, base_model=s["base_model"],
-        lora_enabled=s["lora_enabled"], gpu_type=s["gpu_type"], num_generator_replicas=s["num_generator_replicas"],
-        optimizer_config=s["optimizer_config"], inactive_timeout=s["inactive_timeout"],
-        status=R.PENDING._value_, created_at=now, updated_at=now, base_weights_ref=s["base_weights_ref"])
+        id=tenant.ids.uuid("model_resources"), created_by=ctx.principal.user, base_model=s.model.base_model,
+        lora_enabled=s.lora_enabled, gpu_type=s.gpu_type, num_generator_replicas=s.num_generator_replicas,
+        optimizer_config=s.optimizer_config, inactive_timeout=s.inactive_timeout,
+        status=R.PENDING._value_, created_at=now, updated_at=now, base_weights_ref=s.base_weights_ref)
     tenant.resources.add(r)
     tenant.log(now, "model_resources", r.id, None, r.status)
     gpu_queue.enter(tenant, ctx, r)
@@ -168,8 +217,9 @@ def stop(tenant: Tenant, ctx: Ctx, resource_id: str, force: bool) -> ModelResour
 
 def extend_expiry(tenant: Tenant, ctx: Ctx, resource_id: str, seconds: int) -> ModelResource:
     r = get(tenant, resource_id)
-    if not 60 <= seconds <= 86400:
-        raise Invalid("seconds must be between 60 and 86400", param="seconds")
+    extend = rules.EXTEND_SECONDS
+    if not extend.low <= seconds <= extend.high:
+        raise Invalid(f"seconds must be between {extend.low} and {extend.high}", param="seconds")
     if r.status != R.READY:
         raise FailedPrecondition(f"model resource {r.id} is {r.status}; expiry can only be extended while READY",
                                  param="model_resources_id")
@@ -177,10 +227,10 @@ def extend_expiry(tenant: Tenant, ctx: Ctx, resource_id: str, seconds: int) -> M
     return r
 
 
-def estimate_cost(tenant: Tenant, body: dict[str, Any]) -> dict[str, Any]:
+def estimate_cost(tenant: Tenant, body: CreateRequest) -> dict[str, Json]:
     s = _validated_settings(tenant, body)
-    model, replicas = s["model"], s["num_generator_replicas"]
-    gpus = model.trainer_gpus * (1 if s["lora_enabled"] else 2) + replicas * model.trainer_gpus
+    model, replicas = s.model, s.num_generator_replicas
+    gpus = model.trainer_gpus * (1 if s.lora_enabled else 2) + replicas * model.trainer_gpus
     return {"currency": "USD", "price_per_hour": round(gpus * model.price_per_gpu_hour, 2)}
 
 
@@ -197,8 +247,8 @@ def _push_expiry(tenant: Tenant, r: ModelResource, candidate: float) -> None:
     # expires_at only ever moves later; one expiry event is outstanding at a time.
     if r.expires_at is None or candidate > r.expires_at:
         r.expires_at = candidate
-    if not r.expiry_armed:
-        r.expiry_armed = True
+    if r.id not in tenant.expiry_armed:
+        tenant.expiry_armed.add(r.id)
         tenant.timeline.schedule(r.expires_at, TimelineEvent.RESOURCE_EXPIRE, r.id)
 
 
@@ -222,21 +272,21 @@ def on_ready(tenant: Tenant, ctx: Ctx, r: ModelResource, at: float) -> None:
         return
     transition(tenant, r, R.READY, at)
     touch(tenant, r, at)
-    for sid in r.session_ids:
+    for sid in tenant.sessions_of.get(r.id, ()):
         s = tenant.sessions[sid]
         if s.status == SessionStatus.CREATING:
             tenant.timeline.schedule(later(at, ctx.timing.session_creating_seconds), TimelineEvent.SESSION_RUNNING, s.id)
 
 
 def on_expire(tenant: Tenant, ctx: Ctx, r: ModelResource, at: float) -> None:
-    r.expiry_armed = False
+    tenant.expiry_armed.discard(r.id)
     if r.status != R.READY or r.expires_at is None:
         return
     if r.expires_at > at:
-        r.expiry_armed = True
+        tenant.expiry_armed.add(r.id)
         tenant.timeline.schedule(r.expires_at, TimelineEvent.RESOURCE_EXPIRE, r.id)
         return
-    if r.inflight_ops > 0:
+    if tenant.inflight.get(r.id, 0) > 0:
         # Never stops while an operation runs; the operation's finish is activity, which
         # pushes expires_at later and arms the timer again.
         return

@@ -10,25 +10,18 @@ on its inline body merged with the uploaded payload, the payload winning for the
 key compares the inline body as sent (with its ``payload_id``), so a retry needs no payload, and the
 operation keeps the merged body it ran on.
 
-Weights versions (C.4): optim-step sets ``step = trainer_step + 1``; weights-sync SYNCHRONOUS makes
-the trained weights the generator's at once, BACKGROUND_PUBLISH and PIPELINE mark them pending and
-the next sample applies them. Samples always use the applied version.
+What each kind does, how long it runs, the checks of its body and its output are its module's
+(:mod:`emulator.domain.kinds`); this module knows no kind by name.
 
 Differences from the real API [inferred]: submitting to a session that is not RUNNING answers an
-operation that is already FAILED with ``SESSION_NOT_ACTIVE``; sampling on a resource with zero
-generator replicas is refused with 400; PIPELINE behaves like BACKGROUND_PUBLISH (a sample never
-switches versions mid-sequence, so there is always one policy segment).
-
-Documented drops (``Ctx.ignored``: dropped with an ``X-Emulator-Warning``; 400 under ``--strict``): a
-forward-backward's ``loss.*_params`` of another loss type (the SDK: "only valid when type is" its loss,
-and "the server would otherwise drop it silently"), a sample's ``return_routed_experts`` on a dense model.
+operation that is already FAILED with ``SESSION_NOT_ACTIVE``.
 
 Output retention [emulator choice; the real retention is undocumented]: an operation's output is kept
 for a GET however late, except large ones (4 KiB of JSON or more: samples, per-token logprobs), of
 which a tenant keeps the newest ``operation_outputs_mib_per_tenant`` MiB (:mod:`emulator.domain.limits`,
 default 256); beyond that the oldest is released, and its operation answers 404 ``output_released``.
-A sample's prompts count with its output and go with it (the dashboard shows only recent samples).
-A sampling loop would otherwise grow the process by its prompts and samples for ever.
+A kept request counts with its output and goes with it (a sampler's prompts: the dashboard shows only
+recent ones). A sampling loop would otherwise grow the process by its prompts and samples for ever.
 
 Operation retention [emulator choice]: a session keeps its newest ``finished_operations_per_session``
 finished operations (default 1,000); older ones are forgotten, with their ``Idempotency-Key`` and the
@@ -37,43 +30,36 @@ uploaded payload they read (the journal writes the removals). A GET of one answe
 new operation (a retry that late would follow a thousand newer operations of the same session). Without
 the bound a shared, long-running emulator grew by ~1.7 KB per operation for ever.
 
-Bounds checked at submit, before the operation exists (400): a sample's ``max_tokens`` at most the
-model's context length, ``num_samples`` at most what the model could ever generate, an int64 ``seed``;
-an uploaded payload nests at most as deep as a request body may. Every scheduled time stays within
-year 9999 (:func:`emulator.bounds.later`), and a duration is computed whatever the body holds.
+Bounds checked at submit, before the operation exists (400): the kind's own (``Kind.check``); an uploaded
+payload nests at most as deep as a request body may. Every scheduled time stays within year 9999
+(:func:`emulator.bounds.later`), and a duration is computed whatever the body holds.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
-from types import MappingProxyType
 from typing import Any
 
 import orjson
 
-from emulator import defaults
-from emulator.bounds import depth_message, int64, json_too_deep, later
-from emulator.compute import INTERNAL_ERROR, ComputeError
-from emulator.compute.spec import DEFAULT_MAX_TOKENS, MAX_SAMPLE_TOKENS
-from emulator.domain import model_resources, routed_experts
+from emulator.bounds import depth_message, json_too_deep, later
+from emulator.compute import INTERNAL_ERROR, INVALID_INPUT, ComputeError
+from emulator.compute.types import encode
+from emulator.domain import model_resources
 from emulator.domain.cascade import SESSION_NOT_ACTIVE
-from emulator.domain.catalog import BY_NAME
 from emulator.domain.common import release_inputs, transition
 from emulator.domain.context import Ctx
+from emulator.domain.kind import Kind, R
+from emulator.domain.kinds import KINDS
 from emulator.domain.payloads import released_message
-from emulator.domain.session_models import model_spec, session_model
-from emulator.errors import Conflict, FailedPrecondition, Invalid, NotFound, shorten
-from emulator.ids import derive_int
+from emulator.errors import Conflict, Invalid, NotFound, shorten
+from emulator.jsontypes import JsonObject
 from emulator.store import Tenant, TimelineEvent
 from emulator.store.records import (
     TERMINAL,
-    Checkpoint,
-    CheckpointType,
+    Malformed,
     Operation,
-    OperationKind,
     OperationStatus,
     Session,
     SessionStatus,
@@ -81,44 +67,41 @@ from emulator.store.records import (
 )
 
 Op = OperationStatus
-K = OperationKind
 TERMINAL_OPERATION = TERMINAL[OperationStatus]
 
-# The LossConfig field each loss type reads (IMPORTANCE_SAMPLING reads none), docs/api-surface.md A.3.1.
-LOSS_PARAMS: Mapping[str, str] = MappingProxyType({
-    "cross_entropy_params": "LOSS_TYPE_CROSS_ENTROPY", "grpo_params": "LOSS_TYPE_GRPO", "ppo_params": "LOSS_TYPE_PPO",
-    "cispo_params": "LOSS_TYPE_CISPO", "dro_params": "LOSS_TYPE_DRO", "dppo_params": "LOSS_TYPE_DPPO"})
 
-
-def body_hash(body: dict[str, Any]) -> str:
+def body_hash(body: JsonObject) -> str:
+    """What an Idempotency-Key compares: the inline body as sent (its JSON, keys sorted)."""
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def submit(tenant: Tenant, ctx: Ctx, session_id: str, kind: OperationKind, body: dict[str, Any],
+def submit(tenant: Tenant, ctx: Ctx, session_id: str, kind: Kind[R], request: R, digest: str,
            idempotency_key: str) -> tuple[Operation, bool]:
-    """Returns (operation, replayed)."""
+    """Submit ``request`` (the inline body read as the kind's request; ``digest``: :func:`body_hash` of it as
+    sent). Returns (operation, replayed)."""
     s = tenant.sessions.get(session_id)
     if s is None:
         raise NotFound(f"training session {session_id!r} not found", param="session_id")
-    digest = body_hash(body)
-    key = (s.id, kind._value_, idempotency_key)
+    key = (s.id, kind.name, idempotency_key)
     existing_id = tenant.idempotency.get(key)
     if existing_id is not None:
         existing = tenant.operations[existing_id]
         if existing.body_hash != digest:
             raise Conflict(
-                f"Idempotency-Key {idempotency_key!r} was already used for a different {kind} request on this "
+                f"Idempotency-Key {idempotency_key!r} was already used for a different {kind.name} request on this "
                 "session; use a new key for a changed body", param="Idempotency-Key")
         _check_output_kept(existing)
         return existing, True
     r = tenant.resources[s.model_resources_id]
-    if kind is K.SAMPLE and r.num_generator_replicas == 0 and s.status == SessionStatus.RUNNING:
-        raise FailedPrecondition(f"model resource {r.id} has no generator replicas (num_generator_replicas=0); "
-                                 "it cannot sample", param="session_id")
-    effective, payload_id = _resolve_payload(tenant, s, body)
-    effective = _check_request(ctx, s, kind, effective)
+    if kind.admit is not None:
+        kind.admit(tenant, s)
+    effective, payload_id = _resolve_payload(tenant, s, kind, request)
+    if kind.check is not None and not isinstance(effective, Malformed):
+        # Before any operation exists: schema validation does not reach an uploaded payload's body, and cannot
+        # tie one field to another or a bound to the model.
+        effective = kind.check(ctx, s, effective)
     now = ctx.now
-    op = Operation(id=tenant.ids.uuid("operation"), session_id=s.id, kind=kind._value_, status=Op.PENDING._value_,
+    op = Operation(id=tenant.ids.uuid("operation"), session_id=s.id, kind=kind.name, status=Op.PENDING._value_,
                    created_at=now, updated_at=now, body=effective, body_hash=digest,
                    idempotency_key=idempotency_key, payload_id=payload_id)
     tenant.operations.add(op)
@@ -130,24 +113,24 @@ def submit(tenant: Tenant, ctx: Ctx, session_id: str, kind: OperationKind, body:
         release_inputs(tenant, op)
         _retire(tenant, ctx, op)
         return op, False
-    if s.queue is None:
-        s.queue = []
-    s.queue.append(op.id)
-    r.inflight_ops += 1
+    queue = tenant.queues.setdefault(s.id, [])
+    queue.append(op.id)
+    tenant.inflight[r.id] = tenant.inflight.get(r.id, 0) + 1
     model_resources.touch(tenant, r, now)
-    if len(s.queue) == 1:
+    if len(queue) == 1:
         tenant.timeline.schedule(now, TimelineEvent.OPERATION_START, op.id)
     return op, False
 
 
-def _resolve_payload(tenant: Tenant, s: Session, body: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+def _resolve_payload(tenant: Tenant, s: Session, kind: Kind[R], request: R) -> tuple[R | Malformed, str | None]:
     """The body to run, with the id of the uploaded payload it read. A request naming one runs on the inline
     body and the payload merged, the payload winning for the fields it holds: the SDK uploads only
-    ``{"loss", "samples"}`` of a forward-backward and keeps ``forward_only`` and ``return_loss_fn_outputs``
-    inline (``_submit_forward_backward``), and its shrunk inline stand-ins of the uploaded fields must not run."""
-    payload_id = body.get("payload_id")
+    ``{"loss", "samples"}`` of a training batch and keeps ``forward_only`` and ``return_loss_fn_outputs``
+    inline (the SDK's ``_submit_forward_backward``), and its shrunk inline stand-ins of the uploaded fields must
+    not run."""
+    payload_id = request.payload_id
     if not payload_id:
-        return body, None
+        return request, None
     payload = tenant.payloads.get(payload_id)
     if payload is None or payload.session_id != s.id:
         raise Invalid(f"payload {payload_id!r} was not created for this session", param="payload_id")
@@ -165,260 +148,42 @@ def _resolve_payload(tenant: Tenant, s: Session, body: dict[str, Any]) -> tuple[
         raise Invalid(f"payload {payload_id!r} must hold a JSON object", param="payload_id")
     if json_too_deep(data):
         raise Invalid(depth_message(f"payload {payload_id!r}"), param="payload_id", code="too_deep")
-    inline = {k: v for k, v in body.items() if k != "payload_id"}
+    inline = encode(request)
+    inline.pop("payload_id", None)
     uploaded.pop("payload_id", None)
-    return {**inline, **uploaded}, payload.id
+    return kind.parse({**inline, **uploaded}), payload.id
 
 
-def _check_request(ctx: Ctx, s: Session, kind: OperationKind, body: dict[str, Any]) -> dict[str, Any]:
-    """The body to run, without the fields the real service drops (documented; each warned about, or refused
-    under --strict, through :meth:`Ctx.ignored`). Checked before any operation exists: schema validation does
-    not reach an uploaded payload's body, and cannot tie a params object to the loss type or a bound to the
-    model."""
-    if kind is K.SAMPLE:
-        _check_sample_bounds(body, s)
-    if kind is K.SAMPLE and body.get("return_routed_experts") and not BY_NAME[s.base_model].moe:
-        # The SDK: "Only supported for mixture-of-experts models; ignored for other models."
-        ctx.ignored("return_routed_experts", f"{s.base_model} is not a mixture-of-experts model")
-        return {k: v for k, v in body.items() if k != "return_routed_experts"}
-    loss = body.get("loss") if kind is K.FORWARD_BACKWARD else None
-    if not isinstance(loss, dict):
-        return body
-    loss_type = loss.get("type")
-    dropped = []
-    for key, reads in LOSS_PARAMS.items():
-        # The SDK's LossConfig: "Only valid when `type` is LOSS_TYPE_..."; its client refuses the mix, noting
-        # that "the server would otherwise drop it silently". A null is an omitted field.
-        if loss.get(key) is not None and loss_type != reads:
-            ctx.ignored(f"loss.{key}", f"it is read only when loss.type is {reads}, not {loss_type}")
-            dropped.append(key)
-    if not dropped:
-        return body
-    return {**body, "loss": {k: v for k, v in loss.items() if k not in dropped}}
-
-
-def _check_sample_bounds(body: dict[str, Any], s: Session) -> None:
-    """A sample's request-derived sizes, bounded where they enter: its duration grows with them, and an
-    unbounded one scheduled its end past year 9999 (the model would refuse the request when run anyway)."""
-    num_samples = _whole(body.get("num_samples"))
-    if num_samples is not None and num_samples > MAX_SAMPLE_TOKENS:
-        raise Invalid(f"num_samples: {num_samples} is more than the {MAX_SAMPLE_TOKENS} tokens one sample request "
-                      "may generate", param="num_samples")
-    params = body.get("sampling_params")
-    if not isinstance(params, dict):
-        return  # (absent, or not an object: the model refuses that when the operation runs)
-    context = BY_NAME[s.base_model].context_length
-    max_tokens = _whole(params.get("max_tokens"))
-    if max_tokens is not None and max_tokens > context:
-        raise Invalid(f"sampling_params.max_tokens: {max_tokens} is more than {s.base_model}'s context length of "
-                      f"{context} tokens", param="sampling_params.max_tokens")
-    if params.get("seed") is not None:
-        int64(params["seed"], "sampling_params.seed")
-
-
-def _whole(value: Any) -> int | None:
-    """An integer-valued field as an int (JSON number or decimal string), None when it is anything else."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value) < 64:
-        return int(value)
-    return None
-
-
-def get(tenant: Tenant, session_id: str, kind: OperationKind, operation_id: str) -> Operation:
+def get(tenant: Tenant, session_id: str, kind: Kind[Any], operation_id: str) -> Operation:
     s = tenant.sessions.get(session_id)
     if s is None:
         raise NotFound(f"training session {session_id!r} not found", param="session_id")
     op = tenant.operations.get(operation_id)
     if op is None and s.evicted_operations:
-        raise NotFound(f"{kind} operation {operation_id!r} not found on session {session_id}: it never existed, or "
+        raise NotFound(f"{kind.name} operation {operation_id!r} not found on session {session_id}: it never existed, or "
                        f"it is one of the {s.evicted_operations} oldest finished operations the session no longer "
                        "keeps (a session keeps its newest finished_operations_per_session, see --limits-file)",
                        param="operation_id", code="operation_not_retained")
-    if op is None or op.session_id != session_id or op.kind != kind:
-        raise NotFound(f"{kind} operation {operation_id!r} not found on session {session_id}", param="operation_id")
+    if op is None or op.session_id != session_id or op.kind != kind.name:
+        raise NotFound(f"{kind.name} operation {operation_id!r} not found on session {session_id}", param="operation_id")
     _check_output_kept(op)
     return op
-
-
-# --- what each kind does ----------------------------------------------------------------------------
-
-def _token_count(model_input: dict[str, Any]) -> int:
-    return sum(len((c.get("encoded_text") or {}).get("tokens") or []) for c in model_input.get("chunks") or [])
-
-
-def _training_seconds(ctx: Ctx, body: dict[str, Any]) -> float:
-    tokens = sum(_token_count(sample.get("model_input") or {}) for sample in body.get("samples") or [])
-    return tokens * ctx.timing.forward_backward_seconds_per_token
-
-
-def _sync_seconds(ctx: Ctx, body: dict[str, Any]) -> float:
-    sync = body.get("weight_sync_type", "WEIGHT_SYNC_TYPE_SYNCHRONOUS") == "WEIGHT_SYNC_TYPE_SYNCHRONOUS"
-    return ctx.timing.weights_sync_seconds * (1.0 if sync else 0.1)
-
-
-def _sample_seconds(ctx: Ctx, body: dict[str, Any]) -> float:
-    params = body.get("sampling_params") or {}
-    generated = (int(params.get("max_tokens") or DEFAULT_MAX_TOKENS)
-                 * int(body.get("num_samples") or defaults.NUM_SAMPLES))
-    # More than the model ever generates in one request fails when run; it takes no longer than the most.
-    generated = min(generated * len(body.get("model_inputs") or []), MAX_SAMPLE_TOKENS)
-    return generated * ctx.timing.sample_seconds_per_token
-
-
-def _forward_backward(tenant: Tenant, ctx: Ctx, s: Session, op: Operation, at: float) -> dict[str, Any]:
-    model = session_model(tenant, ctx.seed, s)
-    body = op.body
-    routed_experts.check(s, body.get("samples"))
-    return model.forward_backward(body["samples"], body["loss"], forward_only=bool(body.get("forward_only")),
-                                  return_loss_fn_outputs=bool(body.get("return_loss_fn_outputs")))
-
-
-def _custom_forward_backward(tenant: Tenant, ctx: Ctx, s: Session, op: Operation, at: float) -> dict[str, Any]:
-    model = session_model(tenant, ctx.seed, s)
-    routed_experts.check(s, op.body.get("samples"))
-    return model.custom_forward_backward(op.body["samples"], op.body["gradients"])
-
-
-def _optim_step(tenant: Tenant, ctx: Ctx, s: Session, op: Operation, at: float) -> dict[str, Any]:
-    step = session_model(tenant, ctx.seed, s).optim_step(op.body.get("adam_params"), op.body.get("muon_params"))
-    s.step = step
-    s.trainer_step = step
-    s.updated_at = max(s.updated_at, at)
-    return {"step": step}
-
-
-def _weights_sync(tenant: Tenant, ctx: Ctx, s: Session, op: Operation, at: float) -> dict[str, Any]:
-    model = session_model(tenant, ctx.seed, s)
-    sync_type = op.body.get("weight_sync_type") or "WEIGHT_SYNC_TYPE_SYNCHRONOUS"
-    s.target_weights_version = s.trainer_step
-    weights = model.weights()
-    if sync_type == "WEIGHT_SYNC_TYPE_SYNCHRONOUS":
-        tenant.models.publish(s.id, s.trainer_step, weights)
-        s.applied_weights_version = s.trainer_step
-        s.pending_publish = False
-    else:
-        tenant.models.stage(s.id, s.trainer_step, weights)
-        s.pending_publish = True
-    s.updated_at = max(s.updated_at, at)
-    return {"weights_version": s.target_weights_version}
-
-
-def _sample(tenant: Tenant, ctx: Ctx, s: Session, op: Operation, at: float) -> dict[str, Any]:
-    model = session_model(tenant, ctx.seed, s)
-    staged = tenant.models.apply_staged(s.id)
-    if staged is not None:
-        s.applied_weights_version = staged[0]
-        s.pending_publish = False
-        s.updated_at = max(s.updated_at, at)
-    version, weights = tenant.models.published[s.id]
-    body = op.body
-    num_samples = int(body.get("num_samples") or defaults.NUM_SAMPLES)
-    output = model.sample(weights, body["model_inputs"], num_samples=num_samples,
-                          sampling_params=body.get("sampling_params") or {},
-                          prompt_logprobs=bool(body.get("prompt_logprobs")),
-                          topk_prompt_logprobs=int(body.get("topk_prompt_logprobs") or 0),
-                          seed=derive_int(ctx.seed, op.id), version=version)
-    routed_experts.issue(ctx, s, op, output)
-    return output
-
-
-def _checkpoint(tenant: Tenant, ctx: Ctx, s: Session, op: Operation, at: float) -> dict[str, Any]:
-    model = session_model(tenant, ctx.seed, s)
-    r = tenant.resources[s.model_resources_id]
-    cat = BY_NAME[s.base_model]
-    training = op.kind == K.TRAINING_CHECKPOINT
-    ckpt = Checkpoint(id=tenant.ids.uuid("checkpoint"), session_id=s.id,
-                      type=(CheckpointType.TRAINING if training else CheckpointType.INFERENCE)._value_,
-                      base_model=s.base_model, step=s.step, created_at=at,
-                      lora_rank=None if s.lora_config is None else int(s.lora_config["rank"]),
-                      lora_config=None if s.lora_config is None else dict(s.lora_config),
-                      model_state={"spec": asdict(model_spec(tenant, ctx.seed, s)),
-                                   "model": model.to_state(include_optimizer=training)},
-                      created_by=s.created_by)
-    if cat.registers_checkpoints:
-        artifact = {"id": tenant.ids.token("ml_"), "revision_id": tenant.ids.token("rv_")}
-        if training:
-            ckpt.registration = artifact
-            kind_name = "training"
-        else:
-            merged = s.lora_config is None or r.base_weights_ref is not None
-            kind_name = "model" if merged else "adapter"
-            ckpt.registration = {kind_name: artifact}
-        tenant.registry.put(artifact["id"], {"kind": kind_name, "revision_id": artifact["revision_id"],
-                                             "base_model": s.base_model, "checkpoint_id": ckpt.id})
-    tenant.checkpoints.add(ckpt)
-    ids_list = "training_checkpoint_ids" if training else "inference_checkpoint_ids"
-    if getattr(s, ids_list) is None:
-        setattr(s, ids_list, [])
-    getattr(s, ids_list).append(ckpt.id)
-    s.updated_at = max(s.updated_at, at)
-    tenant.log(at, "checkpoint", ckpt.id, None, ckpt.type, session_id=s.id)
-    return {"checkpoint_id": ckpt.id}
-
-
-def _sample_output_size(op: Operation) -> int:
-    return len(orjson.dumps(op.output)) + len(orjson.dumps(op.body))  # its prompts go with it
-
-
-def _per_token_output_size(op: Operation) -> int:
-    out = op.output
-    return len(orjson.dumps(out)) if out and out.get("loss_fn_outputs") else 0
-
-
-@dataclass(frozen=True, slots=True)
-class KindRules:
-    """What one kind of operation does: how long it runs beyond the profile's overhead (virtual seconds, from
-    its body), what it computes when it completes, and how large its output may be (None: always small, a
-    step or a loss; see output retention above)."""
-
-    seconds: Callable[[Ctx, dict[str, Any]], float]
-    execute: Callable[[Tenant, Ctx, Session, Operation, float], dict[str, Any]]
-    output_size: Callable[[Operation], int] | None = None
-
-
-def _optim_seconds(ctx: Ctx, body: dict[str, Any]) -> float:
-    return ctx.timing.optim_step_seconds
-
-
-def _checkpoint_seconds(ctx: Ctx, body: dict[str, Any]) -> float:
-    return ctx.timing.checkpoint_seconds
-
-
-KINDS: Mapping[OperationKind, KindRules] = MappingProxyType({
-    K.FORWARD_BACKWARD: KindRules(_training_seconds, _forward_backward, _per_token_output_size),
-    K.CUSTOM_FORWARD_BACKWARD: KindRules(_training_seconds, _custom_forward_backward, _per_token_output_size),
-    K.OPTIM_STEP: KindRules(_optim_seconds, _optim_step),
-    K.WEIGHTS_SYNC: KindRules(_sync_seconds, _weights_sync),
-    K.SAMPLE: KindRules(_sample_seconds, _sample, _sample_output_size),
-    K.INFERENCE_CHECKPOINT: KindRules(_checkpoint_seconds, _checkpoint),
-    K.TRAINING_CHECKPOINT: KindRules(_checkpoint_seconds, _checkpoint),
-})
 
 
 # --- the queue ------------------------------------------------------------------------------------
 
 def _seconds(ctx: Ctx, op: Operation) -> float:
-    """How long ``op`` runs beyond the overhead. This runs while the timeline settles, before the model checks
-    the body, so it must not fail whatever the body holds (an uploaded payload is not schema-checked):
-    anything malformed counts as nothing, and the operation fails when it runs."""
-    try:
-        return KINDS[op.kind].seconds(ctx, op.body)  # type: ignore[index]
-    except (TypeError, ValueError, AttributeError, OverflowError):
+    """How long ``op`` runs beyond the overhead (a malformed body counts as nothing: it fails when it runs)."""
+    if op.body is None or isinstance(op.body, Malformed):
         return 0.0
+    return KINDS[op.kind].seconds(ctx.timing, op.body)
 
 
 def on_start(tenant: Tenant, ctx: Ctx, op: Operation, at: float) -> None:
     if op.status != Op.PENDING:
         return
-    s = tenant.sessions[op.session_id]
     transition(tenant, op, Op.RUNNING, at)
     done = later(at, ctx.timing.op_overhead_seconds + _seconds(ctx, op))
-    s.busy_until = done
     tenant.timeline.schedule(done, TimelineEvent.OPERATION_COMPLETE, op.id)
 
 
@@ -432,7 +197,7 @@ def on_complete(tenant: Tenant, ctx: Ctx, op: Operation, at: float) -> None:
         transition(tenant, op, Op.FAILED, at)
     else:
         try:
-            op.output = KINDS[op.kind].execute(tenant, ctx, s, op, at)  # type: ignore[index]
+            op.output = _execute(tenant, ctx, s, op, at)
         except ComputeError as exc:
             op.error = error_detail(exc.code, exc.message, at)
             transition(tenant, op, Op.FAILED, at)
@@ -448,16 +213,23 @@ def on_complete(tenant: Tenant, ctx: Ctx, op: Operation, at: float) -> None:
         else:
             transition(tenant, op, Op.COMPLETED, at)
     release_inputs(tenant, op)
-    if s.queue and s.queue[0] == op.id:
-        s.queue.pop(0)
-    r.inflight_ops -= 1
+    queue = tenant.queues.get(s.id)
+    if queue and queue[0] == op.id:
+        queue.pop(0)
+    tenant.inflight[r.id] -= 1
     model_resources.touch(tenant, r, at)
-    s.busy_until = None
-    if s.queue:
-        tenant.timeline.schedule(at, TimelineEvent.OPERATION_START, s.queue[0])
+    if queue:
+        tenant.timeline.schedule(at, TimelineEvent.OPERATION_START, queue[0])
     if op.status == Op.COMPLETED:  # the session's queue has moved on whatever happens here
         _keep_output(tenant, ctx, op)
     _retire(tenant, ctx, op)
+
+
+def _execute(tenant: Tenant, ctx: Ctx, s: Session, op: Operation, at: float) -> JsonObject:
+    body = op.body
+    if body is None or isinstance(body, Malformed):  # (the trainer refuses a body it cannot read)
+        raise ComputeError(INVALID_INPUT, body.error if body is not None else "the operation has no request")
+    return KINDS[op.kind].execute(tenant, ctx, s, body, op, at)
 
 
 # --- operation retention -------------------------------------------------------------------------
@@ -503,10 +275,10 @@ LARGE_OUTPUT_BYTES = 4096  # smaller outputs (a loss and its metrics, a step, a 
 
 
 def _large_output(op: Operation) -> int:
-    """The JSON size of ``op``'s output (with a sample's prompts) if it may be large (a sample's, or a
-    forward-backward's per-token outputs) and is, else 0. Most outputs are a loss and a few metrics:
-    those are not even measured."""
-    measure = KINDS[op.kind].output_size  # type: ignore[index]
+    """The JSON size of ``op``'s output (with the request it keeps) if its kind says it may be large
+    (``Kind.output_size``: samples, per-token outputs) and is, else 0. Most outputs are a loss and a few
+    metrics: those are not even measured."""
+    measure = KINDS[op.kind].output_size
     if op.output is None or measure is None:
         return 0
     size = measure(op)
@@ -542,9 +314,7 @@ def _keep_output(tenant: Tenant, ctx: Ctx, op: Operation) -> None:
         if old is not None and old.output is not None:
             old.output = None
             old.output_released = True
-            if old.kind == K.SAMPLE:
-                old.body = {}  # its prompts: read only to show them next to the output
-            tenant.operations.changed(old)  # final, yet changed: the journal must write it again
+            old.body = None  # the request it kept (a sampler's prompts): read only to show it next to the output
 
 
 def _check_output_kept(op: Operation) -> None:

@@ -2,7 +2,7 @@
 
 The SDK uploads operation bodies over 0.5 MiB to a presigned URL and submits ``payload_id`` with a
 truncated inline body; the operation runs on the two merged, the uploaded fields replacing the inline
-ones (a forward-backward's ``forward_only`` and ``return_loss_fn_outputs`` are not uploaded). The
+ones (a training batch's ``forward_only`` and ``return_loss_fn_outputs`` are not uploaded). The
 presigned URLs point at the emulator itself (``/_files/payloads/<token>``, issued by the handlers) and
 need no auth, like the real ones.
 

@@ -3,8 +3,8 @@
 Emulates docs/api-surface.md A.3.1 / A.3.5 and the SDK's docstrings (``OperationSampleParams.
 return_routed_experts``, ``SampledSequence.routed_experts_key``, ``Sample.routed_experts_key``): on a
 mixture-of-experts model (:attr:`emulator.domain.catalog.CatalogModel.moe`) a sample with
-``return_routed_experts`` gives every sequence an opaque ``routed_experts_key``; a forward-backward or
-custom-forward-backward sample that sends it back replays that routing. "The selections must cover the
+``return_routed_experts`` gives every sequence an opaque ``routed_experts_key``; a training sample (of
+either kind that trains on a batch) that sends it back replays that routing. "The selections must cover the
 entire training sample or all but its final token. Training fails if the key is no longer available."
 On a dense model ``return_routed_experts`` is ignored (documented) and so is a sample's key [inferred:
 there is no routing to replay].
@@ -27,47 +27,58 @@ The emulator's choices [inferred; the real ones are not published]:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from emulator.compute import INVALID_INPUT, ComputeError
+from emulator.compute.types import ModelInput, Sample
 from emulator.domain.catalog import BY_NAME
 from emulator.domain.context import Ctx
 from emulator.ids import derive
-from emulator.store.records import Operation, Session
+from emulator.jsontypes import Json, JsonObject
+from emulator.store.records import Session
 
 
-def _tokens(model_input: Any) -> int:
-    chunks = model_input.get("chunks") if isinstance(model_input, dict) else None
-    return sum(len((c.get("encoded_text") or {}).get("tokens") or []) for c in chunks or () if isinstance(c, dict))
+def _tokens(model_input: ModelInput) -> int:
+    return sum(len(c.encoded_text.tokens) for c in model_input.chunks if c.encoded_text is not None)
 
 
-def issue(ctx: Ctx, s: Session, op: Operation, output: dict[str, Any]) -> None:
-    """Give every sampled sequence of ``output`` a key, when ``op`` asked for them on an MoE model."""
-    if not (op.body.get("return_routed_experts") and BY_NAME[s.base_model].moe):
-        return
-    keys = s.routed_experts if s.routed_experts is not None else {}
-    for i, (model_input, result) in enumerate(zip(op.body.get("model_inputs") or [], output["results"])):
+def issue(ctx: Ctx, s: Session, op_id: str, model_inputs: Sequence[ModelInput], output: JsonObject) -> JsonObject:
+    """``output`` with a key for every sampled sequence, on an MoE model (the sample asked for them)."""
+    if not BY_NAME[s.base_model].moe:
+        return output
+    keys = dict(s.routed_experts or {})
+    results: list[Json] = []
+    for i, (model_input, result) in enumerate(zip(model_inputs, _objects(output.get("results")))):
         prompt = _tokens(model_input)
-        for j, seq in enumerate(result["sequences"]):
-            completion = len(seq["tokens"])
-            digest = derive(ctx.seed, "routed-experts", op.id, i, j).hex()[:32]
+        sequences: list[Json] = []
+        for j, seq in enumerate(_objects(result.get("sequences"))):
+            completion = len(_objects(seq.get("tokens")))
+            digest = derive(ctx.seed, "routed-experts", op_id, i, j).hex()[:32]
             key = f"routing/session/{digest}.{prompt + completion}"
-            seq["routed_experts_key"] = key
+            sequences.append({**seq, "routed_experts_key": key})
             keys[key] = prompt + max(completion - 1, 0)
+        results.append({**result, "sequences": sequences})
     keep = ctx.limits.routed_experts_keys_per_session
     for old in list(keys)[: max(len(keys) - keep, 0)]:
         del keys[old]
     s.routed_experts = keys or None
+    return {**output, "results": results}
 
 
-def check(s: Session, samples: Any) -> None:
+def _objects(value: Json) -> list[Any]:
+    """A JSON array (of what the model returned), empty for anything else."""
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def check(s: Session, samples: Sequence[Sample]) -> None:
     """Refuse (``INVALID_INPUT``) training samples whose key this session does not hold or that it does not
     cover; on a dense model keys are ignored."""
-    if not BY_NAME[s.base_model].moe or not isinstance(samples, list):
+    if not BY_NAME[s.base_model].moe:
         return
     keys = s.routed_experts or {}
     for i, sample in enumerate(samples):
-        key = sample.get("routed_experts_key") if isinstance(sample, dict) else None
+        key = sample.routed_experts_key
         if key is None:
             continue
         covered = keys.get(key)
@@ -75,7 +86,7 @@ def check(s: Session, samples: Any) -> None:
             raise ComputeError(INVALID_INPUT, f"samples[{i}].routed_experts_key {key!r} is not available: it was "
                                "not returned by a sample of this session, or has expired (a session keeps its "
                                "newest keys only)")
-        length = _tokens(sample.get("model_input"))
+        length = _tokens(sample.model_input)
         if length > covered + 1:
             raise ComputeError(INVALID_INPUT, f"samples[{i}].routed_experts_key covers {covered} tokens; it must "
                                f"cover the whole sample ({length} tokens) or all but its last token")

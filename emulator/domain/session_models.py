@@ -8,6 +8,10 @@ checkpoint it resumes. Checkpoints carry the spec they were saved with.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
 
 from emulator import compute
 from emulator.compute import ModelSpec
@@ -21,11 +25,11 @@ from emulator.store.records import Checkpoint, CheckpointType, Session
 def model_spec(tenant: Tenant, seed: int, s: Session) -> ModelSpec:
     r = tenant.resources[s.model_resources_id]
     lora = s.lora_config
-    optimizer = "muon" if "muon" in (r.optimizer_config or {}) else "adam"
+    optimizer = "muon" if r.optimizer_config.muon is not None else "adam"
     if lora is None:
         return _spec(seed, s.base_model, None, None, True, optimizer)
-    return _spec(seed, s.base_model, int(lora["rank"]), float(lora.get("alpha") or DEFAULT_LORA_ALPHA),
-                 bool(lora.get("train_unembed", True)), optimizer)
+    return _spec(seed, s.base_model, lora.rank, float(lora.alpha or DEFAULT_LORA_ALPHA), lora.train_unembed,
+                 optimizer)
 
 
 @functools.lru_cache(maxsize=256)
@@ -48,7 +52,16 @@ def _spec(seed: int, base_model: str, lora_rank: int | None, lora_alpha: float |
 
 
 def checkpoint_spec(ckpt: Checkpoint) -> ModelSpec:
-    return ModelSpec(**(ckpt.model_state or {})["spec"])
+    """The spec a checkpoint's model was saved with (KeyError, or a ValueError saying why it cannot be read)."""
+    return msgspec.convert((ckpt.model_state or {})["spec"], ModelSpec)
+
+
+def checkpoint_model(ckpt: Checkpoint) -> Mapping[str, Any]:
+    """The model state a checkpoint saved (KeyError, or a TypeError when it is not an object)."""
+    state = (ckpt.model_state or {})["model"]
+    if not isinstance(state, Mapping):
+        raise TypeError("a checkpoint's model state is an object")
+    return state
 
 
 def session_model(tenant: Tenant, seed: int, s: Session) -> compute.SessionModel:
@@ -59,7 +72,7 @@ def session_model(tenant: Tenant, seed: int, s: Session) -> compute.SessionModel
         ckpt = tenant.checkpoints.get(s.resume_from_checkpoint_id) if s.resume_from_checkpoint_id else None
         if ckpt is not None and ckpt.model_state is not None:
             load_opt = ckpt.type == CheckpointType.TRAINING and s.load_optimizer is not False
-            model = compute.SessionModel.from_state(spec, ckpt.model_state["model"], load_optimizer=load_opt,
+            model = compute.SessionModel.from_state(spec, checkpoint_model(ckpt), load_optimizer=load_opt,
                                                     bases=tenant.models.bases)
         else:
             model = compute.SessionModel(spec, tenant.models.bases)

@@ -20,33 +20,70 @@ with ``SESSION_NOT_ACTIVE``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import msgspec
 import orjson
 
-from emulator import defaults
+from emulator import defaults, rules
 from emulator.bounds import int64, later
+from emulator.compute.types import Int64, Wire
 from emulator.domain import cascade, model_resources
 from emulator.domain.catalog import BY_NAME
 from emulator.domain.common import lookup, page, page_ids, transition
 from emulator.domain.context import Ctx
 from emulator.errors import Capacity, FailedPrecondition, Invalid, NotFound
+from emulator.jsontypes import Json, JsonObject
 from emulator.store import Tenant, TimelineEvent
-from emulator.store.records import Checkpoint, ResourceStatus, Session, SessionStatus
+from emulator.store.records import (
+    Checkpoint,
+    LoraConfig,
+    ModelResource,
+    ResourceStatus,
+    Session,
+    SessionStatus,
+)
 
 S = SessionStatus
+LoraValues = dict[str, int | float | str | None]   # a LoRA config's fields as a request or a checkpoint gives them
 DEFAULT_LORA = defaults.LORA
-_DEFAULT_KEY = tuple(sorted(DEFAULT_LORA.items()))  # the key _lora_config interns the default config under
+LORA_KEYS = ("rank", "alpha", "dropout", "train_unembed", "seed")
+_DEFAULT = msgspec.convert(dict(DEFAULT_LORA), LoraConfig)  # (the usual create's: interned like any other)
 
 
-def _lora_config(tenant: Tenant, ctx: Ctx, r: Any, given: dict[str, Any] | None, ckpt: Checkpoint | None
-                 ) -> dict[str, Any] | None:
+class LoraRequest(Wire, frozen=True):
+    """A create's ``lora_config`` (unknown keys are ignored: the schema allows them)."""
+
+    rank: int | None = None
+    alpha: int | float | None = None
+    dropout: int | float | None = None
+    train_unembed: bool | None = None
+    seed: Int64 | None = None
+
+
+class CreateRequest(Wire, frozen=True):
+    model_resources_id: str
+    lora_config: LoraRequest | None = None
+    display_name: str | None = None
+    metadata: JsonObject | None = None
+    resume_from_checkpoint_id: str | None = None
+    load_optimizer: bool | None = None
+
+
+class UpdateRequest(Wire, frozen=True):
+    display_name: str | None = None
+    metadata: JsonObject | None = None
+
+
+def _lora_config(tenant: Tenant, ctx: Ctx, r: ModelResource, request: LoraRequest | None,
+                 ckpt: Checkpoint | None) -> LoraConfig | None:
+    given: LoraValues = {} if request is None else {
+        k: v for k in LORA_KEYS if (v := getattr(request, k)) is not None}
     if not given and ckpt is None and r.lora_enabled:  # the usual create: the default config, interned once
-        cfg = tenant.lora_configs.get(_DEFAULT_KEY)
-        if cfg is not None and cfg["rank"] <= BY_NAME[r.base_model].lora_max_rank:
-            return cfg
-    # Unknown keys are ignored (the schema allows them; kept, an unhashable value broke the config key below).
-    given = {k: v for k, v in (given or {}).items() if v is not None and (k in DEFAULT_LORA or k == "seed")}
+        interned = tenant.lora_configs.get(_DEFAULT)
+        if interned is not None and interned.rank <= BY_NAME[r.base_model].lora_max_rank:
+            return interned
     if "seed" in given and (ckpt is not None or not r.lora_enabled):
         # The SDK: the seed is "Ignored when LoRA is disabled or the session resumes from a checkpoint".
         ctx.ignored("lora_config.seed", "LoRA is disabled on this model resource" if not r.lora_enabled
@@ -56,32 +93,32 @@ def _lora_config(tenant: Tenant, ctx: Ctx, r: Any, given: dict[str, Any] | None,
         if given:
             raise Invalid("lora_config is only valid on a LoRA-enabled model resource", param="lora_config")
         return None
+    cfg: LoraValues
     if ckpt is not None:
         cfg = _resumed_lora(ckpt, given)
     else:
-        cfg = dict(DEFAULT_LORA)
-        cfg.update(given)
-    rank = int(cfg["rank"])
+        cfg = {**DEFAULT_LORA, **given}
+    rank = int(cfg["rank"] or 0)
     max_rank = BY_NAME[r.base_model].lora_max_rank
-    if not 1 <= rank <= max_rank:
-        raise Invalid(f"lora_config.rank must be between 1 and {max_rank} for {r.base_model}",
+    if not rules.LORA_RANK.low <= rank <= max_rank:
+        raise Invalid(f"lora_config.rank must be between {rules.LORA_RANK.low} and {max_rank} for {r.base_model}",
                              param="lora_config.rank")
     cfg["rank"] = rank
     if "seed" in cfg:
         cfg["seed"] = int64(cfg["seed"], "lora_config.seed")
-    # Sessions mostly share a handful of configs: keep one dict per distinct config (never mutated).
-    key = tuple(sorted(cfg.items()))
-    return tenant.lora_configs.setdefault(key, cfg)
+    # Sessions mostly share a handful of configs: keep one value per distinct config.
+    value = msgspec.convert(cfg, LoraConfig)
+    return tenant.lora_configs.setdefault(value, value)
 
 
-def create(tenant: Tenant, ctx: Ctx, body: dict[str, Any]) -> Session:
-    r = tenant.resources.get(body["model_resources_id"])
+def create(tenant: Tenant, ctx: Ctx, body: CreateRequest) -> Session:
+    r = tenant.resources.get(body.model_resources_id)
     if r is None:
-        raise NotFound(f"model resource {body['model_resources_id']!r} not found", param="model_resources_id")
+        raise NotFound(f"model resource {body.model_resources_id!r} not found", param="model_resources_id")
     if r.status not in (ResourceStatus.PENDING, ResourceStatus.CREATING, ResourceStatus.READY):
         raise FailedPrecondition(f"model resource {r.id} is {r.status}; sessions can only attach to an active "
                                  "resource", param="model_resources_id")
-    step, resume_id, load_optimizer = 0, body.get("resume_from_checkpoint_id"), body.get("load_optimizer")
+    step, resume_id, load_optimizer = 0, body.resume_from_checkpoint_id, body.load_optimizer
     ckpt = None
     if resume_id:
         ckpt = tenant.checkpoints.get(resume_id)
@@ -90,10 +127,10 @@ def create(tenant: Tenant, ctx: Ctx, body: dict[str, Any]) -> Session:
         _check_resume(r, ckpt, load_optimizer)
         if ckpt.type == "CHECKPOINT_TYPE_TRAINING" and load_optimizer is not False:
             step = ckpt.step
-    lora = _lora_config(tenant, ctx, r, body.get("lora_config"), ckpt)
-    display_name = body.get("display_name")
-    if display_name is not None and len(display_name) > 128:
-        raise Invalid("display_name must be at most 128 characters", param="display_name")
+    lora = _lora_config(tenant, ctx, r, body.lora_config, ckpt)
+    display_name = body.display_name
+    if display_name is not None:
+        _check_display_name(display_name)
     cap = ctx.limits.session_cap(r.base_model, r.lora_enabled)
     if len(cascade.active_sessions(tenant, r)) >= cap:
         raise Capacity(f"model resource {r.id} is at capacity: it holds at most {cap} concurrent "
@@ -103,11 +140,11 @@ def create(tenant: Tenant, ctx: Ctx, body: dict[str, Any]) -> Session:
     s = Session(id=tenant.ids.uuid("session"), model_resources_id=r.id, created_by=ctx.principal.user,
                 base_model=r.base_model, status=S.CREATING._value_, created_at=now, updated_at=now,
                 lora_config=lora, display_name=display_name or None,
-                metadata=_bounded_metadata(ctx, _clean_metadata(body.get("metadata"))) or None,
+                metadata=_bounded_metadata(ctx, _clean_metadata(body.metadata)) or None,
                 resume_from_checkpoint_id=resume_id or None, load_optimizer=load_optimizer, step=step,
                 trainer_step=step, target_weights_version=step, applied_weights_version=step)
     tenant.sessions.add(s)
-    r.session_ids.append(s.id)
+    tenant.sessions_of.setdefault(r.id, []).append(s.id)
     tenant.log(now, "training_session", s.id, None, s.status)
     if r.status == ResourceStatus.READY:
         model_resources.touch(tenant, r, now)
@@ -115,7 +152,7 @@ def create(tenant: Tenant, ctx: Ctx, body: dict[str, Any]) -> Session:
     return s
 
 
-def _check_resume(r: Any, ckpt: Checkpoint, load_optimizer: bool | None) -> None:
+def _check_resume(r: ModelResource, ckpt: Checkpoint, load_optimizer: bool | None) -> None:
     if ckpt.base_model != r.base_model:
         raise Invalid(f"checkpoint {ckpt.id} was trained from {ckpt.base_model}; this resource serves "
                              f"{r.base_model}", param="resume_from_checkpoint_id")
@@ -133,7 +170,7 @@ def _check_resume(r: Any, ckpt: Checkpoint, load_optimizer: bool | None) -> None
 _RESUME_FIXED = ("rank", "alpha", "train_unembed")
 
 
-def _resumed_lora(ckpt: Checkpoint, given: dict[str, Any]) -> dict[str, Any]:
+def _resumed_lora(ckpt: Checkpoint, given: LoraValues) -> LoraValues:
     """The checkpoint's LoRA config, which a resumed session inherits: a ``lora_config`` the caller gives is
     compared, never applied, except ``dropout``; ``seed`` is ignored (documented: "Ignored when ... the
     session resumes from a checkpoint"), so the checkpoint's seed, if it had one, stays."""
@@ -145,18 +182,26 @@ def _resumed_lora(ckpt: Checkpoint, given: dict[str, Any]) -> dict[str, Any]:
                                  param=f"lora_config.{key}")
     cfg = dict(inherited)
     if "dropout" in given:
-        cfg["dropout"] = float(given["dropout"])
+        cfg["dropout"] = float(given["dropout"] or 0)
     return cfg
 
 
-def checkpoint_lora_config(ckpt: Checkpoint) -> dict[str, Any]:
+def checkpoint_lora_config(ckpt: Checkpoint) -> LoraValues:
     """The LoRA config a LoRA checkpoint was trained with. Checkpoints from states exported before it was
     stored carry only the model spec: rank, alpha and train_unembed come from there, dropout is the default."""
     if ckpt.lora_config is not None:
-        return dict(ckpt.lora_config)
-    spec = (ckpt.model_state or {}).get("spec") or {}
-    return {**DEFAULT_LORA, "rank": ckpt.lora_rank, "alpha": int(spec.get("lora_alpha") or DEFAULT_LORA["alpha"]),
+        return {k: v for k in LORA_KEYS if (v := getattr(ckpt.lora_config, k)) is not None}
+    spec = _spec_of(ckpt)
+    alpha = spec.get("lora_alpha")
+    return {**DEFAULT_LORA, "rank": ckpt.lora_rank,
+            "alpha": int(alpha) if isinstance(alpha, (int, float)) and alpha else DEFAULT_LORA["alpha"],
             "train_unembed": bool(spec.get("train_unembed", True))}
+
+
+def _spec_of(ckpt: Checkpoint) -> JsonObject:
+    state = ckpt.model_state or {}
+    spec = state.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
 
 
 def _same_type(key: str, value: Any) -> Any:
@@ -167,7 +212,13 @@ def _show(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _bounded_metadata(ctx: Ctx, metadata: dict[str, Any]) -> dict[str, Any]:
+def _check_display_name(name: str) -> None:
+    limit = rules.DISPLAY_NAME_MAX_LENGTH
+    if len(name) > limit:
+        raise Invalid(f"display_name must be at most {limit} characters", param="display_name")
+
+
+def _bounded_metadata(ctx: Ctx, metadata: dict[str, Json]) -> dict[str, Json]:
     """Free-form metadata is shown in every answer and list of its session: bounded in size where it enters
     (``session_metadata_kib`` in the limits file; [inferred] the real limit is undocumented)."""
     limit = ctx.limits.session_metadata_kib << 10
@@ -177,13 +228,13 @@ def _bounded_metadata(ctx: Ctx, metadata: dict[str, Any]) -> dict[str, Any]:
     return metadata
 
 
-def _clean_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
+def _clean_metadata(metadata: JsonObject | None) -> dict[str, Json]:
     """Drop empty strings and nulls: in updates an empty string clears a value."""
     if not metadata:
         return {}
-    out: dict[str, Any] = {}
+    out: dict[str, Json] = {}
     for key, value in metadata.items():
-        if isinstance(value, dict):
+        if isinstance(value, Mapping):
             inner = _clean_metadata(value)
             if inner:
                 out[key] = inner
@@ -211,31 +262,30 @@ def list_(tenant: Tenant, ctx: Ctx, *, status: set[str] | None, model_resources_
 
     if model_resources_id is not None:
         # Walk only that resource's sessions (it keeps them in creation order), not the whole project.
-        r = tenant.resources.get(model_resources_id)
-        return page_ids(r.session_ids if r else [], tenant.sessions, after, limit, keep)
+        return page_ids(tenant.sessions_of.get(model_resources_id, []), tenant.sessions, after, limit, keep)
     no_filter = status is None and creator is None
     return page(tenant.sessions, after, limit, None if no_filter else keep)
 
 
-def update(tenant: Tenant, ctx: Ctx, session_id: str, body: dict[str, Any]) -> Session:
+def update(tenant: Tenant, ctx: Ctx, session_id: str, body: UpdateRequest) -> Session:
     s = get(tenant, session_id)
-    if "display_name" in body and body["display_name"] is not None:
-        name = body["display_name"]
-        if len(name) > 128:
-            raise Invalid("display_name must be at most 128 characters", param="display_name")
+    if body.display_name is not None:
+        name = body.display_name
+        _check_display_name(name)
         s.display_name = name or None
-    if body.get("metadata") is not None:
-        merged = _merge(s.metadata or {}, body["metadata"])
+    if body.metadata is not None:
+        merged = _merge(s.metadata or {}, body.metadata)
         s.metadata = _bounded_metadata(ctx, _clean_metadata(merged)) or None
     s.updated_at = max(ctx.now, s.updated_at)
     return s
 
 
-def _merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def _merge(old: JsonObject, new: JsonObject) -> dict[str, Json]:
     out = dict(old)
     for key, value in new.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+        old_value = out.get(key)
+        if isinstance(value, Mapping) and isinstance(old_value, Mapping):
+            out[key] = _merge(old_value, value)
         elif value is not None:
             out[key] = value
     return out

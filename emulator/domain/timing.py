@@ -5,61 +5,46 @@ first GET shows the settled one, because the SDK polls at once and then only eve
 
 ``realistic``: durations of the order the real service shows (documented in the README; the real
 numbers are not published, so these are [inferred] orders of magnitude). Every number can be
-overridden with ``--profile-file`` (YAML/JSON mapping of the keys below to seconds).
+overridden with ``--profile-file`` (YAML/JSON mapping of the keys below to seconds): those of
+:class:`~emulator.domain.durations.Timing`, and each operation kind's own (``timing`` of its module).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from collections.abc import Mapping
+from dataclasses import field, make_dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
+from emulator.domain import kinds
+from emulator.domain.durations import PROFILE_NAMES, Timing
 
-@dataclass(frozen=True)
-class Timing:
-    queue_slot_seconds: float = 0.0          # time at the head of the GPU queue per resource ahead
-    resource_creating_seconds: float = 0.0   # CREATING: pods scheduled, base model loading
-    resource_stopping_seconds: float = 0.0
-    session_creating_seconds: float = 0.0
-    session_stopping_seconds: float = 0.0
-    op_overhead_seconds: float = 0.0         # fixed cost of every operation
-    forward_backward_seconds_per_token: float = 0.0
-    optim_step_seconds: float = 0.0
-    weights_sync_seconds: float = 0.0        # synchronous publish; deferred modes take a tenth
-    sample_seconds_per_token: float = 0.0    # per generated token and sample
-    checkpoint_seconds: float = 0.0
-    shaping_phase_seconds: float = 0.0
+# The profile type: the static durations and every kind's parameters (one class, so a profile is one flat
+# record: --profile-file keys, the control plane's description of a profile).
+_PROFILE = make_dataclass("Timing", [(p.name, float, field(default=0.0)) for p in kinds.TIMING_PARAMS],
+                          bases=(Timing,), frozen=True)
+_PROFILE.__module__ = __name__
 
-    def with_overrides(self, overrides: dict[str, Any]) -> Timing:
-        known = {f.name for f in fields(self)}
-        unknown = set(overrides) - known
-        if unknown:
-            raise ValueError(f"unknown timing keys: {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
-        for key, value in overrides.items():
-            if not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"timing {key} must be a number >= 0")
-        return replace(self, **{k: float(v) for k, v in overrides.items()})
+_REALISTIC = MappingProxyType({
+    "queue_slot_seconds": 45.0,
+    "resource_creating_seconds": 180.0,
+    "resource_stopping_seconds": 30.0,
+    "session_creating_seconds": 20.0,
+    "session_stopping_seconds": 5.0,
+    "op_overhead_seconds": 0.5,
+    "shaping_phase_seconds": 300.0,
+})
+_STATIC = MappingProxyType({"instant": MappingProxyType({}), "realistic": _REALISTIC})
 
-
-PROFILES = MappingProxyType({
-    "instant": Timing(),
-    "realistic": Timing(
-        queue_slot_seconds=45.0,
-        resource_creating_seconds=180.0,
-        resource_stopping_seconds=30.0,
-        session_creating_seconds=20.0,
-        session_stopping_seconds=5.0,
-        op_overhead_seconds=0.5,
-        forward_backward_seconds_per_token=0.0002,
-        optim_step_seconds=1.5,
-        weights_sync_seconds=4.0,
-        sample_seconds_per_token=0.02,
-        checkpoint_seconds=30.0,
-        shaping_phase_seconds=300.0,
-    ),
+PROFILES: Mapping[str, Timing] = MappingProxyType({
+    name: cast(Timing, _PROFILE(**_STATIC[name], **{p.name: p.default(name) for p in kinds.TIMING_PARAMS}))
+    for name in PROFILE_NAMES
 })
 
 
 def load_timing(profile: str, overrides: dict[str, Any] | None = None) -> Timing:
     base = PROFILES[profile]
     return base.with_overrides(overrides) if overrides else base
+
+
+__all__ = ["PROFILES", "Timing", "load_timing"]

@@ -86,12 +86,12 @@ def _ready(tenant: Tenant, r: ModelResource, at: float, seq: int) -> Iterator[Up
 
 
 def _expire(tenant: Tenant, r: ModelResource, at: float, seq: int) -> Iterator[Upcoming]:
-    if r.status != R.READY or r.expires_at is None or r.inflight_ops > 0:
+    if r.status != R.READY or r.expires_at is None or tenant.inflight.get(r.id, 0) > 0:
         return  # (an operation in flight: its end is activity, which pushes the expiry later)
     when = max(at, r.expires_at)  # an entry before expires_at re-arms at it
     yield Upcoming(when, seq, "model_resources", r.id, E.RESOURCE_EXPIRE, r.status, R.STOPPING,
                    f"idle for its inactive_timeout of {r.inactive_timeout} s")
-    for sid in r.session_ids:
+    for sid in tenant.sessions_of.get(r.id, ()):
         s = tenant.sessions.peek(sid)
         if s.status in (S.CREATING, S.RUNNING):
             yield Upcoming(when, seq, "training_session", s.id, E.RESOURCE_EXPIRE, s.status, S.EXPIRED,
@@ -156,7 +156,7 @@ _TABLE_OF = MappingProxyType({event.value: event.table for event in TimelineEven
 
 
 def summary(action: ScheduledAction) -> str:
-    p = action.params
+    p: Mapping[str, Any] = action.params  # (the action's own, checked when it was scheduled)
     if action.action == "add_fault":
         return f"add_fault {p['rule'].get('name')!r}"
     if action.action == "remove_fault":
@@ -208,7 +208,7 @@ def waits_on(tenant: Tenant, table: str, record: Any) -> frozenset[str] | None:
         return frozenset({record.id, record.model_resources_id})
     if table == "operations":
         s = tenant.sessions.peek(record.session_id)
-        queue = s.queue or []
+        queue = tenant.queues.get(s.id) or []
         ahead = queue[:queue.index(record.id)] if record.id in queue else []
         return frozenset({record.id, *ahead})
     return frozenset({record.id})

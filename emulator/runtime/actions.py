@@ -9,7 +9,10 @@ work the journal refuses puts the rules back as they were.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from emulator.bounds import later
 from emulator.domain import actions
@@ -100,7 +103,7 @@ class ScheduledActions:
         try:
             while tenant.outbox:
                 record, at = tenant.outbox.pop(0)
-                p = record.params
+                p: Mapping[str, Any] = record.params
                 try:
                     if record.action == ActionKind.ADD_FAULT:
                         self.faults.load(p["rule"], tenant=p["rule"]["match"]["tenant"])
@@ -138,11 +141,16 @@ class ScheduledActions:
 def own_rules(tenant: Tenant, api_key: str) -> None:
     """A tenant document imported into the tenant of ``api_key``: the fault rules its scheduled actions will
     add or remove are that key's (a rule names the API key it matches)."""
-    for a in tenant.actions.values():
+    for a in tenant.actions.ordered():
+        params: dict[str, Any] = dict(a.params)
         if a.status == "scheduled" and a.action == ActionKind.ADD_FAULT:
-            a.params["rule"]["match"]["tenant"] = api_key
+            rule = dict(params["rule"])
+            params["rule"] = {**rule, "match": {**rule["match"], "tenant": api_key}}
         elif a.status == "scheduled" and a.action == ActionKind.REMOVE_FAULT:
-            a.params["tenant"] = api_key
+            params["tenant"] = api_key
+        else:
+            continue
+        tenant.actions.replace(msgspec.structs.replace(a, params=params))  # (a value is replaced, never edited)
 
 
 __all__ = ["ScheduledActions", "own_rules"]

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from emulator import fixture_files, spec
 from emulator.clock import Clock
 from emulator.config import Config, ConfigError, load_data_file
-from emulator.domain import actions, engine
+from emulator.domain import actions, engine, kinds
 from emulator.domain.context import Ctx, Principal
 from emulator.domain.limits import DEFAULT_LIMITS, Limits
 from emulator.domain.timing import Timing, load_timing
@@ -39,7 +39,7 @@ from emulator.runtime.documents import StateDocuments
 from emulator.runtime.moves import VirtualTime, Wait
 from emulator.runtime.units import QUIET, ControlUnit, UnitOfWork
 from emulator.sharding import shard_of
-from emulator.store import Store, Tenant, snapshot
+from emulator.store import Store, Tenant, records, snapshot
 from emulator.store.blobs import BlobStore
 from emulator.store.persistence import Persistence, StateFileError
 from emulator.store.records import ActionStatus
@@ -112,7 +112,8 @@ class Runtime(VirtualTime, ScheduledActions, StateDocuments):
         self.lock = threading.RLock()
         # Uploaded bytes live on disk, named by records: beside the state file, or in a temporary directory.
         blobs = BlobStore(f"{config.state_file}.blobs" if config.state_file else None, durable=bool(config.state_file))
-        self.store = Store(seed=config.seed, journaled=bool(config.state_file), blobs=blobs)
+        self.store = Store(seed=config.seed, journaled=bool(config.state_file), blobs=blobs,
+                           bodies=kinds.decode_body)
         self.clock = Clock(config.clock, config.speed, config.start_time)
         self.rendered = RenderCache()
         self.state_checker = snapshot.Checker()
@@ -374,6 +375,7 @@ class Runtime(VirtualTime, ScheduledActions, StateDocuments):
         ctx = self.ctx(Principal(user="", project=project))
         ctx.now = at
         sink, tenant.events = tenant.events, QUIET
+        notes = records.CHANGES.set(tenant.changes.notes())  # (journaled with the tenant's next write)
         try:
             engine.settle(tenant, ctx)
             log = tenant.changes
@@ -390,6 +392,7 @@ class Runtime(VirtualTime, ScheduledActions, StateDocuments):
             finally:
                 log.noting = noting
         finally:
+            records.CHANGES.reset(notes)
             tenant.events = sink
 
     def settle(self, project: str | None = None) -> None:

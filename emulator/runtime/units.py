@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextvars import Token
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -19,7 +20,7 @@ from emulator.domain.context import Ctx, Principal
 from emulator.errors import NotFound, Unavailable
 from emulator.faults import FaultSet, SavedFaults
 from emulator.sharding import Shard
-from emulator.store import Store, Tenant, snapshot
+from emulator.store import Store, Tenant, records, snapshot
 from emulator.store.memory import SavedStore
 from emulator.store.persistence import Persistence
 from emulator.tenant_clocks import SavedClocks, TenantClocks
@@ -128,7 +129,7 @@ class Undo:
 class UnitOfWork:
     """See :meth:`Runtime.unit_of_work`. A class rather than a generator: it runs on every request."""
 
-    __slots__ = ("at", "creates", "moved", "outer", "principal", "runtime", "tenant", "undo", "write")
+    __slots__ = ("at", "creates", "moved", "notes", "outer", "principal", "runtime", "tenant", "undo", "write")
 
     def __init__(self, runtime: Host, principal: Principal, write: bool, creates: bool) -> None:
         self.runtime = runtime
@@ -140,6 +141,7 @@ class UnitOfWork:
         self.outer: ControlUnit | UnitOfWork | None = None
         self.at = 0.0          # the tenant's time, settled to, when the unit opened
         self.moved = False     # the unit moved a clock (a poll on the auto clock): journaled with the tenant
+        self.notes: Token[Any] | None = None   # the records' change notes, set while the unit is open
 
     def __enter__(self) -> tuple[Tenant, Ctx]:
         runtime = self.runtime
@@ -159,6 +161,9 @@ class UnitOfWork:
                     raise NotFound(f"no tenant {project!r}", code="unknown_tenant")
                 tenant = store.open(project) if self.write else store.new_tenant(project)
             ctx = runtime.ctx(self.principal)
+            # Records note their changes in the tenant's change log from here on (a read's too: what its settling
+            # changes is journaled with the tenant's next write).
+            self.notes = records.CHANGES.set(tenant.changes.notes())
             if isinstance(outer, ControlUnit) and outer.undo is not None:  # (its clocks: kept as it opened)
                 kept = outer.undo.clocks
                 outer.undo.touch(project, kept.now_of(project) if kept is not None else ctx.now, store.get(project))
@@ -173,6 +178,9 @@ class UnitOfWork:
                 if self.write and persistence is not None:  # (settling to now was no part of the change)
                     self.undo = Undo(runtime)
         except BaseException:
+            if self.notes is not None:
+                records.CHANGES.reset(self.notes)
+                self.notes = None
             runtime.lock.release()
             raise
         self.tenant = tenant
@@ -205,6 +213,9 @@ class UnitOfWork:
                 runtime.unit = None
             self.tenant = None
             self.undo = None
+            if self.notes is not None:
+                records.CHANGES.reset(self.notes)
+                self.notes = None
             runtime.lock.release()
 
     def _put_back(self, tenant: Tenant) -> None:

@@ -13,8 +13,10 @@ from typing import Any
 
 from emulator.clock import rfc3339
 from emulator.compute.bases import BaseModels
+from emulator.jsontypes import Json
 from emulator.store.blobs import BlobStore
 from emulator.store.presigned import Presigner
+from emulator.store.records import BodyDecoder
 from emulator.store.tenant import Tenant
 
 
@@ -65,12 +67,12 @@ class EventLog:
             if events[i][0] < seq:
                 return
 
-    def append(self, event: dict[str, Any]) -> None:
+    def append(self, event: dict[str, Json]) -> None:
         self._seq += 1
         self._events.append((self._seq, event.get("project"), event))
 
     def transition(self, at: float, project: str, kind: str, obj_id: str, old: str | None, new: str,
-                   extra: dict[str, Any] | None) -> None:
+                   extra: dict[str, Json] | None) -> None:
         self._seq += 1
         self._events.append((self._seq, project, at, kind, obj_id, old, new, extra))
 
@@ -107,10 +109,12 @@ class Store:
     """Every project's tenant. ``journaled``: tenants note their changes for a journal (``--state-file``).
     ``blobs``: where uploaded bytes go (by default a temporary directory of this store's)."""
 
-    def __init__(self, seed: int = 0, *, journaled: bool = False, blobs: BlobStore | None = None) -> None:
+    def __init__(self, seed: int = 0, *, journaled: bool = False, blobs: BlobStore | None = None,
+                 bodies: BodyDecoder | None = None) -> None:
         self.seed = seed
         self.journaled = journaled
         self.blobs = blobs if blobs is not None else BlobStore()
+        self.bodies = bodies        # how a state document's operation bodies are read (the registry of kinds)
         self.bases = BaseModels()   # the base models every tenant's sessions share (this store's own)
         self.events = EventLog()
         self.presigner = Presigner()

@@ -5,12 +5,12 @@ the last key). The first line is a whole state document (the format of ``GET /_e
 later line is one change, appended and fsynced before the request that made it is answered:
 
 - a tenant's change (``project``): exactly what its parts noted since its last line (the records that
-  changed, by the hash of their JSON or once final, the timeline entries added and done, the new
+  that noted a change, by the hash of their JSON, the timeline entries added and done, the new
   idempotency keys and registry entries, small counters), so a line costs what the request changed, not
   the size of the tenant or of the state. A session model is the exception that proves it: an AdamW step
   moves every trained parameter (weight decay, moments), so its exact delta is the whole model. A line
-  therefore carries the calls that changed it (``model_calls``: forward-backward's samples, optim-step's
-  hyperparameters), which a load makes again to the same bits, and published or staged weights name the
+  therefore carries the calls that changed it (``model_calls``: a loss's samples and config, an optimizer
+  update's hyperparameters), which a load makes again to the same bits, and published or staged weights name the
   model's step they are a snapshot of; only a new model is written whole;
 - a reset (``reset``: a project, or null for everything, with the seed), or the clock alone.
 
@@ -47,6 +47,7 @@ import orjson
 
 from emulator import compute
 from emulator.errors import Unavailable
+from emulator.jsontypes import Json
 from emulator.store import snapshot
 from emulator.store.memory import Store
 from emulator.store.tenant import Tenant
@@ -62,7 +63,7 @@ class StateFileError(ValueError):
     pass
 
 
-def seal(record: dict[str, Any]) -> bytes:
+def seal(record: dict[str, Json]) -> bytes:
     """One line: ``record`` (a JSON object) with ``"crc"`` appended, the CRC-32 of the bytes without it."""
     body = orjson.dumps(record)
     return body[:-1] + b',"crc":"%08x"}\n' % zlib.crc32(body)
@@ -244,7 +245,7 @@ class StateFile:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         os.close(fd)
 
-    def write_all(self, doc: dict[str, Any]) -> None:
+    def write_all(self, doc: dict[str, Json]) -> None:
         """Replace the file with one whole document, atomically; its sequence number is the last line's."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = seal({**doc, "seq": self.seq})
@@ -265,7 +266,7 @@ class StateFile:
         self._work = 0
         self._newline_at = None
 
-    def append(self, change: dict[str, Any], work: int = 0) -> None:
+    def append(self, change: dict[str, Json], work: int = 0) -> None:
         """Add one line and make it durable before returning; on failure cut it off again and raise."""
         line = seal({"seq": self.seq + 1, **change})
         try:
@@ -339,7 +340,7 @@ def _replay_work(tenant: Tenant, change: dict[str, Any]) -> int:
     passes over every entry of its model."""
     work = 0
     for sid, calls in change.get("model_calls", {}).items():
-        steps = sum(1 for call in calls if "optim_step" in call)
+        steps = sum(1 for call in calls if "update" in call)
         if steps:
             work += steps * tenant.models.live[sid].weights().num_entries
     return work
@@ -360,7 +361,7 @@ class Persistence:
     """Keeps a :class:`StateFile` in step with a :class:`Store`: commits tenants' changes, undoes a change
     the file refused, compacts."""
 
-    def __init__(self, path: str | os.PathLike[str], store: Store, clock: Callable[[], dict[str, Any]],
+    def __init__(self, path: str | os.PathLike[str], store: Store, clock: Callable[[], dict[str, Json]],
                  checker: snapshot.Checker, verify: Callable[[Tenant], None] | None = None) -> None:
         self.file = StateFile(path)
         self.store = store
@@ -402,7 +403,7 @@ class Persistence:
                                  "needs to append to it (check permissions, free space and mounts)") from exc
         return doc
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, Json]:
         return {"path": str(self.file.path), "ok": self.last_error is None and self.broken is None,
                 "seq": self.file.seq, "error": self.broken or self.last_error}
 
@@ -478,7 +479,7 @@ class Persistence:
         self._reset_changes()
         return True
 
-    def _append(self, change: dict[str, Any], work: int = 0) -> None:
+    def _append(self, change: dict[str, Json], work: int = 0) -> None:
         try:
             self.file.append(change, work)
         except OSError as exc:

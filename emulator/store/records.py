@@ -1,20 +1,27 @@
 """The stored objects, their statuses and the lifecycles that move them, each defined once.
 
-Records are plain slotted classes: small (memory per idle session matters), exported and imported as JSON
-through :func:`to_dict` / :func:`from_dict` (the state and fixture format). Statuses are ``StrEnum``s whose
-values are the API's strings; records keep the plain string. Next to each status enum stands its
-lifecycle (docs/api-surface.md C.1-C.3 and A.7): the only documented edges, the terminal statuses, and
-:func:`check_edge`, which every status change goes through, so an illegal transition is a bug that fails
-loudly (the property tests look for it).
+Records are msgspec structs (small: memory per idle session matters; built in C), exported and imported as
+JSON through :func:`to_dict` / :func:`from_dict` (the state and fixture format). They hold only what is
+journaled (derived state lives in the tenant's indexes) and only immutable values (tuples, frozen structs,
+read-only mappings), and a field is set only through :meth:`Record.__setattr__`, which notes the record for
+the unit of work it happens in (:data:`CHANGES`): nothing changes unseen by the journal, and a change outside
+a unit of work raises. Statuses are ``StrEnum``s whose values are the API's strings; records keep the plain
+string. Next to each status enum stands its lifecycle (docs/api-surface.md C.1-C.3 and A.7): the only
+documented edges, the terminal statuses, and :func:`check_edge`, which every status change goes through.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
+
+import msgspec
+
+from emulator.compute.types import Wire
+from emulator.jsontypes import Json, JsonObject
 
 
 class ResourceStatus(StrEnum):
@@ -132,38 +139,115 @@ def is_terminal(status: str, enum: type[StrEnum]) -> bool:
     return not TRANSITIONS[enum][status]  # type: ignore[index]
 
 
-class OperationKind(StrEnum):
-    """The asynchronous operations a training session runs; the value is the path segment of its endpoints."""
-
-    FORWARD_BACKWARD = "forward-backward"
-    CUSTOM_FORWARD_BACKWARD = "custom-forward-backward"
-    OPTIM_STEP = "optim-step"
-    WEIGHTS_SYNC = "weights-sync"
-    SAMPLE = "sample"
-    INFERENCE_CHECKPOINT = "inference-checkpoint"
-    TRAINING_CHECKPOINT = "training-checkpoint"
-
-
 class CheckpointType(StrEnum):
     TRAINING = "CHECKPOINT_TYPE_TRAINING"
     INFERENCE = "CHECKPOINT_TYPE_INFERENCE"
 
 
-def error_detail(code: str, message: str, at: float) -> dict[str, Any]:
+# --- how a record changes --------------------------------------------------------------------------------
+
+class Notes(Protocol):
+    """Where a unit of work notes the records that change (a journaled tenant's :class:`ChangeLog`)."""
+
+    def note(self, record: Record) -> None: ...
+
+
+class Unjournaled:
+    """The notes of a unit of work that no journal reads: nothing to keep (the class itself is the value)."""
+
+    @staticmethod
+    def note(record: Record) -> None:
+        return None
+
+
+class OutsideUnitOfWork(RuntimeError):
+    pass
+
+
+#: The notes of the unit of work the current context is in (``Runtime.unit_of_work`` sets them): a
+#: journaled tenant's change log, :class:`Unjournaled`, or None outside any (a change there raises).
+CHANGES: ContextVar[Notes | type[Unjournaled] | None] = ContextVar("emulator_record_changes", default=None)
+
+
+class Record(msgspec.Struct, kw_only=True, gc=False, forbid_unknown_fields=True):
+    """A stored object. Built in C (no field is noted as it is built); a field set afterwards is noted."""
+
+    id: str
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        _set(self, name, value)
+        notes = _notes()
+        if notes is not Unjournaled:  # (the common case, no journal: one identity test)
+            if notes is None:
+                raise OutsideUnitOfWork(f"{type(self).__name__} {self.id}: {name} changed outside a unit of work, "
+                                        "where no journal sees it")
+            notes.note(self)
+
+
+_set = msgspec.Struct.__setattr__
+_notes = CHANGES.get
+
+
+class Value(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False, forbid_unknown_fields=True):
+    """An immutable value a record holds (replaced whole, never edited)."""
+
+
+class ErrorDetail(Value, frozen=True):
     """What failed and when: the one shape of every stored error (a resource's, a session's, an operation's).
     The renderer shows the fields its schema has (an operation's error has no time)."""
-    return {"code": code, "message": message, "occurred_at": at}
+
+    code: str
+    message: str
+    occurred_at: float | None = None
 
 
-@dataclass(slots=True)
-class ModelResource:
-    id: str
+def error_detail(code: str, message: str, at: float) -> ErrorDetail:
+    return ErrorDetail(code=code, message=message, occurred_at=at)
+
+
+class LoraConfig(Value, frozen=True):
+    """A session's LoRA adapter (numbers as given: an ``alpha`` of 64 shows as 64)."""
+
+    rank: int
+    alpha: int | float
+    dropout: int | float
+    train_unembed: bool
+    seed: int | None = None
+
+
+class AdamConfig(Value, frozen=True):
+    """What the SDK lets a resource's Adam optimizer set: nothing."""
+
+
+class MuonConfig(Value, frozen=True):
+    scaling_strategy: str | None = None
+
+
+class OptimizerConfig(Value, frozen=True):
+    """A resource's optimizer: one of adam or muon."""
+
+    adam: AdamConfig | None = None
+    muon: MuonConfig | None = None
+
+
+class Artifact(Value, frozen=True):
+    """An entry of a project's model registry (what a checkpoint or a shaping job registered)."""
+
+    kind: str                       # adapter, model or training
+    revision_id: str
+    base_model: str
+    checkpoint_id: str | None
+
+
+# --- the records ------------------------------------------------------------------------------------------
+
+class ModelResource(Record, kw_only=True, gc=False):
     created_by: str
     base_model: str
     lora_enabled: bool
     gpu_type: str
     num_generator_replicas: int
-    optimizer_config: dict[str, Any]
+    optimizer_config: OptimizerConfig
     inactive_timeout: int
     status: str
     created_at: float
@@ -173,76 +257,84 @@ class ModelResource:
     queue_extra: int = 0                    # phantom resources ahead (fault "waits at position P")
     last_activity: float | None = None
     expires_at: float | None = None
-    expiry_armed: bool = False              # an expiry event is in the timeline
-    error: dict[str, Any] | None = None
-    inflight_ops: int = 0
-    session_ids: list[str] = field(default_factory=list)
+    error: ErrorDetail | None = None
 
 
-@dataclass(slots=True)
-class Session:
-    id: str
+class Session(Record, kw_only=True, gc=False):
     model_resources_id: str
     created_by: str
     base_model: str
     status: str
     created_at: float
     updated_at: float
-    lora_config: dict[str, Any] | None = None
+    lora_config: LoraConfig | None = None
     display_name: str | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JsonObject | None = None
     resume_from_checkpoint_id: str | None = None
     load_optimizer: bool | None = None
-    error: dict[str, Any] | None = None
+    error: ErrorDetail | None = None
     step: int = 0
     trainer_step: int = 0
     target_weights_version: int = 0
     applied_weights_version: int = 0
     pending_publish: bool = False
-    inference_checkpoint_ids: list[str] | None = None
-    training_checkpoint_ids: list[str] | None = None
-    queue: list[str] | None = None          # op ids submitted and not yet finished, in order
-    busy_until: float | None = None         # when the running operation finishes
-    routed_experts: dict[str, int] | None = None  # routed-experts key -> positions covered, oldest first
+    inference_checkpoint_ids: tuple[str, ...] | None = None
+    training_checkpoint_ids: tuple[str, ...] | None = None
+    routed_experts: Mapping[str, int] | None = None  # routed-experts key -> positions covered, oldest first
     evicted_operations: int = 0             # finished operations forgotten past the retention limit
 
 
-@dataclass(slots=True)
-class Operation:
-    id: str
+class OperationRequest(Wire, frozen=True, kw_only=True):
+    """Base of the operation kinds' request types (each kind's module declares its own): what every body
+    may carry, the id of an uploaded payload holding the rest (the SDK offloads bodies over 0.5 MiB)."""
+
+    payload_id: str | None = None
+
+
+class Malformed(Wire, frozen=True, kw_only=True):
+    """A body that cannot be read as its kind's request (an uploaded payload is not schema-checked): kept
+    until the operation fails with it, when it runs."""
+
+    raw: JsonObject
+    error: str
+
+
+if TYPE_CHECKING:
+    Body: TypeAlias = OperationRequest | Malformed | None
+else:
+    Body = Any  # (read through its kind, Store.bodies: no one type of the store's)
+
+
+class Operation(Record, kw_only=True, gc=False):
     session_id: str
-    kind: str
+    kind: str                               # its kind's name (emulator.domain.kinds)
     status: str
     created_at: float
     updated_at: float
-    body: dict[str, Any]
+    body: Body                              # None once released (a request read only to run): {} in JSON
     body_hash: str
     idempotency_key: str
-    output: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
+    output: JsonObject | None = None
+    error: ErrorDetail | None = None
     fault_code: str | None = None           # fault effect: end FAILED with this code
     payload_id: str | None = None           # the uploaded payload its body came from
     output_released: bool = False           # its (large) output was released to bound memory
 
 
-@dataclass(slots=True)
-class Checkpoint:
-    id: str
+class Checkpoint(Record, kw_only=True, gc=False):
     session_id: str
     type: str
     base_model: str
     step: int
     created_at: float
     lora_rank: int | None = None
-    lora_config: dict[str, Any] | None = None   # the session's whole LoRA config (a resume inherits it)
-    registration: dict[str, Any] | None = None
-    model_state: dict[str, Any] | None = None   # the compute model at save time
+    lora_config: LoraConfig | None = None   # the session's whole LoRA config (a resume inherits it)
+    registration: JsonObject | None = None
+    model_state: JsonObject | None = None   # the compute model at save time
     created_by: str = ""
 
 
-@dataclass(slots=True)
-class Payload:
-    id: str
+class Payload(Record, kw_only=True, gc=False):
     session_id: str
     blob: str | None = None         # the uploaded bytes (emulator.store.blobs), None until uploaded and once released
     created_at: float = 0.0
@@ -255,23 +347,50 @@ class Payload:
         blob = self.blob
         return None if blob is None else blob.read()  # type: ignore[attr-defined]
 
-    @data.setter
-    def data(self, value: None) -> None:
-        if value is not None:
-            raise TypeError("a payload's bytes are stored as a blob (emulator.store.blobs): set payload.blob")
-        self.blob = None
+
+class ShapingConfiguration(Value, frozen=True):
+    base_model_name: str
+    base_object_id: str
+    base_revision_id: str
+    model_name: str
+    model_project_id: str
+    model_revision_id: str
+    user_id: str
 
 
-@dataclass(slots=True)
-class ShapingJob:
-    id: str
+class ShapingInputs(Value, frozen=True):
+    model_object_id: str | None = None
+    model_revision_id: str | None = None
+    calibration_file_id: str | None = None
+
+
+class ShapingParams(Value, frozen=True):
+    configuration: ShapingConfiguration
+    inputs: ShapingInputs
+
+
+class ShapingResults(Value, frozen=True):
+    model_object_id: str
+    model_revision_id: str
+
+
+class ShapingEvent(Value, frozen=True):
+    created_at: str
+    level: str
+    message: str
+    object: str
+    type: str
+    result: ShapingResults | None = None
+
+
+class ShapingJob(Record, kw_only=True, gc=False):
     user_id: str
     status: str
     created_at: float
     updated_at: float
-    params: dict[str, Any]
-    events: list[dict[str, Any]] = field(default_factory=list)
-    results: dict[str, Any] | None = None
+    params: ShapingParams
+    events: tuple[ShapingEvent, ...] = ()
+    results: ShapingResults | None = None
     phase: int = 0
 
 
@@ -285,16 +404,14 @@ class ActionKind(StrEnum):
     CAPACITY_UNAVAILABLE = "capacity_unavailable"
 
 
-@dataclass(slots=True)
-class ScheduledAction:
+class ScheduledAction(Record, kw_only=True, gc=False):
     """An action of the control plane that waits in the tenant's timeline for its virtual time (not an object
     of the real API: how a test schedules what happens to it). ``params`` are the action's own (a fault rule,
     a target id, an outage's length); ``result`` says what it did, or why it failed."""
 
-    id: str
     action: str
     at: float
-    params: dict[str, Any]
+    params: JsonObject
     status: str
     created_at: float
     updated_at: float
@@ -304,12 +421,22 @@ class ScheduledAction:
 FILE_STATUSES = ("PENDING", "QUEUED", "RUNNING", "COMPLETED", "FAILED", "INVALID_FORMAT")
 
 
-@dataclass(slots=True)
-class File:
+class ValidationReport(Value, frozen=True):
+    """What the Files API's preprocess found of a dataset (the SDK's ``FileResponse.validation_report``)."""
+
+    valid: bool
+    dataset_format: str | None = None
+    nlines: int | None = None
+    dataset_has_tools: bool | None = None
+    error_type: str | None = None
+    error: str | None = None
+    file_id: str | None = None
+
+
+class File(Record, kw_only=True, gc=False):
     """A file of the Files API (``client.files``): created by ``POST /v1/files``, its bytes uploaded to a
     presigned URL, then validated by ``POST /v1/files/{id}/preprocess``."""
 
-    id: str
     filename: str
     purpose: str
     file_type: str
@@ -319,25 +446,46 @@ class File:
     size: int = 0                           # answered as ``bytes``
     blob: str | None = None                 # the uploaded bytes (emulator.store.blobs); None until uploaded
     processing_status: str = "PENDING"
-    validation_report: dict[str, Any] | None = None
+    validation_report: ValidationReport | None = None
 
 
-def to_dict(record: Any) -> dict[str, Any]:
-    out = {}
-    for f in fields(record):
-        value = getattr(record, f.name)
-        if isinstance(value, bytes):
-            value = {"__bytes__": value.decode("latin-1")}
-        out[f.name] = value
+#: How a stored operation body is read back: (kind, status, JSON) -> the kind's request (None: released);
+#: ValueError when it cannot be. The registry of kinds provides it (the store knows no kind).
+BodyDecoder = Callable[[str, str, Any], "OperationRequest | None"]
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, str):  # a blob's name (emulator.store.blobs.Blob, a str that knows its file)
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not a value a record holds")
+
+
+def to_dict(record: Record) -> dict[str, Json]:
+    """A record as JSON builtins (the state document's form)."""
+    out: dict[str, Json] = msgspec.to_builtins(record, enc_hook=_plain)
+    if type(record) is Operation and record.body is None:
+        out["body"] = {}  # a released request reads as an empty object, as state documents always showed it
     return out
 
 
-def from_dict(cls: type, data: dict[str, Any]) -> Any:
-    values = {}
-    for f in fields(cls):
-        if f.name in data:
-            value = data[f.name]
-            if isinstance(value, dict) and set(value) == {"__bytes__"}:
-                value = value["__bytes__"].encode("latin-1")
-            values[f.name] = value
-    return cls(**values)
+def from_dict(cls: type[RecordT], data: Mapping[str, Any], bodies: BodyDecoder | None = None) -> RecordT:
+    """A record from its (schema-checked) JSON; ValueError naming what cannot be read."""
+    values = dict(data)
+    if cls is Operation:
+        if bodies is None:
+            raise ValueError("operations cannot be read without the kinds of operation")
+        try:
+            body = bodies(values["kind"], values["status"], values.pop("body", None))
+        except ValueError as exc:
+            raise ValueError(f"body: {exc}") from exc
+        values["body"] = None
+    try:
+        record = msgspec.convert(values, cls)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc)) from None
+    if cls is Operation:
+        msgspec.Struct.__setattr__(record, "body", body)  # (not a change: it is being built)
+    return record
+
+
+RecordT = TypeVar("RecordT", bound=Record)

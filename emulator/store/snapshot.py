@@ -19,24 +19,27 @@ Documents of version 2 (before journals carried changes by record) are upgraded 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from dataclasses import MISSING, asdict, fields
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from types import MappingProxyType
 from typing import Any
 
+import msgspec
 import orjson
 from jsonschema import Draft7Validator
 
 from emulator import compute
 from emulator.clock import MAX_TIME, parse_rfc3339
+from emulator.jsontypes import Json
 from emulator.store import records
 from emulator.store.blobs import BlobStore
 from emulator.store.memory import Store
 from emulator.store.tenant import Entry, Tenant, TimelineEvent
 
 STATE_FORMAT = "together-rl-emulator/state"
-STATE_VERSION = 3
-RECORD_TYPES = MappingProxyType({"resources": records.ModelResource, "sessions": records.Session,
+STATE_VERSION = 4
+RECORD_TYPES: MappingProxyType[str, type[records.Record]] = MappingProxyType({"resources": records.ModelResource, "sessions": records.Session,
                                  "operations": records.Operation, "checkpoints": records.Checkpoint,
                                  "payloads": records.Payload, "shaping_jobs": records.ShapingJob,
                                  "files": records.File, "actions": records.ScheduledAction})
@@ -49,25 +52,26 @@ class StateError(ValueError):
 
 # --- export -----------------------------------------------------------------------------------------
 
-def _model(model: Any) -> dict[str, Any]:
+def _model(model: Any) -> dict[str, Json]:
     return {"spec": asdict(model.spec), "state": model.to_state()}
 
 
-def _weights(pair: tuple[int, Any]) -> dict[str, Any]:
+def _weights(pair: tuple[int, Any]) -> dict[str, Json]:
     return {"version": pair[0], "weights": pair[1].to_state()}
 
 
-def export_tenant(tenant: Tenant, *, inline_bytes: bool = False) -> dict[str, Any]:
+def export_tenant(tenant: Tenant, *, inline_bytes: bool = False) -> dict[str, Json]:
     """``inline_bytes``: uploaded bytes in the document (a self-contained export), not named (a journal)."""
-    out: dict[str, Any] = {"epoch": tenant.epoch, "seed": tenant.ids.seed, "ids_counter": tenant.ids.counter}
+    out: dict[str, Json] = {"epoch": tenant.epoch, "seed": tenant.ids.seed, "ids_counter": tenant.ids.counter}
     for table in tenant.tables():
-        out[table.name] = [records.to_dict(r) for r in table.ordered()]
         if inline_bytes and table.name in BLOB_TABLES:
-            out[table.name] = [_inline(row) for row in out[table.name]]
+            out[table.name] = [_inline(r) for r in table.ordered()]
+        else:
+            out[table.name] = [records.to_dict(r) for r in table.ordered()]
     out["idempotency"] = [[*k, v] for k, v in tenant.idempotency.items()]
     out["timeline"] = [list(e) for e in tenant.timeline.entries()]
     out["timeline_seq"] = tenant.timeline.seq
-    out["registry"] = dict(tenant.registry.items())
+    out["registry"] = {k: msgspec.to_builtins(v) for k, v in tenant.registry.items()}
     out["gpu_queue_tail"] = dict(tenant.gpu_queue_tail)
     models = tenant.models
     out["models"] = {sid: _model(model) for sid, model in models.live.items()}
@@ -76,14 +80,16 @@ def export_tenant(tenant: Tenant, *, inline_bytes: bool = False) -> dict[str, An
     return out
 
 
-def _inline(row: dict[str, Any]) -> dict[str, Any]:
-    blob = row.pop("blob", None)
+def _inline(record: Any) -> dict[str, Json]:
+    row = records.to_dict(record)
+    row.pop("blob", None)
+    blob = record.blob
     # (the form documents had before bytes went to the blob directory: every version since reads it)
     row["data"] = None if blob is None else {"__bytes__": blob.read().decode("latin-1")}
     return row
 
 
-def export_state(store: Store, clock: dict[str, Any], *, inline_bytes: bool = False) -> dict[str, Any]:
+def export_state(store: Store, clock: dict[str, Json], *, inline_bytes: bool = False) -> dict[str, Json]:
     """The whole store; the caller settles every tenant first, so what is due has happened. ``inline_bytes``:
     see :func:`export_tenant`."""
     tenants = {project: export_tenant(tenant, inline_bytes=inline_bytes) for project in store.projects()
@@ -108,9 +114,9 @@ class TenantMemo:
     def __init__(self) -> None:
         self.records: dict[str, dict[str, int | None]] = {name: {} for name in RECORD_TYPES}
         self.models: dict[str, tuple[Any, int]] = {}
-        self.published: dict[str, Any] = {}
-        self.staged: dict[str, Any] = {}
-        self.scalars: dict[str, Any] = {}
+        self.published: dict[str, tuple[int, Any]] = {}
+        self.staged: dict[str, tuple[int, Any]] = {}
+        self.scalars: dict[str, Json] = {}
 
 
 def memo_of(tenant: Tenant) -> TenantMemo:
@@ -131,20 +137,18 @@ def memo_of(tenant: Tenant) -> TenantMemo:
     return memo
 
 
-def tenant_change(tenant: Tenant, memo: TenantMemo) -> dict[str, Any]:
+def tenant_change(tenant: Tenant, memo: TenantMemo) -> dict[str, Json]:
     """What changed in ``tenant`` since its journal last wrote it (its parts' change logs, checked against
     ``memo``), and update the memo; empty when nothing did. :func:`apply_change` replays it."""
-    change: dict[str, Any] = {}
+    change: dict[str, Json] = {}
     upsert: dict[str, list[Any]] = {}
     removed: dict[str, list[str]] = {}
     for table in tenant.tables():
-        touched, gone, reopened = table.drain()
+        touched, gone = table.drain()
         seen = memo.records[table.name]
         rows = []
-        for obj_id in sorted(touched):
-            known = seen.get(obj_id, -1)  # -1: never written (CPython never gives -1 as a hash)
-            if known is None and obj_id not in reopened:
-                continue  # written when it could no longer change
+        for obj_id in sorted(touched):  # (added or changed: a record notes its own changes)
+            known = seen.get(obj_id, -1)  # -1: never written (CPython never gives -1 as a hash); None: final
             record = table.get(obj_id)
             if record is None:
                 continue
@@ -173,7 +177,7 @@ def tenant_change(tenant: Tenant, memo: TenantMemo) -> dict[str, Any]:
                                  "drop": [list(k) for k in sorted(dropped_keys)]}
     registered, _unregistered = tenant.registry.drain()  # (the registry only grows)
     if registered:
-        change["registry"] = registered
+        change["registry"] = {k: msgspec.to_builtins(v) for k, v in registered.items()}
     models_touched, weights_touched = tenant.models.drain()
     models: dict[str, Any] = {}
     model_calls: dict[str, Any] = {}
@@ -197,7 +201,7 @@ def tenant_change(tenant: Tenant, memo: TenantMemo) -> dict[str, Any]:
         change["model_calls"] = model_calls
     for part, kept, memo_part in (("published", tenant.models.published, memo.published),
                                   ("staged", tenant.models.staged, memo.staged)):
-        out: dict[str, Any] = {}
+        out: dict[str, Json] = {}
         for sid in sorted(weights_touched):
             pair = kept.get(sid)
             if pair is None:
@@ -340,28 +344,41 @@ class TenantReplay:
 
 # --- the schema -------------------------------------------------------------------------------------
 
-def _time() -> dict[str, Any]:
+def _time() -> dict[str, Json]:
     return {"type": "number", "minimum": 0, "maximum": MAX_TIME}
 
 
-def _scalar_schema(name: str) -> dict[str, Any] | None:
-    """The schema of a record field's type (a fresh dict: schemas are built per validator, not shared)."""
-    return {
-        "str": {"type": "string"}, "int": {"type": "integer"}, "float": _time(), "bool": {"type": "boolean"},
-        "dict[str, Any]": {"type": "object"},
-        "dict[str, int]": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
-        "list[str]": {"type": "array", "items": {"type": "string"}},
-        "list[dict[str, Any]]": {"type": "array", "items": {"type": "object"}},
-        "bytes": {"type": "object", "required": ["__bytes__"], "additionalProperties": False,
-                  "properties": {"__bytes__": {"type": "string"}}},
-    }.get(name)
+def _type_schema(tp: Any) -> dict[str, Json]:
+    """The schema of a record field's type (a fresh dict: schemas are built per validator, not shared). A
+    number of a record is a time; an immutable value (a struct: an error, a LoRA config...) and free JSON are
+    objects here, read by their type as the record is built (:func:`records.from_dict`) and held to the spec by
+    the import check of the layers above."""
+    if tp is Any:  # an operation's body: read through its kind (Store.bodies)
+        return {"anyOf": [{"type": "object"}, {"type": "null"}]}
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if type(None) in typing.get_args(tp):
+        inner = _type_schema(args[0]) if len(args) == 1 else {"type": "object"}  # (an operation's body)
+        return {"anyOf": [inner, {"type": "null"}]}
+    origin = typing.get_origin(tp)
+    if origin is tuple:
+        return {"type": "array", "items": _type_schema(args[0])}
+    if origin is not None and issubclass(origin, Mapping):
+        values = args[1] if len(args) == 2 else Any
+        return {"type": "object", **({"additionalProperties": {"type": "integer", "minimum": 0}} if values is int
+                                     else {})}
+    simple: dict[type, dict[str, Json]] = {str: {"type": "string"}, int: {"type": "integer"}, float: _time(),
+                                          bool: {"type": "boolean"}}
+    if tp in simple:
+        return simple[tp]
+    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        return {"type": "object"}
+    raise TypeError(f"no state schema for the type {tp!r}")
 
 
 _ENUMS: MappingProxyType[type, MappingProxyType[str, tuple[str, ...]]] = MappingProxyType({
     records.ModelResource: MappingProxyType({"status": tuple(s.value for s in records.ResourceStatus)}),
     records.Session: MappingProxyType({"status": tuple(s.value for s in records.SessionStatus)}),
-    records.Operation: MappingProxyType({"status": tuple(s.value for s in records.OperationStatus),
-                                         "kind": tuple(k.value for k in records.OperationKind)}),
+    records.Operation: MappingProxyType({"status": tuple(s.value for s in records.OperationStatus)}),
     records.Checkpoint: MappingProxyType({"type": tuple(t.value for t in records.CheckpointType)}),
     records.ShapingJob: MappingProxyType({"status": tuple(s.value for s in records.ShapingStatus)}),
     records.File: MappingProxyType({"processing_status": tuple(records.FILE_STATUSES)}),
@@ -370,35 +387,26 @@ _ENUMS: MappingProxyType[type, MappingProxyType[str, tuple[str, ...]]] = Mapping
 })
 
 
-def _field_schema(annotation: str) -> dict[str, Any]:
-    parts = [p.strip() for p in annotation.split("|")]
-    base = [p for p in parts if p != "None"]
-    schema = _scalar_schema(base[0]) if len(base) == 1 else None
-    if schema is None:
-        raise TypeError(f"no state schema for the annotation {annotation!r}")
-    return {"anyOf": [schema, {"type": "null"}]} if "None" in parts else schema
-
-
-def _record_schema(cls: type) -> dict[str, Any]:
-    props: dict[str, Any] = {}
+def _record_schema(cls: type[records.Record]) -> dict[str, Json]:
+    props: dict[str, Json] = {}
     required = []
-    for f in fields(cls):
-        props[f.name] = _field_schema(str(f.type))
+    for f in msgspec.structs.fields(cls):
+        props[f.name] = _type_schema(f.type)
         if f.name == "blob":  # a file name in the blob directory: nothing else may stand there
             props[f.name] = {"anyOf": [{"type": "string", "pattern": "^[0-9a-f]{64}$"}, {"type": "null"}]}
         if f.name in _ENUMS.get(cls, {}):
             props[f.name] = {"enum": list(_ENUMS[cls][f.name])}
-        if f.default is MISSING and f.default_factory is MISSING:
+        if f.required:
             required.append(f.name)
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
 
-def state_schema() -> dict[str, Any]:
-    string = {"type": "string"}
-    count = {"type": "integer", "minimum": 0, "maximum": 2**53}
-    weights = {"type": "object", "required": ["version", "weights"],
-               "properties": {"version": count, "weights": {"type": "object"}}}
-    tenant_props: dict[str, Any] = {name: {"type": "array", "items": _record_schema(cls)}
+def state_schema() -> dict[str, Json]:
+    string: dict[str, Json] = {"type": "string"}
+    count: dict[str, Json] = {"type": "integer", "minimum": 0, "maximum": 2**53}
+    weights: dict[str, Json] = {"type": "object", "required": ["version", "weights"],
+                                "properties": {"version": count, "weights": {"type": "object"}}}
+    tenant_props: dict[str, Json] = {name: {"type": "array", "items": _record_schema(cls)}
                                     for name, cls in RECORD_TYPES.items()}
     tenant_props.update({
         "epoch": {"type": "string", "minLength": 1},
@@ -446,7 +454,7 @@ class Checker:
             raise StateError(f"not an emulator state document (format must be {STATE_FORMAT!r})")
         if doc.get("version") != STATE_VERSION:
             raise StateError(f"state version {doc.get('version')!r} is not supported (this emulator reads "
-                             f"version {STATE_VERSION}, and upgrades version 2)")
+                             f"version {STATE_VERSION}, and upgrades versions 2 and 3)")
         if self._validator is None:
             self._validator = Draft7Validator(state_schema(), format_checker=Draft7Validator.FORMAT_CHECKER)
         errors = self._validator.iter_errors(doc)
@@ -475,14 +483,31 @@ def _short(message: str, limit: int = 200) -> str:
     return message if len(message) <= limit else message[:limit] + "..."
 
 
-# --- upgrade from version 2 -------------------------------------------------------------------------
+# --- upgrade from older versions ----------------------------------------------------------------------
+
+#: What documents of version 3 held that is derived (rebuilt as a tenant is built: Tenant.rebuild).
+DERIVED_V3 = MappingProxyType({"resources": ("session_ids", "inflight_ops", "expiry_armed"),
+                               "sessions": ("queue", "busy_until")})
+
 
 def upgrade(doc: Any) -> Any:
-    """A version-2 document as version 3 (a copy); any other document unchanged."""
-    if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT or doc.get("version") != 2:
+    """An older document (version 2 or 3) as the current version (a copy); any other document unchanged."""
+    if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT or doc.get("version") not in (2, 3):
         return doc
     doc = copy.deepcopy(doc)
+    if doc["version"] == 2:
+        _from_2(doc)
+    for data in (doc.get("tenants") or {}).values():  # version 3 -> 4: derived fields are no longer written
+        for name, keys in DERIVED_V3.items():
+            for row in (data.get(name) or []) if isinstance(data, dict) else ():
+                for key in keys:
+                    if isinstance(row, dict):
+                        row.pop(key, None)
     doc["version"] = STATE_VERSION
+    return doc
+
+
+def _from_2(doc: dict[str, Any]) -> None:
     doc.pop("presigned", None)  # URLs are signed now: the old grants name nothing
     for data in (doc.get("tenants") or {}).values():
         if not isinstance(data, dict):
@@ -503,7 +528,6 @@ def upgrade(doc: Any) -> Any:
                     out[key] = int(out[key])
             if isinstance(out.get("checkpoint"), dict) and "id" in out["checkpoint"]:
                 op["output"] = {"checkpoint_id": out["checkpoint"]["id"]}
-    return doc
 
 
 # --- import -----------------------------------------------------------------------------------------
@@ -583,26 +607,29 @@ def build_tenant(store: Store, project: str, data: dict[str, Any], seed: int | N
     for name, cls in RECORD_TYPES.items():
         table = tenant.table(name)
         for item in data.get(name, []):
-            record = records.from_dict(cls, item)
+            if name in BLOB_TABLES and item.get("blob") is not None:
+                try:
+                    item = {**item, "blob": store.blobs.ref(item["blob"], item.get("size", 0))}
+                except LookupError as exc:
+                    raise StateError(f"tenants.{project}.{name}: {item.get('id')}: {exc}") from exc
+            try:
+                record = records.from_dict(cls, item, store.bodies)
+            except ValueError as exc:
+                raise StateError(f"tenants.{project}.{name}: {item.get('id')!r}: {exc}") from exc
             if record.id in table:
                 raise StateError(f"tenants.{project}.{name}: the id {record.id!r} appears twice")
             table.add(record)
-            if cls is records.ModelResource and record.status == records.ResourceStatus.PENDING.value:
-                tenant.gpu_queue.setdefault(record.gpu_type, []).append(record.id)
         table.drain()  # as loaded: nothing changed
-    for name in BLOB_TABLES:
-        for record in tenant.table(name).values():
-            if record.blob is not None:
-                try:
-                    record.blob = store.blobs.ref(record.blob, record.size)
-                except LookupError as exc:
-                    raise StateError(f"tenants.{project}.{name}: {record.id}: {exc}") from exc
     _check_references(tenant, project, data)
     tenant.idempotency.load({(a, b, c): v for a, b, c, v in data.get("idempotency", [])})
     entries: list[Entry] = [(float(at), int(seq), str(event), str(obj_id))
                             for at, seq, event, obj_id in data.get("timeline", [])]
     tenant.timeline.load(entries, int(data.get("timeline_seq", 0)))
-    tenant.registry.load(data.get("registry") or {})
+    try:
+        tenant.registry.load({k: msgspec.convert(v, records.Artifact) for k, v in (data.get("registry") or {}).items()})
+    except msgspec.ValidationError as exc:
+        raise StateError(f"tenants.{project}.registry: {exc}") from exc
+    tenant.rebuild()
     tenant.gpu_queue_tail = dict(data.get("gpu_queue_tail") or {})
     # A document's counter may be missing or behind its ids (written by hand, or edited): an id the tenant
     # holds is never handed out again, whatever the counter says.
@@ -665,14 +692,9 @@ def _check_references(tenant: Tenant, project: str, data: dict[str, Any]) -> Non
         if obj_id not in table:
             raise StateError(f"{where}: {what} names {obj_id!r}, which is not in the document")
 
-    for r in tenant.resources.values():
-        for sid in r.session_ids:
-            need(tenant.sessions, sid, f"model resource {r.id}'s session_ids")
     for s in tenant.sessions.values():
         need(tenant.resources, s.model_resources_id, f"session {s.id}'s model_resources_id")
-        for op_id in s.queue or ():
-            need(tenant.operations, op_id, f"session {s.id}'s queue")
-        for cid in (s.inference_checkpoint_ids or []) + (s.training_checkpoint_ids or []):
+        for cid in (*(s.inference_checkpoint_ids or ()), *(s.training_checkpoint_ids or ())):
             need(tenant.checkpoints, cid, f"session {s.id}'s checkpoints")
     for op in tenant.operations.values():
         need(tenant.sessions, op.session_id, f"operation {op.id}'s session_id")

@@ -29,17 +29,23 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from emulator.compute.bases import BaseModels
 from emulator.ids import IdFactory
+from emulator.jsontypes import Json
 from emulator.store import records
 from emulator.store.records import (
+    Artifact,
     Checkpoint,
     File,
+    LoraConfig,
     ModelResource,
     Operation,
     OperationStatus,
     Payload,
+    Record,
+    ResourceStatus,
     ScheduledAction,
     Session,
     ShapingJob,
+    Unjournaled,
 )
 
 if TYPE_CHECKING:
@@ -50,18 +56,27 @@ R = TypeVar("R")
 
 class EventSink(Protocol):
     def transition(self, at: float, project: str, kind: str, obj_id: str, old: str | None, new: str,
-                   extra: dict[str, Any] | None) -> None: ...
+                   extra: dict[str, Json] | None) -> None: ...
 
 
 class ChangeLog:
-    """Two switches shared by a tenant's parts: ``enabled`` (a journal reads this tenant) and ``noting``
-    (records handed out now may be changed: a write unit of work, or the timeline settling)."""
+    """What a tenant's parts share for its journal: ``enabled`` (a journal reads this tenant), ``noting``
+    (session models handed out now may be changed: a write unit of work, or the timeline settling), and the
+    tables by record type, where a record that changed is noted (:meth:`note`, called by the record itself)."""
 
-    __slots__ = ("enabled", "noting")
+    __slots__ = ("enabled", "noting", "tables")
 
     def __init__(self, enabled: bool = False) -> None:
         self.enabled = enabled
         self.noting = False
+        self.tables: dict[type, Table[Any]] = {}
+
+    def note(self, record: Record) -> None:
+        self.tables[type(record)].touched.add(record.id)
+
+    def notes(self) -> ChangeLog | type[Unjournaled]:
+        """What a unit of work of this tenant notes changed records in."""
+        return self if self.enabled else Unjournaled
 
 
 class OrderedIndex:
@@ -118,14 +133,11 @@ class OrderedIndex:
 class Table(Generic[R]):
     """One kind of record: by id, in creation order when the API lists it, and what a journal must write.
 
-    ``get`` and ``[]`` hand a record out to be read or changed; while the tenant is open for change they note
-    it, so the journal compares it with what it wrote last (records are plain objects the domain changes in
-    place). ``values()`` and ``ids()`` note nothing: they are for reading only. A record that the table calls
-    :meth:`final` can no longer change through the domain's rules; one that does anyway (an operation whose
-    large output is released) is handed to :meth:`changed`, so the journal writes it again.
+    A record notes its own changes here (:meth:`emulator.store.records.Record.__setattr__`, through the unit of
+    work's :class:`ChangeLog`), and the table notes the records added and removed: so whichever way a record is
+    reached (``get``, ``[]``, ``values()``...), a change to it is written. A record that the table calls
+    :meth:`final` no longer changes through the domain's rules (the journal then keeps no hash of it).
     """
-
-    __slots__ = ("name", "record_type", "_rows", "_index", "_log", "_final", "touched", "removed", "reopened")
 
     def __init__(self, name: str, record_type: type[R], log: ChangeLog, *, listed: bool,
                  final: Callable[[R], bool]) -> None:
@@ -135,21 +147,15 @@ class Table(Generic[R]):
         self._index = OrderedIndex() if listed else None
         self._log = log
         self._final = final
-        self.touched: set[str] = set()     # handed out (or added) while open for change
+        self.touched: set[str] = set()     # added, or changed (the record notes itself: Record.__setattr__)
         self.removed: set[str] = set()
-        self.reopened: set[str] = set()    # final records that changed all the same
+        log.tables[record_type] = self
 
     def get(self, obj_id: Any) -> R | None:
-        record = self._rows.get(obj_id)
-        if record is not None and self._log.noting:
-            self.touched.add(obj_id)
-        return record
+        return self._rows.get(obj_id)
 
     def __getitem__(self, obj_id: str) -> R:
-        record = self._rows[obj_id]
-        if self._log.noting:
-            self.touched.add(obj_id)
-        return record
+        return self._rows[obj_id]
 
     def peek(self, obj_id: str) -> R:
         """A record, for reading only (nothing is noted); KeyError when there is none."""
@@ -192,6 +198,15 @@ class Table(Generic[R]):
             self.removed.discard(obj_id)
         return record
 
+    def replace(self, record: R) -> None:
+        """Put ``record`` in the place of the record with its id (a new value of it: a tenant being built)."""
+        obj_id = record.id  # type: ignore[attr-defined]
+        if obj_id not in self._rows:
+            raise KeyError(obj_id)
+        self._rows[obj_id] = record
+        if self._log.enabled:
+            self.touched.add(obj_id)
+
     def remove(self, obj_id: str) -> None:
         if self._rows.pop(obj_id, None) is None:
             return
@@ -199,15 +214,7 @@ class Table(Generic[R]):
             self._index.remove(obj_id)
         if self._log.enabled:
             self.touched.discard(obj_id)
-            self.reopened.discard(obj_id)
             self.removed.add(obj_id)
-
-    def changed(self, record: R) -> None:
-        """``record`` changed although it is final, or outside a unit of work's noting: write it again."""
-        if self._log.enabled:
-            obj_id = record.id  # type: ignore[attr-defined]
-            self.touched.add(obj_id)
-            self.reopened.add(obj_id)
 
     def final(self, record: R) -> bool:
         return self._final(record)
@@ -223,10 +230,10 @@ class Table(Generic[R]):
         ids, has_more = result
         return [rows[i] for i in ids], has_more
 
-    def drain(self) -> tuple[set[str], set[str], set[str]]:
-        """(touched, removed, reopened) since the last drain; the journal writes them."""
-        out = (self.touched, self.removed, self.reopened)
-        self.touched, self.removed, self.reopened = set(), set(), set()
+    def drain(self) -> tuple[set[str], set[str]]:
+        """(touched, removed) since the last drain; the journal writes them."""
+        out = (self.touched, self.removed)
+        self.touched, self.removed = set(), set()
         return out
 
 
@@ -469,18 +476,40 @@ class Tenant:
         # (session id, operation kind, key) -> operation id
         self.idempotency: KeyedLog[str] = KeyedLog(log)
         # model registry: ml_ id -> artifact info (what checkpoints and shaping jobs registered)
-        self.registry: KeyedLog[dict[str, Any]] = KeyedLog(log)
+        self.registry: KeyedLog[Artifact] = KeyedLog(log)
         self.gpu_queue_tail: dict[str, float] = {}   # when the last queued resource leaves, per GPU type
-        self.gpu_queue: dict[str, list[str]] = {}    # PENDING resource ids in queue order (derived)
+        # Derived from what is journaled, kept up to date by the domain and rebuilt when a tenant is built from a
+        # document (:meth:`rebuild`), never written:
+        self.gpu_queue: dict[str, list[str]] = {}    # PENDING resource ids in queue order, per GPU type
+        self.sessions_of: dict[str, list[str]] = {}  # a resource's sessions, in creation order
+        self.queues: dict[str, list[str]] = {}       # a session's unfinished operations, in submission order
+        self.inflight: dict[str, int] = {}           # a resource's unfinished operations (of all its sessions)
+        self.expiry_armed: set[str] = set()          # resources whose expiry event is in the timeline
         self.models = Models(log, bases if bases is not None else BaseModels())
         self.outputs = OutputBudget()
         # Each session's finished operations, oldest first, for the retention limit; None until the domain first
         # needs them (then built from the operations). Derived: not journaled.
         self.finished: dict[str, deque[str]] | None = None
-        self.lora_configs: dict[tuple[Any, ...], dict[str, Any]] = {}  # interned, shared by sessions (derived)
+        self.lora_configs: dict[LoraConfig, LoraConfig] = {}  # interned, shared by sessions (derived)
         # What settling asked of the services beyond the tenant (a scheduled fault rule to add or remove), for
         # the runtime to carry out right after: the domain reaches no service itself. Drained at once.
         self.outbox: list[tuple[ScheduledAction, float]] = []
+
+    def rebuild(self) -> None:
+        """The derived indexes, from the records and the timeline (a tenant just built from a document)."""
+        self.gpu_queue, self.sessions_of, self.queues, self.inflight = {}, {}, {}, {}
+        for r in self.resources.ordered():
+            if r.status == ResourceStatus.PENDING:
+                self.gpu_queue.setdefault(r.gpu_type, []).append(r.id)
+        for s in self.sessions.ordered():
+            self.sessions_of.setdefault(s.model_resources_id, []).append(s.id)
+        for op in self.operations.values():  # (in submission order)
+            if not records.is_terminal(op.status, OperationStatus):
+                self.queues.setdefault(op.session_id, []).append(op.id)
+                rid = self.sessions.peek(op.session_id).model_resources_id
+                self.inflight[rid] = self.inflight.get(rid, 0) + 1
+        self.expiry_armed = {obj_id for _at, _seq, event, obj_id in self.timeline.heap
+                             if event == TimelineEvent.RESOURCE_EXPIRE}
 
     def log(self, at: float, kind: str, obj_id: str, old: str | None, new: str, **extra: Any) -> None:
         """A status change (or a creation, ``old`` None) for the event log, at its virtual time."""

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from emulator import spec
 from emulator.api import handler_for
+from emulator.domain import kinds
 
 #: The checkout's COVERAGE.md (an installed package has no checkout: main() refuses to run there).
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -35,6 +36,9 @@ def render() -> str:
                 if handler is not None:
                     served += 1
                 label = f"`{handler.__module__}.{handler.__name__}`" if handler else "**missing**"
+                kind = getattr(handler, "keywords", {}).get("kind")
+                if kind is not None:  # an operation kind's, declared by its module
+                    label += f" (`{kinds.module_of(kind.name)}`)"
                 lines.append(f"| {method.upper()} | `{prefix}{route}` | {op['operationId']} | {label} |")
         lines += ["", f"{served} of {total} operations served.", ""]
     return "\n".join(lines)

@@ -29,14 +29,14 @@ DEFECTS: MappingProxyType[str, str] = MappingProxyType({
     "pagination_repeats": "the next page of a list repeats the last item of the previous page (off-by-one cursor)",
     "status_backwards": "a READY model resource reads back as CREATING on a later GET, and a COMPLETED operation "
                         "as RUNNING",
-    "step_decreases": "optim-step lowers the session step after the first step",
+    "step_decreases": "an optimizer step lowers the session step after the first step",
     "stop_ignores_force": "stopping a model resource ignores force=true and refuses while sessions are active",
     "error_not_envelope": "error bodies are {\"detail\": ...} instead of ErrorData",
     "missing_required_field": "training sessions are rendered without the required policy_state",
     "ignore_idempotency": "a repeated Idempotency-Key submits a new operation instead of returning the original",
     "shaping_updated_at_frozen": "a shaping job's updated_at stays where it was when the job started running, "
                                  "while it stays running and gains events",
-    "dppo_params_dropped": "a forward-backward's LOSS_TYPE_DPPO loss runs without its dppo_params (the default "
+    "dppo_params_dropped": "an operation's LOSS_TYPE_DPPO loss runs without its dppo_params (the default "
                            "deltas instead of the ones sent)",
     "preprocess_error_key": "preprocessing an invalid file reports why under validation_report.reason instead of "
                             "the documented validation_report.error",
@@ -51,7 +51,6 @@ RESOURCE = re.compile(rf"^{RL}/model-resources/[^/]+$")
 OPERATION = re.compile(rf"^{RL}/training-sessions/[^/]+/operations/([a-z-]+)(/[^/]+)?$")
 STOP_RESOURCE = re.compile(rf"^{RL}/model-resources/[^/]+/stop$")
 SHAPING_JOB = re.compile(r"^/v1/shaping/(shp-[^/]+)$")
-FORWARD_BACKWARD = re.compile(rf"^{RL}/training-sessions/[^/]+/operations/forward-backward$")
 PAYLOAD_DOWNLOAD = re.compile(rf"^{RL}/training-sessions/[^/]+/payloads/[^/]+/download-url$")
 FILES = re.compile(r"^/v1/files(/[^/]+(/preprocess)?)?$")
 
@@ -61,7 +60,7 @@ def unknown(names: tuple[str, ...] | list[str]) -> list[str]:
 
 
 def _shown_step(step: int) -> int:
-    """The step the buggy server shows: the second optim-step reads lower than the first."""
+    """The step the buggy server shows: the second optimizer step reads lower than the first."""
     return step if step <= 1 else step - 2
 
 
@@ -84,7 +83,7 @@ class DefectsApp:
             await self.app(scope, receive, send)
             return
         scope = self._rewrite_request(scope)
-        if self.on("dppo_params_dropped") and scope["method"] == "POST" and FORWARD_BACKWARD.match(scope["path"]):
+        if self.on("dppo_params_dropped") and scope["method"] == "POST" and OPERATION.match(scope["path"]):
             scope, receive = await self._without_dppo_params(scope, receive)
         start: Message | None = None
         chunks: list[bytes] = []
@@ -124,7 +123,8 @@ class DefectsApp:
         return scope
 
     async def _without_dppo_params(self, scope: Scope, receive: Receive) -> tuple[Scope, Receive]:
-        """The request body, read whole, with ``loss.dppo_params`` dropped (the rest as sent)."""
+        """The request body, read whole, with ``loss.dppo_params`` dropped (the rest as sent; a body with no
+        such loss, as every kind's but the one that takes a loss, is sent as it came)."""
         chunks: list[bytes] = []
         while True:
             message = await receive()
@@ -222,7 +222,8 @@ class DefectsApp:
 
     def _operation(self, scope: Scope, kind: str, payload: dict[str, Any]) -> None:
         output = payload.get("output")
-        if self.on("step_decreases") and kind == "optim-step" and isinstance(output, dict) and "step" in output:
+        # (an optimizer step's output is the only one with a step)
+        if self.on("step_decreases") and isinstance(output, dict) and "step" in output:
             output["step"] = str(_shown_step(int(output["step"])))
         if (self.on("status_backwards") and scope["method"] == "GET"
                 and payload.get("status") == "TRAINING_OPERATION_STATUS_COMPLETED" and self._second_read(scope, payload)):

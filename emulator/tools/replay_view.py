@@ -4,8 +4,9 @@ The replay server has no store: what the page shows is rebuilt from the response
 answered in the current pass (after a rewind it starts over). Resources, sessions and checkpoints are shown
 as their latest answer showed them; operations take their session and kind from the request path; status
 segments and events start at the recorded time of the answer that first showed the status (a client that
-polls rarely sees fewer of them, as it would have). Losses come from completed forward-backward answers.
-Samples pair the prompts of the sample request with the completions of its answer. Not shown: fault rules
+polls rarely sees fewer of them, as it would have). Losses come from the completed answers of the kinds
+that show one, samples pair a sampling request's prompts with the completions of its answer (the kinds'
+declarations, as the live dashboard reads them). Not shown: fault rules
 and scenarios (a replay has none); the page hides those panels and shows the replay's progress with a rewind
 button.
 
@@ -24,6 +25,7 @@ from typing import Any, Protocol, cast
 import orjson
 
 from emulator.domain.catalog import BY_NAME
+from emulator.domain.kinds import KINDS
 from emulator.errors import NotFound
 from emulator.http.asgi import Receive, Scope, Send, query_pairs
 from emulator.http.auth import check_admin
@@ -45,7 +47,6 @@ class ReplayApp(Protocol):
 
 PROJECT = "replay"
 _OPERATION = re.compile(r"/v1/rl/training-sessions/([^/]+)/operations/([a-z-]+)(?:/[^/]+)?")
-FORWARD_BACKWARD = ("forward-backward", "custom-forward-backward")
 
 
 def _kind_of(item: dict[str, Any]) -> str | None:
@@ -79,7 +80,7 @@ def build(entries: list[dict[str, Any]]) -> dict[str, Any]:
         at = str(entry.get("at") or "")
         items = body["data"] if isinstance(body, dict) and isinstance(body.get("data"), list) else [body]
         op_path = _OPERATION.fullmatch(entry["request"]["path"])
-        if (op_path is not None and op_path.group(2) == "sample" and entry["request"]["method"] == "POST"
+        if (op_path is not None and op_path.group(2) in views.SAMPLE_KINDS and entry["request"]["method"] == "POST"
                 and isinstance(body, dict) and isinstance(body.get("id"), str)):
             with contextlib.suppress(orjson.JSONDecodeError, AttributeError, TypeError):
                 sent = orjson.loads(decode_body(entry["request"]["body"]))
@@ -97,10 +98,11 @@ def build(entries: list[dict[str, Any]]) -> dict[str, Any]:
                 item = {**previous, **item, "session_id": op_path.group(1), "kind": op_path.group(2),
                         "created_at": previous.get("created_at", at), "updated_at": at}
                 checkpoint = (item.get("output") or {}).get("checkpoint")
-                if isinstance(checkpoint, dict) and isinstance(checkpoint.get("id"), str):
+                declared = KINDS.get(item["kind"])
+                if (isinstance(checkpoint, dict) and isinstance(checkpoint.get("id"), str) and declared is not None
+                        and declared.checkpoint_type is not None):
                     objects["checkpoint"].setdefault(checkpoint["id"], {
-                        **checkpoint, "session_id": op_path.group(1),
-                        "type": "CHECKPOINT_TYPE_" + item["kind"].split("-")[0].upper()})
+                        **checkpoint, "session_id": op_path.group(1), "type": declared.checkpoint_type})
             objects[kind][item["id"]] = item
             if kind == "checkpoint":
                 continue
@@ -137,7 +139,7 @@ def tenant_view(app: ReplayApp) -> dict[str, Any]:
     losses: dict[str, list[float]] = {}
     for op in ops:
         loss = (op.get("output") or {}).get("loss")
-        if op["kind"] in FORWARD_BACKWARD and isinstance(loss, (int, float)):
+        if op["kind"] in views.LOSS_KINDS and isinstance(loss, (int, float)):
             losses.setdefault(op["session_id"], []).append(float(loss))
 
     def operation(op: dict[str, Any]) -> dict[str, Any]:
@@ -191,7 +193,7 @@ def _samples(ops: list[dict[str, Any]], sessions: list[dict[str, Any]],
     out = []
     for op in reversed(ops):
         results = (op.get("output") or {}).get("results")
-        if op["kind"] != "sample" or not isinstance(results, list):
+        if op["kind"] not in views.SAMPLE_KINDS or not isinstance(results, list):
             continue
         model = models.get(op["session_id"])
         tokenizer = model.tokenizer if model is not None else None

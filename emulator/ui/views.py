@@ -22,9 +22,10 @@ from emulator import fixture_files
 from emulator.api import render
 from emulator.clock import rfc3339
 from emulator.compute import tokenizers
+from emulator.compute.types import Wire, encode
 from emulator.domain.catalog import BY_NAME
+from emulator.domain.kinds import KINDS
 from emulator.errors import Invalid, NotFound
-from emulator.store.records import OperationKind
 
 if TYPE_CHECKING:
     from emulator.runtime import Runtime
@@ -37,7 +38,8 @@ TIMELINE_MARKS = 500     # latest operations drawn as marks on each session's la
 RECENT_SAMPLES = 10
 TENANT_NAMES = 5         # session names listed per tenant on the start page (the newest)
 MAX_LOSS_POINTS = 2_000  # per session; longer curves are thinned evenly, keeping the last point
-FORWARD_BACKWARD = (OperationKind.FORWARD_BACKWARD, OperationKind.CUSTOM_FORWARD_BACKWARD)
+LOSS_KINDS = frozenset(name for name, kind in KINDS.items() if kind.shows_loss)          # a loss curve each
+SAMPLE_KINDS = frozenset(name for name, kind in KINDS.items() if kind.shows_samples)   # prompts and completions
 TIMELINE_KINDS = frozenset({"model_resources", "training_session"})
 FINISHED = ("COMPLETED", "FAILED")
 
@@ -164,21 +166,17 @@ def tenant(runtime: Runtime, project: str) -> dict[str, Any]:
 
 def _session(state: Tenant, s: Any) -> dict[str, Any]:
     out = render.session(state, s)
-    out["queued_operations"] = len(s.queue or ())
+    out["queued_operations"] = len(state.queues.get(s.id) or ())
     return out
 
 
 def _operation(op: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"id": op.id, "session_id": op.session_id, "kind": op.kind, "status": op.status,
                            "created_at": rfc3339(op.created_at), "updated_at": rfc3339(op.updated_at)}
-    if op.output is not None and op.kind in FORWARD_BACKWARD:
-        out["loss"] = op.output.get("loss")
-    elif op.output is not None and op.kind == OperationKind.OPTIM_STEP:
-        out["step"] = op.output.get("step")
-    elif op.output is not None and op.kind == OperationKind.WEIGHTS_SYNC:
-        out["weights_version"] = op.output.get("weights_version")
+    if op.output is not None:
+        out.update(KINDS[op.kind].dashboard(op.output))
     if op.error is not None:
-        out["error"] = {"code": op.error.get("code"), "message": op.error.get("message")}
+        out["error"] = {"code": op.error.code, "message": op.error.message}
     return out
 
 
@@ -190,7 +188,7 @@ def _losses(state: Tenant, ops: list[Any]) -> list[dict[str, Any]]:
     their error code. Curves longer than ``MAX_LOSS_POINTS`` are thinned evenly, keeping the last point."""
     per: dict[str, dict[str, Any]] = {}
     for op in ops:
-        if op.kind not in FORWARD_BACKWARD:
+        if op.kind not in LOSS_KINDS:
             continue
         c = per.setdefault(op.session_id, {"n": 0, "x": [], "loss": [], "metrics": [], "failed": []})
         c["n"] += 1
@@ -200,7 +198,7 @@ def _losses(state: Tenant, ops: list[Any]) -> list[dict[str, Any]]:
             metrics = op.output.get("metrics")
             c["metrics"].append(metrics if isinstance(metrics, dict) else {})
         elif short_status(op.status) == "FAILED":
-            c["failed"].append({"x": c["n"], "code": (op.error or {}).get("code")})
+            c["failed"].append({"x": c["n"], "code": op.error.code if op.error is not None else None})
     out = []
     for session_id, c in per.items():
         x, losses, points = c["x"], c["loss"], c["metrics"]
@@ -229,7 +227,7 @@ def _sampling(state: Tenant, ops: list[Any]) -> list[dict[str, Any]]:
     stop reason (short names: ``LENGTH``, ``STOP``). Read from the samples whose output is still kept."""
     per: dict[str, dict[int, dict[str, Any]]] = {}
     for op in ops:
-        if op.kind != OperationKind.SAMPLE or op.output is None:
+        if op.kind not in SAMPLE_KINDS or op.output is None:
             continue
         for r in op.output.get("results") or ():
             segments = r.get("policy_segments") or ()
@@ -279,12 +277,13 @@ def _samples(state: Tenant, ops: list[Any]) -> list[dict[str, Any]]:
     model's tokenizer is installed."""
     out = []
     for op in reversed(ops):
-        if op.kind != "sample" or op.output is None:
+        if op.kind not in SAMPLE_KINDS or op.output is None:
             continue
         session = state.sessions.get(op.session_id)
         model = BY_NAME.get(session.base_model) if session is not None else None
         tokenizer = model.tokenizer if model is not None else None
-        prompts = [prompt_tokens(mi) for mi in op.body.get("model_inputs") or ()]
+        sent: dict[str, Any] = encode(op.body) if isinstance(op.body, Wire) else {}  # (the request as read)
+        prompts = [prompt_tokens(mi) for mi in sent.get("model_inputs") or ()]
         results = op.output.get("results") or ()
         out.append({
             "id": op.id, "session_id": op.session_id, "at": rfc3339(op.updated_at),
@@ -338,7 +337,7 @@ def _timeline(state: Tenant, ops: list[Any], events: list[dict[str, Any]]) -> di
     rows = []
     for r in state.resources.ordered():
         rows.append(row("model_resources", r, r.base_model, None))
-        for sid in r.session_ids:
+        for sid in state.sessions_of.get(r.id, ()):
             s = state.sessions.get(sid)
             if s is not None:
                 lane = row("training_session", s, s.display_name or s.id, r.id)
