@@ -52,7 +52,7 @@ class Kind(Generic[R]):
     API shows (None: the spec's), and ``check_output`` what an imported output must hold beyond it (a
     problem, or None). The dashboard: ``dashboard`` (fields of its row), ``shows_loss`` (a loss curve),
     ``shows_samples`` (prompts and completions, from its kept request), ``checkpoint_type`` (the checkpoint
-    its output names).
+    its output names), ``lane`` (where its row is drawn among a session's kinds: smaller first).
     """
 
     name: str                       # the path segment of its endpoints
@@ -73,6 +73,7 @@ class Kind(Generic[R]):
     shows_loss: bool = False
     shows_samples: bool = False
     checkpoint_type: str | None = None
+    lane: int = 0
 
     def parse(self, body: object) -> R | Malformed:
         """``body`` (parsed JSON) as this kind's request; :class:`Malformed` (the operation fails when it runs,

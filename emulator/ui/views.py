@@ -40,6 +40,7 @@ TENANT_NAMES = 5         # session names listed per tenant on the start page (th
 MAX_LOSS_POINTS = 2_000  # per session; longer curves are thinned evenly, keeping the last point
 LOSS_KINDS = frozenset(name for name, kind in KINDS.items() if kind.shows_loss)          # a loss curve each
 SAMPLE_KINDS = frozenset(name for name, kind in KINDS.items() if kind.shows_samples)   # prompts and completions
+KIND_LANES = tuple(sorted(KINDS, key=lambda name: (KINDS[name].lane, name)))  # a session's kinds, top row first
 TIMELINE_KINDS = frozenset({"model_resources", "training_session"})
 FINISHED = ("COMPLETED", "FAILED")
 
@@ -311,7 +312,8 @@ def _timeline(state: Tenant, ops: list[Any], events: list[dict[str, Any]]) -> di
 
     A segment runs from the transition into a status to the next one (``end`` null: still in it). A mark runs
     from the operation's creation to its last change when it has finished (``end`` null: still queued or
-    running); ``more`` counts the session's older operations left out.
+    running); ``more`` counts the session's older operations left out. ``kinds``: the order of a session's
+    rows per kind when it unfolds (the kinds' ``lane``).
     """
     changes: dict[str, list[tuple[str, str]]] = {}
     for e in events:
@@ -345,4 +347,4 @@ def _timeline(state: Tenant, ops: list[Any], events: list[dict[str, Any]]) -> di
                 lane["marks"] = [mark(op) for op in mine[-TIMELINE_MARKS:]]
                 lane["more"] = max(0, len(mine) - TIMELINE_MARKS)
                 rows.append(lane)
-    return {"rows": rows}
+    return {"rows": rows, "kinds": list(KIND_LANES)}

@@ -33,4 +33,4 @@ def _execute(tenant: Tenant, ctx: Ctx, s: Session, request: Request, op: Operati
 KIND = Kind(
     name="custom-forward-backward", create="createCustomForwardBackward", get="getCustomForwardBackward",
     request=Request, timing=(_training.SECONDS_PER_TOKEN,), seconds=_seconds, execute=_execute,
-    keeps_request=False, output_size=_training.output_size, dashboard=_training.dashboard, shows_loss=True)
+    keeps_request=False, output_size=_training.output_size, dashboard=_training.dashboard, shows_loss=True, lane=2)

@@ -56,4 +56,4 @@ def _execute(tenant: Tenant, ctx: Ctx, s: Session, request: Request, op: Operati
 KIND = Kind(
     name="forward-backward", create="createForwardBackward", get="getForwardBackward", request=Request,
     timing=(_training.SECONDS_PER_TOKEN,), seconds=_seconds, execute=_execute, check=_check,
-    keeps_request=False, output_size=_training.output_size, dashboard=_training.dashboard, shows_loss=True)
+    keeps_request=False, output_size=_training.output_size, dashboard=_training.dashboard, shows_loss=True, lane=1)

@@ -19,4 +19,4 @@ KIND = Kind(
     name="inference-checkpoint", create="createInferenceCheckpoint", get="getInferenceCheckpoint",
     request=_checkpoint.Request, timing=(_checkpoint.SECONDS,), seconds=_checkpoint.seconds, execute=_execute,
     render=_checkpoint.render, output_schema=_checkpoint.output_schema, check_output=_checkpoint.check_output,
-    checkpoint_type=CheckpointType.INFERENCE.value)
+    checkpoint_type=CheckpointType.INFERENCE.value, lane=6)

@@ -46,4 +46,4 @@ KIND = Kind(
     name="optim-step", create="createOptimStep", get="getOptimStep", request=Request, timing=(SECONDS,),
     seconds=_seconds,
     execute=_execute, render=_render, dashboard=_dashboard,
-    output_schema=functools.partial(counter_output, "step"))
+    output_schema=functools.partial(counter_output, "step"), lane=3)

@@ -111,4 +111,4 @@ def _output_size(op: Operation) -> int:
 KIND = Kind(
     name="sample", create="createSample", get="getSample", request=Request, timing=(SECONDS_PER_TOKEN,),
     seconds=_seconds,
-    execute=_execute, admit=_admit, check=_check, output_size=_output_size, shows_samples=True)
+    execute=_execute, admit=_admit, check=_check, output_size=_output_size, shows_samples=True, lane=4)

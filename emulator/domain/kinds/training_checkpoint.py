@@ -20,4 +20,4 @@ KIND = Kind(
     name="training-checkpoint", create="createTrainingCheckpoint", get="getTrainingCheckpoint",
     request=_checkpoint.Request, timing=(_checkpoint.SECONDS,), seconds=_checkpoint.seconds, execute=_execute,
     render=_checkpoint.render, output_schema=_checkpoint.output_schema, check_output=_checkpoint.check_output,
-    checkpoint_type=CheckpointType.TRAINING.value)
+    checkpoint_type=CheckpointType.TRAINING.value, lane=7)

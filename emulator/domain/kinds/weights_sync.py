@@ -55,4 +55,4 @@ KIND = Kind(
     name="weights-sync", create="createWeightsSync", get="getWeightsSync", request=Request, timing=(SECONDS,),
     seconds=_seconds,
     execute=_execute, render=_render, dashboard=_dashboard,
-    output_schema=functools.partial(counter_output, "weights_version"))
+    output_schema=functools.partial(counter_output, "weights_version"), lane=5)

@@ -503,8 +503,6 @@
   // coloured by status, its own status a thin band beneath them. A resource's sessions fold away (click its
   // name); a session unfolds into one row per kind of operation (click its name).
   const END_STATUSES = new Set(["STOPPED", "EXPIRED", "ERROR", "FAILED", "COMPLETED"]);
-  const KIND_ORDER = ["forward-backward", "custom-forward-backward", "optim-step", "sample", "weights-sync",
-                      "inference-checkpoint", "training-checkpoint"];
   function drawTimeline() {
     const v = state.view;
     const box = $("timeline");
@@ -540,7 +538,7 @@
         lanes.push({row, h: 26});
         if (state.expanded.has(row.id)) {
           const kinds = [...new Set((row.marks || []).map((m) => m.kind))]
-            .sort((a, b) => KIND_ORDER.indexOf(a) - KIND_ORDER.indexOf(b));
+            .sort((a, b) => v.timeline.kinds.indexOf(a) - v.timeline.kinds.indexOf(b));  // (the server's order)
           for (const kind of kinds) lanes.push({row, kind, h: 15});
         }
       }
