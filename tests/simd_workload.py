@@ -19,7 +19,16 @@ import numpy as np
 
 from emulator.compute import ModelSpec
 from emulator.compute import SessionModel as TypedModel
-from emulator.compute.types import AdamParams, Gradient, Loss, ModelInput, MuonParams, Sample, SamplingParams, decode
+from emulator.compute.types import (
+    AdamParams,
+    Gradient,
+    Loss,
+    ModelInput,
+    MuonParams,
+    Sample,
+    SamplingParams,
+    decode,
+)
 
 VOCAB, TOKENIZER = 248_320, 248_077
 

@@ -27,13 +27,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
 from emulator.compute.bases import BaseModels
 from emulator.compute.portable import exp, log, log_float
 from emulator.compute.spec import EOS_ROW_PERIOD, EOS_SLOT, NUM_PREFERRED, PREF_JITTER, PREF_LADDER
+
+T = TypeVar("T")
 
 _U64 = np.uint64
 _MASK64 = (1 << 64) - 1
@@ -81,7 +83,7 @@ class BaseModel:
     _s: np.ndarray = field(init=False, repr=False, compare=False)
     _ladder: np.ndarray = field(init=False, repr=False, compare=False)
     _rows: _RowCache = field(init=False, repr=False, compare=False)
-    _derived: dict[str, Any] = field(init=False, repr=False, compare=False)
+    _derived: dict[str, object] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "k", min(NUM_PREFERRED, self.vocab_size))
@@ -91,13 +93,13 @@ class BaseModel:
         object.__setattr__(self, "_rows", _RowCache(self.k))
         object.__setattr__(self, "_derived", {})
 
-    def derived(self, name: str, build: Callable[[BaseModel], Any]) -> Any:
+    def derived(self, name: str, build: Callable[[BaseModel], T]) -> T:
         """A value built once from this base model and kept with it (its untrained weights, say): it lives
-        and dies with the base model, so with the runtime that owns it."""
+        and dies with the base model, so with the runtime that owns it. A name is built by one ``build``."""
         value = self._derived.get(name)
         if value is None:
             value = self._derived[name] = build(self)
-        return value
+        return cast(T, value)
 
     def describe(self) -> dict[str, object]:
         return {"seed": int(self.seed), "vocab_size": int(self.vocab_size), "eos_token_id": int(self.eos)}

@@ -80,7 +80,7 @@ class SessionModel:
         self._export_step = 0
         self.last_optim_info: dict[str, float] = {}
         self.version = 0  # counts changes to the state :meth:`to_state` exports (persistence writes on change)
-        self._changes: list[dict[str, Any]] | None = None  # the calls since _changes_from, when tracked
+        self._changes: list[dict[str, Json]] | None = None  # the calls since _changes_from, when tracked
         self._changes_from = 0
         self._changes_weights: list[tuple[int, Weights]] = []
 
@@ -182,13 +182,13 @@ class SessionModel:
         self._changes_from = self.version
         self._changes_weights = [(self.step, self._weights)]
 
-    def _note(self, call: dict[str, Any]) -> None:
+    def _note(self, call: dict[str, Json]) -> None:
         if self._changes is not None:
             self._changes.append(call)
             if "update" in call:
                 self._changes_weights.append((self.step, self._weights))
 
-    def changes_since(self, version: int) -> tuple[list[dict[str, Any]], list[tuple[int, Weights]]] | None:
+    def changes_since(self, version: int) -> tuple[list[dict[str, Json]], list[tuple[int, Weights]]] | None:
         """The calls that changed the model since ``version``, JSON-ready, for :meth:`replay`, and the weights
         the model had at each step on the way (step, weights), the first being those at ``version``. None
         unless every call was noted (then a journal writes :meth:`to_state`). What it returns is forgotten
@@ -202,7 +202,7 @@ class SessionModel:
         self.track_changes()
         return changes, passed
 
-    def replay(self, calls: list[dict[str, Any]]) -> tuple[dict[int, Weights], list[int]]:
+    def replay(self, calls: Sequence[Json]) -> tuple[dict[int, Weights], list[int]]:
         """Make the calls of :meth:`changes_since` again, in order; the same calls on the same state give the
         same bits. Returns the weights at each step passed through (the current ones included), and the steps
         whose weights differ from the ones noted when the calls were first made (another numpy or CPU may
@@ -210,9 +210,11 @@ class SessionModel:
         weights = {self.step: self._weights}
         differ = []
         for call in calls:
-            if not isinstance(call, dict) or len(call) != 1:
+            if not isinstance(call, Mapping) or len(call) != 1:
                 raise invalid(f"not a model change: {str(call)[:100]}")
             (name, args), = call.items()
+            if not isinstance(args, Mapping):
+                raise invalid(f"not the arguments of a model change: {str(args)[:100]}")
             if name == "loss_and_grad":
                 self.loss_and_grad(decode(args["samples"], tuple[Sample, ...]), decode(args["loss"], Loss))
             elif name == "accumulate_gradients":

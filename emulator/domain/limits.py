@@ -68,7 +68,7 @@ class Limits:
         if not isinstance(data, dict):
             raise ValueError("a limits file is a mapping of " + ", ".join(_TOP_KEYS))
         _known(data, _TOP_KEYS, "")
-        values: dict[str, Any] = {k: _count(data[k], k) for k in _TOP_KEYS[:-1] if k in data}
+        values: dict[str, int] = {k: _count(data[k], k) for k in _TOP_KEYS[:-1] if k in data}
         models = data.get("models", {})
         if not isinstance(models, dict):
             raise ValueError("models must map base model names to {max_lora_sessions: N}")

@@ -77,14 +77,14 @@ class EventLog:
         self._events.append((self._seq, project, at, kind, obj_id, old, new, extra))
 
     @staticmethod
-    def _render(entry: tuple[Any, ...]) -> dict[str, Any]:
+    def _render(entry: tuple[Any, ...]) -> dict[str, Json]:
         if len(entry) == 3:
             return {**entry[2], "seq": entry[0]}
         seq, project, at, kind, obj_id, old, new, extra = entry
         return {"type": "transition", "at": rfc3339(at), "project": project, "kind": kind, "id": obj_id,
                 "from": old, "to": new, **(extra or {}), "seq": seq}
 
-    def since(self, seq: int = 0, project: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+    def since(self, seq: int = 0, project: str | None = None, limit: int = 1000) -> list[dict[str, Json]]:
         """Events after ``seq`` (of one project, or all), oldest first, at most ``limit``. Walks back from the
         newest, so a reader that keeps up (the dashboard's stream) costs what is new, not the whole log."""
         picked: list[tuple[Any, ...]] = []

@@ -431,7 +431,7 @@ class Persistence:
         everything) when ``reset``, with ``tenant``'s change (a tenant seeded at its reset). Refused:
         :class:`Unavailable`, and nothing is reloaded: the caller puts back what it changed (the store, the
         clocks, these memos: :meth:`save`)."""
-        line: dict[str, Any] = {}
+        line: dict[str, Json] = {}
         if reset:
             if project is None:
                 self.memos.clear()

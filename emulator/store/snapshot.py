@@ -179,8 +179,8 @@ def tenant_change(tenant: Tenant, memo: TenantMemo) -> dict[str, Json]:
     if registered:
         change["registry"] = {k: msgspec.to_builtins(v) for k, v in registered.items()}
     models_touched, weights_touched = tenant.models.drain()
-    models: dict[str, Any] = {}
-    model_calls: dict[str, Any] = {}
+    models: dict[str, Json] = {}
+    model_calls: dict[str, Json] = {}
     passed: dict[str, dict[int, tuple[int, Any]]] = {}  # per session: id(weights) -> (step, weights) on the way
     for sid in sorted(models_touched):
         model = tenant.models.live.get(sid)
@@ -222,7 +222,7 @@ def tenant_change(tenant: Tenant, memo: TenantMemo) -> dict[str, Json]:
 
 
 def _weights_named(tenant: Tenant, memo: TenantMemo, sid: str, pair: tuple[int, Any],
-                   passed: dict[int, tuple[int, Any]] | None, part: str) -> dict[str, Any]:
+                   passed: dict[int, tuple[int, Any]] | None, part: str) -> dict[str, Json]:
     """A published or staged entry for a journal line: weights are snapshots of the session's model, so the
     line names the model's step when the journal holds the model at that step (now, or on the way through
     this line's calls), or the staged entry it came from; only weights of nothing the journal holds are
@@ -250,7 +250,7 @@ class TenantReplay:
         self.timeline = {e[1]: e for e in data.get("timeline", [])}
         self.idempotency = {tuple(e[:3]): e[3] for e in data.get("idempotency", [])}
         self.bases = bases
-        self.models: dict[str, Any] = {}       # session -> SessionModel, for the models replayed
+        self.models: dict[str, compute.SessionModel] = {}  # the models replayed, by session
         self.differ: list[tuple[str, int]] = []  # (session, step) whose replayed weights differ from the noted
         self.work = 0                           # trained entries stepped by the optim steps replayed
 

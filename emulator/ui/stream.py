@@ -105,7 +105,9 @@ async def run(runtime: Runtime, receive: Any, send: Any, project: str | None, si
                     runtime.settle(project)
             new = runtime.store.events.since(seq, project, views.EVENT_SCAN)
             if new:
-                seq = new[-1]["seq"]
+                last = new[-1]["seq"]
+                assert isinstance(last, int)  # (the log numbers its events)
+                seq = last
                 chunks.append(sse("log", new[-LOG_BATCH:], seq))
             clock = runtime.clocks.describe(project)
             if clock != last_clock:
