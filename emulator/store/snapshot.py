@@ -103,8 +103,8 @@ def export_state(store: Store, clock: dict[str, Json], *, inline_bytes: bool = F
 class TenantMemo:
     """What a journal already holds of one tenant, so that its next line carries only what changed.
 
-    A record is remembered by the hash of its JSON, or as ``None`` once written final (it never changes
-    again but through :meth:`~emulator.store.tenant.Table.changed`); models by identity and version (a
+    A record is remembered by the hash of its JSON, or as ``None`` once written final (no hash is kept: a
+    change to it is still noted, and written); models by identity and version (a
     model the journal holds notes its calls from there: ``SessionModel.track_changes``); published and
     staged weights by identity (they are replaced, never edited); small scalars by value.
     """
