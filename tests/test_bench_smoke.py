@@ -347,3 +347,19 @@ def test_compute_bench_times_every_case(capsys: pytest.CaptureFixture[str], monk
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == list(compute.CASES)
     assert all(0 < float(line.split()[1]) < 10_000 for line in lines), lines  # ms of CPU: measured, not absurd
+
+
+def test_every_representation_of_bench_typed_requests_reads_the_same_values() -> None:
+    """bench/typed_requests.py compares representations by cost: each must read the four bodies alike."""
+    from bench import typed_requests
+
+    def seen(read: object) -> tuple[object, ...]:
+        res, ses, fb, opt = read(typed_requests.BODIES)  # type: ignore[operator]
+        tensor = fb.samples[0].loss_fn_inputs["weights"]
+        return (res.base_model, res.lora_enabled, ses.model_resources_id, fb.loss.type, tuple(tensor.data),
+                tensor.dtype, opt.adam_params.learning_rate)
+
+    got = {kind: seen(read) for kind, read in typed_requests.READERS.items()}
+    assert set(got) == set(typed_requests.KINDS)
+    assert len(set(got.values())) == 1, got
+    assert got["msgspec"][0] == "Qwen/Qwen3.8-27B" and got["msgspec"][-1] == 0.0001
