@@ -1,7 +1,7 @@
 """A live dashboard at ``/_emulator/ui``, for demos and for watching a client under test.
 
 Shows, per tenant: model resources, sessions and operations with their statuses on a timeline in
-virtual time, each session's loss curve (every forward-backward in order, the failed ones marked), the
+virtual time, each session's loss curve (every operation that computes a loss, in order, the failed ones marked), the
 metrics its losses returned (clip fractions, KL, ratio), its samples' lengths and stop reasons per
 weights version, recent samples, checkpoints; and, for the whole emulator (every tenant): the virtual
 clock with controls (advance, mode, speed), the fault rules (add, remove), scenario loading and a live

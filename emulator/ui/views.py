@@ -3,7 +3,7 @@
 Every view settles the tenant's timeline first (as a request does), so statuses are those a client
 would read at the same virtual instant. Resources and sessions are rendered exactly as the API
 answers them (``emulator.api.render``); operations, samples and checkpoints are trimmed to what a
-person reads (the full output of a forward-backward can be megabytes); the loss curves, the loss metrics
+person reads (the full output of a training batch can be megabytes); the loss curves, the loss metrics
 and the sampling per weights version are read from the operations the tenant still keeps.
 
 Limits: the timeline and the live event list come from the event log, which keeps the last 50,000
@@ -182,7 +182,7 @@ def _operation(op: Any) -> dict[str, Any]:
 
 
 def _losses(state: Tenant, ops: list[Any]) -> list[dict[str, Any]]:
-    """One curve per session. ``x`` numbers every forward-backward the session submitted (completed, failed or
+    """One curve per session. ``x`` numbers every loss-computing operation the session submitted (completed, failed or
     still to run) in submission order, so a failed one keeps its place: the completed ones carry their loss
     and the metrics their loss returned (``metrics``: name -> values aligned with ``x``, ``None`` where a point
     lacks it; ``loss:sum`` is the loss itself and is left out), the failed ones are listed in ``failed`` with
