@@ -1,11 +1,8 @@
 """Actions the control plane schedules for a virtual instant (``/_emulator/clock/actions``), and what each does.
 
-Emulates nothing of the real API: this is how a test makes something happen to its tenant at a chosen
-virtual time, in order with every other transition (a resource force-stopped mid-training, a session that
-expires, the GPU queue stalling for an outage, a fault rule that starts or stops). An action is a record
-of the tenant (exported, imported and journaled with it) with one timeline entry; when the clock passes it,
-:func:`on_run` does it at its own virtual time and logs it. Fault rules live outside the tenant (the
-runtime's), so adding or removing one is handed to the runtime through ``tenant.outbox``.
+Emulates nothing of the real API: a test makes something happen to its tenant at a chosen virtual time, in
+order with every other transition (a resource force-stopped, a session expiring, a GPU-queue outage, a
+fault rule starting or stopping).
 """
 
 from __future__ import annotations

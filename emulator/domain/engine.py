@@ -1,9 +1,7 @@
 """Settles the timeline: applies every transition that is due by ``ctx.now``, in time order.
 
-Called when every unit of work opens, so status is computed when read from the clock, with no background
-thread and no sleep; a client that reads after advancing the manual clock sees every intermediate
-transition stamped with the virtual time it happened at. While it settles, the tenant notes what changes
-(``ChangeLog.noting``), whatever the unit of work is for: a read's settling is journaled with the next write.
+Called when every unit of work opens, so status is computed when read from the clock (no thread, no sleep);
+a client that reads after advancing the manual clock sees every intermediate transition at its virtual time.
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
 """The Files API as the SDK's ``client.files`` uses it: upload, list, retrieve, content, delete.
 
-Emulates the flow of ``together==3.1.1``'s ``UploadManager`` for one file: ``POST /v1/files`` (a form:
-``purpose``, ``file_name``, ``file_type``, ``checksum``) creates the file and answers 302 with a presigned
-upload URL in ``Location`` and the id in ``X-Together-File-Id``; the client PUTs the bytes there (the
-emulator's ``/_files/uploads/<token>``, no auth, once); ``POST /v1/files/{id}/preprocess`` validates them
-and answers the file. A file belongs to its project (tenant), like every other record.
-
-Validation (``processing_status``, ``validation_report``): a ``jsonl`` file is valid when every non-empty
-line is a JSON object and the rows share one format: ``CONVERSATION`` (a ``messages`` array of objects
-with a string ``role``, and an optional ``tools`` array), ``INSTRUCTION`` (``prompt`` and ``completion``)
-or ``GENERAL`` (``text``); otherwise ``INVALID_FORMAT`` with the first problem. ``csv`` and ``parquet``
-files are kept unvalidated (``COMPLETED``, no report) [emulator choice].
-
-What a shaping job asks of its calibration file (the SDK: "rejected unless the file exists in the request
-project, has finished uploading, has passed files API validation as a conversation dataset, is not
-empty, and is at most 64 MiB", purpose ``calibration`` or ``fine-tune``): :func:`check_calibration`.
-
-Differences [inferred; undocumented]: validation finishes within the preprocess call (the real pipeline
-may pass through ``QUEUED``/``RUNNING``); a second upload of the same bytes (same checksum), name and
-purpose answers 409 ``{"file_id"}``, which the SDK turns into the existing file ("uploads are
-idempotent"); the 302's body is the new file's id; multipart uploads (files over 5 GB) and the direct
-``/v1/files/upload`` form are not emulated, and a file's size is bounded by ``--max-body-bytes``. The bytes
-live on disk (:mod:`emulator.store.blobs`), and a project keeps at most ``uploads_mib_per_tenant`` of
-uploads, files and unread payloads together (:mod:`emulator.domain.limits`); more is 429 [inferred].
+Emulates ``together==3.1.1``'s ``UploadManager`` flow (create answers 302 to a presigned upload URL, PUT, then
+preprocess validates). Differs [inferred]: validation finishes within preprocess; the same upload twice is 409
+``{"file_id"}``; no multipart or direct ``/v1/files/upload``; bounded by ``--max-body-bytes`` and a quota.
 """
 
 from __future__ import annotations

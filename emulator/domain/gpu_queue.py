@@ -1,10 +1,8 @@
 """The GPU queue that PENDING model resources wait in, one FIFO per GPU type.
 
-Emulates ``status_details.queue_position`` (older same-GPU-type resources still waiting, plus one)
-and the wait itself: the head of the queue leaves every ``queue_slot_seconds``. A fault effect can
-put phantom resources ahead of one (``queue_extra``), each taking a slot of at least a virtual second.
-
-Differences from the real API: the queue is per project here; the real one is shared by everyone.
+Emulates ``status_details.queue_position`` (older same-GPU-type resources still waiting, plus one) and the
+wait: the head leaves every ``queue_slot_seconds``; a fault effect can put phantom resources ahead (``queue_
+extra``, a slot of at least a virtual second each). Differs: per project here; the real one is shared.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """What an operation kind is: the declaration each module of :mod:`emulator.domain.kinds` makes.
 
-A kind is one asynchronous operation of a training session (``POST .../operations/<name>`` and its
-``GET``). Its module declares everything about it that differs from the other kinds; the queue
-(:mod:`emulator.domain.operations`), the handlers, the render, the import check and the dashboard read
-the declaration from the registry (:data:`emulator.domain.kinds.KINDS`) and know no kind by name.
+A kind is one asynchronous operation of a training session (``POST .../operations/<name>`` and its ``GET``);
+its module declares all that differs from the other kinds, and the queue, handlers, render, import check and
+dashboard read it from the registry (:data:`emulator.domain.kinds.KINDS`), knowing no kind by name.
 """
 
 from __future__ import annotations

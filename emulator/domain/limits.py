@@ -1,28 +1,8 @@
 """Limits the emulator enforces where the real service documents only part of the number.
 
-Documented (docs/api-surface.md C.2, from the multi-LoRA docs page): a LoRA-enabled model resource
-holds **up to 5** concurrent sessions "by default, fewer for some models"; a full-weight resource
-holds **1**; more answers 429. Not documented, so [inferred]: which models hold fewer and how many
-(the catalog says MiniMax-M3 holds 2, :mod:`emulator.domain.catalog`), how many routed-experts
-keys a session keeps before the oldest expire (1024; see :mod:`emulator.domain.routed_experts`), and how
-much large operation output a tenant keeps before the oldest is released (256 MiB of JSON; see
-:mod:`emulator.domain.operations`), how many finished operations a session keeps before the oldest are
-forgotten (1,000; same module), how large a session's free-form metadata may be (16 KiB of JSON;
-see :mod:`emulator.domain.sessions`), and how many bytes of uploads a project keeps: Files API files and
-offloaded payloads not yet read, together (2 GiB, which holds 20 files of the 64 MiB --max-body-bytes
-with room to spare; more is 429; see :mod:`emulator.domain.files`).
-
-Every number can be overridden with ``--limits-file`` (YAML or JSON; unknown keys are refused)::
-
-    max_full_weight_sessions: 1          # sessions on one full-weight resource
-    max_lora_sessions: 5                 # sessions on one LoRA resource, for every model not under models
-    routed_experts_keys_per_session: 1024
-    operation_outputs_mib_per_tenant: 256  # large outputs (samples, per-token logprobs) kept, newest first
-    finished_operations_per_session: 1000  # finished operations a session keeps, newest first
-    session_metadata_kib: 16             # largest session metadata (JSON); larger is 400
-    uploads_mib_per_tenant: 2048         # bytes of files and unread payloads a project keeps; more is 429
-    models:                              # per catalog base model
-      MiniMaxAI/MiniMax-M3: {max_lora_sessions: 3}
+Documented (docs/api-surface.md C.2): a LoRA resource holds up to 5 sessions "by default, fewer for some
+models", a full-weight one 1; more is 429. The rest is [inferred] (which models hold fewer, retention and
+size bounds, the upload quota); every number can be overridden with ``--limits-file`` (see the README).
 """
 
 from __future__ import annotations

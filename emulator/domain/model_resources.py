@@ -1,15 +1,8 @@
 """Model resources: create, list, get, stop, extend-expiry, estimate-cost, and their lifecycle.
 
-Emulates docs/api-surface.md A.1 and C.1. ``PENDING`` (in a per-GPU-type queue whose head leaves every
-``queue_slot_seconds``) -> ``CREATING`` -> ``READY`` -> ``STOPPING`` -> ``STOPPED``; ``ERROR`` only
-through fault effects. ``expires_at`` = last activity + ``inactive_timeout``, never earlier; at
-expiry the resource stops and its active sessions become ``EXPIRED``; never while an operation of
-one of its sessions is pending or running.
-
-Differences from the real API: the GPU queue is per project (the real one is shared by everyone);
-``expires_at`` moves at once with each activity (the real one is refreshed about once a minute);
-``base_weights_ref`` is echoed as given after checking it names a full-weight model of the project's
-registry.
+Emulates docs/api-surface.md A.1 and C.1: PENDING (GPU queue) -> CREATING -> READY -> STOPPING -> STOPPED;
+expiry at last activity + ``inactive_timeout``. Differs: the GPU queue is per project; ``expires_at`` moves at
+once with each activity (the real one about once a minute); ``base_weights_ref`` is echoed after a check.
 """
 
 from __future__ import annotations

@@ -1,38 +1,8 @@
 """Asynchronous training operations: submit, get, the per-session queue and their execution.
 
-Emulates docs/api-surface.md A.3, C.3 and C.4. A submit answers ``PENDING``; operations of one session
-run one after another in submission order (``PENDING`` -> ``RUNNING`` -> ``COMPLETED | FAILED``),
-each taking the timing profile's duration, which grows with the tokens in the batch. When one
-finishes, the simulated model (:mod:`emulator.compute`) produces its output. ``Idempotency-Key``
-is scoped to (session, kind): the same key and body return the original operation; the same key
-with another body is refused (400, ``idempotency_key_reused``). An offloaded request (``payload_id``) runs
-on its inline body merged with the uploaded payload, the payload winning for the fields it holds; the
-key compares the inline body as sent (with its ``payload_id``), so a retry needs no payload, and the
-operation keeps the merged body it ran on.
-
-What each kind does, how long it runs, the checks of its body and its output are its module's
-(:mod:`emulator.domain.kinds`); this module knows no kind by name.
-
-Differences from the real API [inferred]: submitting to a session that is not RUNNING answers an
-operation that is already FAILED with ``SESSION_NOT_ACTIVE``.
-
-Output retention [emulator choice; the real retention is undocumented]: an operation's output is kept
-for a GET however late, except large ones (4 KiB of JSON or more: samples, per-token logprobs), of
-which a tenant keeps the newest ``operation_outputs_mib_per_tenant`` MiB (:mod:`emulator.domain.limits`,
-default 256); beyond that the oldest is released, and its operation answers 404 ``output_released``.
-A kept request counts with its output and goes with it (a sampler's prompts: the dashboard shows only
-recent ones). A sampling loop would otherwise grow the process by its prompts and samples for ever.
-
-Operation retention [emulator choice]: a session keeps its newest ``finished_operations_per_session``
-finished operations (default 1,000); older ones are forgotten, with their ``Idempotency-Key`` and the
-uploaded payload they read (the journal writes the removals). A GET of one answers 404
-``operation_not_retained`` (on a session that has forgotten any); a retry with a forgotten key starts a
-new operation (a retry that late would follow a thousand newer operations of the same session). Without
-the bound a shared, long-running emulator grew by ~1.7 KB per operation for ever.
-
-Bounds checked at submit, before the operation exists (400): the kind's own (``Kind.check``); an uploaded
-payload nests at most as deep as a request body may. Every scheduled time stays within year 9999
-(:func:`emulator.bounds.later`), and a duration is computed whatever the body holds.
+Emulates docs/api-surface.md A.3, C.3, C.4: PENDING -> RUNNING -> COMPLETED | FAILED, one at a time per session,
+``Idempotency-Key`` per (session, kind); each kind is its module's. Differs [inferred]: a submit to a session not
+RUNNING is an operation already FAILED (``SESSION_NOT_ACTIVE``); old outputs and operations are released (404).
 """
 
 from __future__ import annotations

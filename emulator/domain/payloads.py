@@ -1,17 +1,8 @@
 """Large-payload offload: upload URLs and download URLs (docs/api-surface.md A.4).
 
-The SDK uploads operation bodies over 0.5 MiB to a presigned URL and submits ``payload_id`` with a
-truncated inline body; the operation runs on the two merged, the uploaded fields replacing the inline
-ones (a training batch's ``forward_only`` and ``return_loss_fn_outputs`` are not uploaded). The
-presigned URLs point at the emulator itself (``/_files/payloads/<token>``, issued by the handlers) and
-need no auth, like the real ones.
-
-Where it differs: the emulator releases a payload's bytes when the first operation that read them
-finishes (:func:`emulator.domain.common.release_inputs`); afterwards a download or another operation
-naming it is refused with a message saying so. How long the real service keeps an uploaded payload
-is undocumented; the SDK uploads a new one for every call and never downloads its own uploads. The bytes
-live on disk until then (:mod:`emulator.store.blobs`), counted in the project's upload quota
-(:func:`emulator.domain.files.check_room`).
+The SDK uploads operation bodies over 0.5 MiB to a presigned URL (here the emulator's ``/_files/payloads/
+<token>``, no auth, like the real ones) and submits ``payload_id``; the operation runs on the two merged.
+Differs: a payload's bytes are released when the first operation that read them finishes; later use is refused.
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
 """Routed-experts keys: a mixture-of-experts sample's expert routing, replayed in training.
 
-Emulates docs/api-surface.md A.3.1 / A.3.5 and the SDK's docstrings (``OperationSampleParams.
-return_routed_experts``, ``SampledSequence.routed_experts_key``, ``Sample.routed_experts_key``): on a
-mixture-of-experts model (:attr:`emulator.domain.catalog.CatalogModel.moe`) a sample with
-``return_routed_experts`` gives every sequence an opaque ``routed_experts_key``; a training sample (of
-either kind that trains on a batch) that sends it back replays that routing. "The selections must cover the
-entire training sample or all but its final token. Training fails if the key is no longer available."
-On a dense model ``return_routed_experts`` is ignored (documented) and so is a sample's key [inferred:
-there is no routing to replay].
-
-The emulator's choices [inferred; the real ones are not published]:
-
-- A key looks like the documented example, ``routing/session/<32 hex>.<n>``: the hex part derived from
-  the seed and the sample operation, ``n`` the sequence's prompt plus completion tokens (the SDK's
-  example has ``.22`` for a 20-token prompt and 2 sampled tokens).
-- It covers every position the generator ran: the prompt and every sampled token but the last, which
-  is never fed back. So ``(prompt + completion)[:-1]``, the usual training input, is covered whole, and
-  ``prompt + completion`` all but its last token; a longer training input is refused.
-- Keys belong to the session that sampled them and live as long as it does, bounded: a session keeps
-  its newest ``routed_experts_keys_per_session`` keys (:mod:`emulator.domain.limits`, default 1024);
-  older ones expire first in, first out. Weight changes do not expire a key (replaying the sampler's
-  routing after the policy moved on is what the feature is for).
-- An unknown, expired or too-short key fails the training operation with ``INVALID_INPUT`` (the
-  documented failure names no code) before anything is computed.
+Emulates docs/api-surface.md A.3.1 / A.3.5 and the SDK's docstrings: on an MoE model, ``return_routed_experts``
+gives each sequence a ``routed_experts_key`` a training sample may send back; on a dense model both are ignored
+(the flag documented, the key [inferred]). Key format, coverage, lifetime, failures: [inferred] (README).
 """
 
 from __future__ import annotations

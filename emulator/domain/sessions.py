@@ -1,21 +1,8 @@
 """Training sessions: create, list, get, update, stop, and their lifecycle.
 
-Emulates docs/api-surface.md A.2 and C.2. ``CREATING`` -> ``RUNNING`` (once the resource is READY)
--> ``STOPPING`` -> ``STOPPED``; ``EXPIRED`` when the resource stops for inactivity; ``ERROR`` when
-the resource fails (fault effects). Sessions take ``base_model`` from their resource and an unset
-``lora_config`` field from the vendor's default (rank 32, alpha 64, dropout 0, train_unembed true:
-:mod:`emulator.defaults`); a resource holds at most ``max_lora_sessions`` LoRA sessions or one full-weight
-session (429 beyond; the numbers come from :mod:`emulator.domain.limits`, overridable). A session
-that resumes a LoRA checkpoint inherits the checkpoint's LoRA config: a ``lora_config`` the caller
-gives must keep its rank, alpha and train_unembed (400 naming both values), may change dropout, and
-its seed is ignored (documented), so the checkpoint's seed stays. A ``lora_config.seed`` that is ignored
-(on a resume, or on a full-weight resource: documented) comes back as an ``X-Emulator-Warning``, or 400
-under ``--strict`` (``Ctx.ignored``).
-
-Differences from the real API [inferred]: a session may be created while its resource is still
-PENDING/CREATING and stays CREATING until the resource is READY; stopping a session that is
-already inactive answers it unchanged (200); stopping fails the session's unfinished operations
-with ``SESSION_NOT_ACTIVE``.
+Emulates docs/api-surface.md A.2, C.2: CREATING -> RUNNING -> STOPPING -> STOPPED, EXPIRED or ERROR; caps per
+resource (429). Differs [inferred]: a session created on a resource not yet READY stays CREATING; stopping an
+inactive session answers it unchanged (200), an active one fails its unfinished operations (SESSION_NOT_ACTIVE).
 """
 
 from __future__ import annotations

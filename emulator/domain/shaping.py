@@ -1,15 +1,8 @@
 """The ``/v1/shaping`` group: prepare-for-FP4-inference (quantization) jobs (docs/api-surface.md A.7).
 
-Emulates: create (the model must be in the project's registry, i.e. produced by one of its
-inference checkpoints; 400 otherwise), estimate, list, get, cancel and events. A job walks
-``pending -> queued -> running -> completed`` one phase per ``shaping_phase_seconds``, adding the
-documented events; cancel moves it to ``cancel_requested`` and then ``cancelled``.
-
-Differences from the real API: no real quantization happens; the result is a new registry entry;
-402 (cannot pay) never happens unless a fault rule injects it. A calibration file is checked as
-documented (create and estimate alike; :func:`emulator.domain.files.check_calibration`): it must exist in
-the project's Files API files, have finished uploading, have passed validation as a conversation dataset,
-be non-empty and at most 64 MiB, with purpose ``calibration`` or ``fine-tune``; otherwise 400.
+Emulates create (model in the project's registry, else 400), estimate, list, get, cancel and events; a job walks
+pending -> queued -> running -> completed, one phase per ``shaping_phase_seconds``. Differs: no real quantization
+(the result is a new registry entry); 402 only from a fault rule.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """What the timeline will do: each pending transition previewed from its record, and what a polled object waits on.
 
-Emulates nothing of the real API: this is what the control plane shows as ``/_emulator/clock/pending`` and what
-moves a manual or auto clock to "the next thing" (``advance {"to": "next"}``, ``run``, a poll on the auto clock).
-A timeline entry can be stale (a resource stopped while it queued, an expiry pushed later by activity), so each
-event has a preview next to its handler's rules: what its record will become, and when (an expiry re-arms at
-the resource's ``expires_at``), or nothing. Some transitions have no timeline entry of their own and are derived
-from their records: the sessions that expire with their resource, and presigned upload URLs (a payload's or a
-file's, issued when the record was made) that expire unused. Download URLs are issued per request and leave no
-trace (they cost no state), so they are not listed.
+Emulates nothing of the real API: this is ``/_emulator/clock/pending`` and what moves a manual or auto clock to
+"the next thing" (``advance {"to": "next"}``, ``run``, a poll on the auto clock).
 """
 
 from __future__ import annotations

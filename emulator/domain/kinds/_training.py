@@ -1,9 +1,8 @@
-"""What the two kinds that train on a batch of samples share: how long they run (tokens in the batch times
-``forward_backward_seconds_per_token``), the size of their per-token outputs, and the dashboard's loss.
+"""What the two kinds that train on a batch of samples share: how long they run, their outputs' size, the loss.
 
-Their requests are read only to run them (a batch is 100-200 bytes per token), so they are released when
-the operation finishes: a long training loop would otherwise keep every batch it ever sent for the life of
-the state (and write it to ``--state-file``). Idempotency compares the body's hash, which stays.
+Duration: tokens in the batch times ``forward_backward_seconds_per_token``. Their requests are released when the
+operation finishes (a batch is 100-200 bytes per token; a long loop would otherwise keep every batch it sent,
+also in ``--state-file``); idempotency compares the body's hash, which stays.
 """
 
 from __future__ import annotations

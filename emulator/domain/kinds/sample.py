@@ -1,12 +1,8 @@
-"""``sample``: completions of each prompt from the sampler's weights (the applied version; weights staged by
-a deferred sync are applied first), with their log-probs, and routed-experts keys on request.
-
-Refused at submit (400) [inferred]: sampling on a resource with zero generator replicas; a ``max_tokens``
-beyond the model's context length, a ``num_samples`` beyond what one request may generate, a seed outside
-int64 (its duration grows with them; an unbounded one scheduled its end past year 9999).
-``return_routed_experts`` on a dense model is dropped with a warning (400 under ``--strict``): the SDK says
-"Only supported for mixture-of-experts models; ignored for other models". Its prompts are kept with its
-output (the dashboard shows recent samples) and go with it when a large output is released.
+"""``sample``: completions of each prompt from the sampler's weights (the applied version; a deferred sync's
+staged weights are applied first), with their log-probs, and routed-experts keys on request.
+Refused at submit (400) [inferred]: zero generator replicas; ``max_tokens`` beyond the context length, too
+large a ``num_samples``, a seed outside int64. ``return_routed_experts`` on a dense model is dropped with a
+warning (400 under ``--strict``): the SDK says "ignored for other models".
 """
 
 from __future__ import annotations
