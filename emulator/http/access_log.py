@@ -1,14 +1,8 @@
 """``--access-log``: one line per request on stderr.
 
 ``METHOD path operationId status duration_ms tenant=<project> key=<redacted> fault=<rule>``, then
-``warning="..."`` for each field the request sent that the emulator accepted and ignored. The inner
-layers note what they learn (operation, tenant, fault) in a small record the outermost layer placed in
-the scope; the API key itself is never printed, only its first four characters. No header is printed,
-and the values of query parameters that carry a secret (the dashboard's ``admin_token``, an
-``api_key``, a control-plane ``tenant``: anything named like a token, key or tenant) are replaced by
-``***``, and the token of a presigned URL (``/_files/payloads/T``, ``/_files/checkpoints/T/F``,
-``/_files/uploads/T``: a credential that works for an hour) is cut as the API key is, so the admin token,
-API keys and presigned tokens never reach a log.
+``warning="..."`` per field accepted and ignored. No secret reaches the log: API keys and presigned tokens
+are cut to four characters, secret query values are ``***``, no header is printed.
 """
 
 from __future__ import annotations

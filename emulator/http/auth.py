@@ -1,11 +1,8 @@
 """Authentication: a bearer API key on every vendor operation, the admin token on the control plane.
 
-The key maps to a principal (:mod:`emulator.tenancy`) that later layers find in the scope; a missing,
-malformed or refused key is a 401 before any validation, as on the real service. The control plane
-(``/_emulator``) needs the admin token (``X-Emulator-Admin-Token``, or as the bearer token) only when
-``--admin-token`` is set, and never for ``/_emulator/health``. Keys are read as UTF-8, as JSON bodies and
-queries are, so a non-ASCII key names the same tenant in ``Authorization``, in a reset body's ``tenant``
-and in the dashboard's ``?api_key=``; a key that is not UTF-8 is refused (401).
+A missing, malformed or refused key is a 401 before any validation, as on the real service; the key maps to a
+principal (:mod:`emulator.tenancy`). ``/_emulator`` needs the admin token only when ``--admin-token`` is set,
+never for ``/_emulator/health``. Keys are read as UTF-8 (a key that is not is 401).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The innermost ASGI app: picks the handler by operationId, builds its :class:`Request`, renders JSON.
 
-It replaces connexion's per-request decorator layer (parameter introspection, response wrapping),
-which cost most of the throughput. A vendor request runs in its caller's unit of work
-(:meth:`~emulator.runtime.Runtime.unit_of_work`: a write for any method but GET and HEAD), which also takes
-a fault rule's state effect on what the request made, so the change the journal writes before the client
-sees the answer is the request's and its effect's together. Handlers marked ``stateless`` and the control
-plane's (no API key) run without one.
+It replaces connexion's per-request decorator layer, which cost most of the throughput. A vendor request runs
+in its caller's unit of work (a write for any method but GET and HEAD), which also takes a fault rule's state
+effect, so the journal writes the request's change and its effect's together before the client sees the answer.
 """
 
 from __future__ import annotations

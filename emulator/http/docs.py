@@ -1,12 +1,8 @@
-"""Swagger UI at ``/docs`` for the vendor spec and at ``/docs/admin`` for the control plane's spec, and
-the root page ``/``: a browser is redirected to the dashboard (which links the docs), any other client
-gets the addresses of the docs, the dashboard and the control plane as JSON.
+"""Swagger UI at ``/docs`` (vendor spec) and ``/docs/admin`` (control plane), and the root page ``/``.
 
-The vendor spec is served at ``/openapi.json``, the control plane's (``admin.yaml``) at
-``/docs/admin/openapi.json``; each page offers both in its spec selector. Kept off the hot path and
-built on its first request (connexion's Swagger UI middleware serves the pages and their assets). A
-served spec lists the address the page was loaded from first, so "Try it out" talks to this emulator.
-Only GET and HEAD are allowed; anything that is not a page or an asset is a 404, always in ``ErrorData``.
+``/`` redirects a browser to the dashboard; any other client gets the docs', dashboard's and control plane's
+addresses as JSON. Specs are served at ``/openapi.json`` and ``/docs/admin/openapi.json``, listing the address
+the page was loaded from first, so "Try it out" talks to this emulator.
 """
 
 from __future__ import annotations

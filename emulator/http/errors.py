@@ -1,9 +1,8 @@
 """Every exception leaves as ``ErrorData`` with the right status: the one place errors become HTTP.
 
-:data:`SEMANTIC` maps the emulator's own errors (:mod:`emulator.errors`: what went wrong) to a status, an
-``ErrorData`` type and headers; transport errors (:mod:`emulator.http.envelope`) carry their own status;
-connexion's problems (an unsupported media type) and Starlette's errors are translated; anything else is
-a bug, answered as a 500 with a request id that is also in the log, so a crash never shows a traceback.
+:data:`SEMANTIC` maps the emulator's errors (:mod:`emulator.errors`) to a status, type and headers; transport
+errors carry their own status; connexion's and Starlette's are translated; anything else is a bug, a 500 with
+a request id that is also in the log, never a traceback.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Applies fault rules (:mod:`emulator.faults`) to vendor requests.
 
-Sits after auth (a rule may match the caller) and before validation (an injected 503 answers even a
-malformed request, as an overloaded real service would). A ``status`` effect answers ``ErrorData`` at
-once; state effects are handed to the dispatcher, which applies them after the handler ran. A tenant with a
-fault rule scheduled to start or stop (``/_emulator/clock/actions``) is settled first once it is due, so the
-first request after its virtual time already meets it.
+After auth (a rule may match the caller), before validation (an injected 503 answers even a malformed request,
+as an overloaded real service would). A ``status`` effect answers ``ErrorData`` at once; state effects are
+applied by the dispatcher after the handler ran.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """Presigned object-store URLs, served by the emulator itself without auth.
 
-Emulates the real service's presigned URLs (docs/api-surface.md A.4, A.5.3): ``PUT`` and ``GET``
-``/_files/payloads/<token>`` for large-payload offload, ``GET /_files/checkpoints/<token>/<file>`` for
-checkpoint downloads, ``PUT /_files/uploads/<token>`` for the bytes of a Files API upload. The token is the only credential, like a presigned URL's signature; tokens are
-signed, expire, and an upload URL works once (:mod:`emulator.store.presigned`). Each request runs in a
-unit of work of the tenant the URL names (an upload is a write, journaled before it is answered).
-Errors are ``ErrorData``: an unknown, forged or revoked token is 404, an expired or used one 403.
-
-An upload streams to the blob directory as it arrives (:mod:`emulator.store.blobs`): it holds a MiB of memory
-at most, other clients are served meanwhile, and only the record naming the bytes is journaled. It is
-refused 429 past the project's upload quota, from its ``Content-Length`` before any byte is read, else as
-soon as it passes; cut short (a disconnect, the request deadline), it leaves nothing. Downloads stream from
-disk too.
+Emulates docs/api-surface.md A.4, A.5.3: ``/_files/payloads/<token>`` (offload PUT/GET), ``/_files/checkpoints/
+<token>/<file>`` (downloads), ``/_files/uploads/<token>`` (Files API PUT). The token is the only credential:
+signed, expiring, an upload URL works once; unknown, forged or revoked is 404, expired or used 403.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """Routing by a precompiled path table: the operationId of a request in a few dictionary lookups.
 
-connexion's ``RoutingMiddleware`` walks a Starlette router (a mount per spec, a route per operation,
-a regular expression each) and copies the scope on every request. This subclass keeps connexion's
-registration (``add_api``) and its scope contract (``path_params`` and ``extensions.connexion_routing``
-with ``api_base_path`` and ``operation_id``, which the validation middlewares read), but matches with a
-trie of path segments built once from the specs. A path belongs to one template, the first that matches
-it segment by segment with literal segments tried before a ``{param}`` one: OpenAPI's rule that concrete
-paths match before templated ones, so ``/v1/rl/model-resources/estimate-cost`` is that path and never the
-resource ``estimate-cost`` of ``/v1/rl/model-resources/{model_resources_id}``. A method the path's
-template does not answer is a 405 whose ``Allow`` lists that template's methods (and HEAD with GET); an
-unknown path goes on without an operation (the dispatcher's 404).
-
-Private internals: written against connexion 3.3.0 (``RoutingMiddleware.add_api`` and the scope keys its
-validation middlewares read). ``tests/test_dependency_internals.py`` fails with this module's name when
-connexion moves; BENCHMARKS.md, "Private internals", says what it buys.
+Keeps connexion's registration and scope contract but matches with a trie of path segments, literal segments
+before ``{param}`` ones (OpenAPI's rule). A method the template does not answer is 405 with ``Allow``.
+Private internals of connexion 3.3.0 (``tests/test_dependency_internals.py``; BENCHMARKS.md, "Private internals").
 """
 
 from __future__ import annotations

@@ -1,31 +1,8 @@
 """The uvicorn server settings the emulator runs with, including the connection guards.
 
-uvicorn closes idle keep-alive connections (``--keep-alive-timeout``) and answers 503 beyond
-``--max-connections``, but waits forever for a client that opens a connection and then sends nothing
-or sends its request a byte at a time (slowloris), takes headers of any size, and waits forever for a
-client that never reads its answer. :func:`guarded_protocol` adds what is missing to uvicorn's
-httptools protocol:
-
-- the request line and headers must arrive within ``--header-timeout`` seconds, a body may not pause for
-  longer than ``--body-timeout``, and the whole request (line, headers, body) must arrive within
-  ``--request-timeout``: a request begun and not whole in time is answered 408 (``ErrorData``) and its
-  connection closed, so a client that drips a body a byte at a time cannot hold a connection slot (one of
-  ``--max-connections``) for longer than that;
-- the request line and headers together may not exceed ``--max-header-bytes``: a larger request is
-  answered 431 (``ErrorData``) and the connection closed, before the headers are kept anywhere;
-- a response whose client reads nothing for ``--send-timeout`` seconds (the socket's buffers full, so
-  writing is paused) is dropped with its connection: a slow reader cannot hold the answer's memory, or
-  one of the ``--max-connections``, for longer than that. A slow but steady reader is never cut off:
-  every time the client drains the buffer the allowance starts again.
-
-Responses are written as uvicorn writes them (head and body in two ``send()`` calls). A subclassed request
-cycle that wrote them in one was removed: ``make bench`` measured it at 2% (and -3% in a rerun) of the
-server's CPU per GET, short of the 10% that keeps a private internal (BENCHMARKS.md, "Private internals").
-
-Private internals: written against uvicorn 0.55.0 (``uvicorn.protocols.http.httptools_impl``: the
-protocol's parser callbacks and flow-control hooks). ``tests/test_dependency_internals.py`` fails with this
-module's name when uvicorn moves. They are kept for the protections above, which uvicorn has no public hook
-for, not for speed: BENCHMARKS.md, "Private internals", shows what they cost.
+:func:`guarded_protocol` adds to uvicorn's httptools protocol what it lacks against slow or hostile clients:
+header, body, request and send timeouts (408 or a dropped connection) and a header size bound (431).
+Private internals of uvicorn 0.55.0, kept for these protections (no public hook), not for speed.
 """
 
 from __future__ import annotations

@@ -1,25 +1,8 @@
 """A shard of a cluster (``serve --shard I/N``): what it refuses, and the control calls it takes to every shard.
 
-Emulates nothing of the real API. In a cluster (README "One emulator for a team"), HAProxy sends each
-tenant's requests to the shard that holds it (:mod:`emulator.sharding`); this layer, in the middleware
-stack after auth and before fault rules (only in shard mode), keeps a shard honest:
-
-- A vendor request of another shard's tenant answers **421** ``wrong_shard`` before any fault rule counts
-  it or any state is made (:class:`~emulator.errors.Misdirected`; the control plane's tenant scope, the
-  dashboard and presigned URLs check the same through :meth:`Runtime.check_owner`).
-- ``X-Emulator-Shard: I`` (or ``?shard=I``) names one shard: the balancer routes it there, and the shard
-  refuses it (421) if it is not shard I. An unscoped control call so named acts on that shard alone.
-- An unscoped control call that changes what every tenant sees (reset everything, reseed, the global
-  clock and profile, the global fault rules) goes to every shard: this shard applies it and sends it,
-  named, to each other shard through ``--balancer``. All applied: the answer is this shard's (every shard
-  answers alike). Otherwise **502** ``cluster_partial`` names which shards changed and which did not;
-  nothing is undone. A shard that answers 421 is not counted (a reset whose body names a tenant).
-- The whole state document, the event log (``GET``/``PUT /_emulator/state``, ``GET /_emulator/events``)
-  and a recording started at run time (``/_emulator/recording...``: what that shard answered) are a shard's
-  own: unscoped they need a shard named (400 otherwise); scoped to a tenant they go to its
-  shard. A scenario loads into a named tenant (``X-Emulator-Tenant``).
-- Everything else unscoped (health, reading the clock, the profile, the fault rules, the scenario list) is
-  answered by the shard that gets it; the cluster-wide changes above keep the shards alike.
+Emulates nothing of the real API. HAProxy sends each tenant's requests to its shard (:mod:`emulator.sharding`);
+this layer (after auth, before fault rules) answers 421 ``wrong_shard`` to another shard's tenant, and fans
+cluster-wide control calls out to every shard (502 ``cluster_partial`` if some did not apply them).
 """
 
 from __future__ import annotations

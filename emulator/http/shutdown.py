@@ -1,11 +1,8 @@
 """Ending the dashboard's event streams when the server stops (Ctrl+C, SIGTERM).
 
-uvicorn's graceful shutdown waits for open responses, and an event stream is open by design
-(``emulator/ui/stream.py`` ends one every ~10 s, then the browser reconnects). :class:`EndStreamsOnStop`
-wraps the app: once :meth:`stop` is called, each open stream's ``receive`` answers ``http.disconnect``, as
-if its browser tab had closed, so the stream returns within moments; the wrapper then ends the chunked
-response properly. Only streaming paths are wrapped, so other requests pay one string comparison. What
-is still open after ``SHUTDOWN_GRACE_SECONDS`` (emulator/http/server.py) uvicorn cancels.
+uvicorn's graceful shutdown waits for open responses, and an event stream is open by design. Once
+:meth:`EndStreamsOnStop.stop` is called, each open stream's ``receive`` answers ``http.disconnect``, as if its
+tab had closed; the stream returns and the wrapper ends the chunked response properly.
 """
 
 from __future__ import annotations

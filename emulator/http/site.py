@@ -1,31 +1,8 @@
 """Cross-site guards: which Host the server answers to, which Origin may call it, what a write must declare.
 
-With no admin token (the loopback default) the control plane needs no credential, so a web page on
-another site could otherwise drive it from the user's browser: a no-CORS ``fetch`` (or a form) can POST
-to ``http://127.0.0.1:8765/_emulator/reset`` without reading the answer, and a DNS-rebinding page (its
-own host name re-pointed at 127.0.0.1) could even read ``GET /_emulator/state``. Three checks, on every
-request before anything else runs:
-
-- **Host** must name this server: its bind address, a loopback name (``localhost``, ``127.0.0.1``,
-  ``::1``, ``*.localhost``) or a name given with ``--allowed-hosts``. A rebound page's requests carry its
-  own host name and are refused (403, ``host_not_allowed``). Bound to a wildcard address (``0.0.0.0``),
-  where the control plane needs the admin token anyway, any Host is served unless ``--allowed-hosts``
-  lists them; ``--allowed-hosts '*'`` turns the check off. A shard of a cluster (``--balancer URL``) also
-  answers to the balancer's host name: its clients name the balancer, which passes their Host on.
-- **Origin**, when a browser sends one (every cross-site POST, PUT, DELETE and CORS request), must be
-  the server's own (``http://`` plus the request's Host); ``null`` and other sites are refused (403,
-  ``cross_origin_refused``). The dashboard is same-origin and unaffected. Clients that are not browsers
-  (the SDK, curl) send no Origin.
-- A write (POST, PUT, PATCH, DELETE) to the API or the control plane that carries a body must say it is
-  JSON (``Content-Type: application/json`` or ``+json``), or a multipart form (the Files API's upload
-  form; request validation then refuses it wherever the spec does not consume one); otherwise 415. The
-  SDK always sends one of them. A browser can send a cross-site body without preflight only as
-  ``text/plain``, a form type, or with no type at all (a ``Blob``); a multipart form from another site
-  carries its ``Origin``. Bodiless POSTs (``curl -X POST .../_emulator/reset``) need no type. Presigned
-  upload URLs (``/_files/...``) take raw bytes and are exempt.
-
-[inferred] The real API's behaviour for a body without a JSON content type is undocumented; the SDK
-always sends ``application/json``, so the rule costs a real client nothing.
+Without an admin token a page on another site could drive the control plane from the user's browser. So:
+Host must name this server (403 ``host_not_allowed``), a browser's Origin must be its own (403
+``cross_origin_refused``), a write with a body must be JSON or multipart (415; [inferred]: undocumented).
 """
 
 from __future__ import annotations

@@ -1,32 +1,8 @@
 """Request validation against the specs: connexion's routing metadata and schemas, our own execution.
 
-connexion builds a new ``Draft4Validator`` (after deep-copying the schema) for every parameter and body
-of every request, parses the query string into a request object twice, treats a chunked body (no
-``Content-Length``) as missing and refuses an empty body even where the spec says it is optional. Here
-each parameter and body schema is compiled once (a Rust validator answers "valid?", jsonschema decides
-and words the error when it says no: see :class:`Checker`); the query string is parsed once, with
-connexion's coercion rules, and handed to the dispatcher like the body; bodies are read whole (chunked
-or not, within the size limit of the outermost layer) and parsed once with orjson; an empty body is
-accepted where ``requestBody.required`` is false; and operations that cannot fail validation (no body,
-no query or header parameters, only unconstrained string path parameters, which the router already
-guarantees) skip it entirely. An array query parameter sent empty (``status=``) is the empty array, as
-OpenAPI's form style writes it (openapi.yaml has none: its lists are strings, as on the wire); a refused
-body holding an integer too large for orjson (which reads it as a float) is judged again on an exact
-reading, so it is refused for its bound, not as a non-integer.
-
-Every refusal is an :class:`~emulator.errors.Invalid` with one sentence naming the field, e.g.
-``limit: 0 is less than the minimum of 1`` with ``param`` set to ``limit`` (a body field's ``param`` is
-its path, ``lora_config.rank``). Values quoted in messages are cut short.
-
-Beyond the schemas: a body may nest at most :data:`~emulator.bounds.MAX_JSON_DEPTH` levels (a state
-document :data:`~emulator.bounds.MAX_STATE_DEPTH`), checked before anything is stored; a header
-parameter (``Idempotency-Key``) sent more than once is refused, since which copy counts would otherwise
-depend on who reads it; header and query values are read as UTF-8.
-
-Private internals: written against connexion 3.3.0 (``RequestValidationMiddleware``, ``RequestValidationAPI``
-and ``RequestValidationOperation``, whose per-operation construction this module keeps and whose per-request
-execution it replaces). ``tests/test_dependency_internals.py`` fails with this module's name when connexion
-moves; BENCHMARKS.md, "Private internals", says what it buys.
+Each refusal is an :class:`~emulator.errors.Invalid` with one sentence naming the field (``param`` = its path,
+``lora_config.rank``). Beyond the schemas: a nesting bound, a repeated header parameter refused, UTF-8 headers
+and queries. Private internals of connexion 3.3.0 (``tests/test_dependency_internals.py``; BENCHMARKS.md).
 """
 
 from __future__ import annotations
