@@ -1,11 +1,8 @@
 """Thin HTTP handlers, one module per spec tag; :func:`handler_for` maps operationId -> handler.
 
-A handler is the public function of a handler module named after its operationId in snake_case
-(``createTrainingSession`` -> ``create_training_session``), but for the operation kinds': each kind's module
-declares its two operationIds (``Kind.create``, ``Kind.get``), served by :func:`operations.submit` and
-:func:`operations.get` with that kind. ``tests/test_structure.py`` checks both directions: every operation of
-``openapi.yaml`` and ``admin.yaml`` has a handler, and every public function of a handler module is the
-handler of an operation.
+A handler is the public function named after its operationId in snake_case (``createTrainingSession`` ->
+``create_training_session``), but for the operation kinds': each kind declares its two operationIds, served
+by :func:`operations.submit` and :func:`operations.get`. ``tests/test_structure.py`` checks both directions.
 """
 
 from __future__ import annotations

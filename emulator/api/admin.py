@@ -1,11 +1,8 @@
 """Handlers of the control plane (``emulator/specs/admin.yaml``, served under ``/_emulator``).
 
-Most calls can be scoped to one tenant, named by its API key in the ``X-Emulator-Tenant`` header or the
-``tenant`` query parameter (a header or query, never only the body, so that a balancer can route a
-tenant's control calls to the process that holds the tenant). Scoped, a call touches that tenant only:
-its own virtual clock and timing profile (:mod:`emulator.tenant_clocks`), its reset and seed, its fault
-rules, its events and its state document. Unscoped, it acts on the global clock and profile (which
-every tenant without its own follows) or on the whole emulator, as before tenants had their own.
+Most calls can be scoped to one tenant (its API key in ``X-Emulator-Tenant`` or ``?tenant=``): its own clock
+and profile, reset and seed, fault rules, events and state. Unscoped, a call acts on the global clock and
+profile (which tenants without their own follow) or on the whole emulator.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """A fault rule's state effect on a request, said in the domain's terms (:mod:`emulator.domain.fault_effects`).
 
-The dispatcher hands over what the request was (its operationId, path parameters and body) and what it
-answered; this module says which objects that names (the operation it submitted, the session, the
-resource) and what the rule does to them, has the domain do it, and shows a resource held in the GPU
-queue at its position in the answer. Not a handler module: nothing here answers an operation.
+Given what the request was and answered, it names the objects concerned (the operation submitted, the session,
+the resource), has the domain apply the rule to them, and shows a resource held in the GPU queue at its
+position in the answer. Not a handler module: nothing here answers an operation.
 """
 
 from __future__ import annotations

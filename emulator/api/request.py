@@ -1,9 +1,8 @@
 """The request object handlers receive, and the reply they return.
 
-Handlers are thin: parse what they need from :class:`Request`, call one domain function on ``req.tenant``
-with ``req.ctx`` (the dispatcher opened the caller's unit of work: timeline settled, changes journaled when
-the request succeeds), render, return ``(status, body[, headers])``. A handler marked :func:`stateless`
-reads no tenant (the catalog, a price estimate), and none is opened for it.
+Handlers parse what they need from :class:`Request`, call one domain function on ``req.tenant`` with
+``req.ctx`` (in the unit of work the dispatcher opened), render, return ``(status, body[, headers])``. A
+handler marked :func:`stateless` reads no tenant (the catalog, a price estimate), and none is opened for it.
 """
 
 from __future__ import annotations
