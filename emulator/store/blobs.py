@@ -1,11 +1,7 @@
 """Uploaded bytes (Files API files, offloaded operation payloads) kept on disk, named by their SHA-256.
 
-A record names its bytes (:class:`Blob`, the digest in hex), so neither memory nor a ``--state-file`` line
-holds them: an upload streams to a file under ``.incoming/`` and is renamed to its digest when the request
-that references it commits. With ``--state-file F`` the directory is ``F.blobs`` (bytes fsynced before the
-journal line naming them); without one it is a temporary directory of the runtime's, made on the first
-upload and removed when the runtime goes (or the process exits). Blobs no record names are deleted by
-:meth:`BlobStore.sweep`, at start-up and once the directory has grown by ``max(64 MiB, what is referenced)``.
+A record names its bytes (:class:`Blob`), so neither memory nor a ``--state-file`` line holds them. With
+``--state-file F`` the directory is ``F.blobs``; without one, a temporary directory of the runtime's.
 """
 
 from __future__ import annotations

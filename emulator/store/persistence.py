@@ -1,33 +1,8 @@
 """``--state-file``: the state kept on disk as a journal, so every acknowledged change survives ``kill -9``.
 
-The file is JSON lines, each sealed with a sequence number (``seq``) and a CRC-32 of its bytes (``crc``,
-the last key). The first line is a whole state document (the format of ``GET /_emulator/state``); each
-later line is one change, appended and fsynced before the request that made it is answered:
-
-- a tenant's change (``project``): exactly what its parts noted since its last line (the records that
-  that noted a change, by the hash of their JSON, the timeline entries added and done, the new
-  idempotency keys and registry entries, small counters), so a line costs what the request changed, not
-  the size of the tenant or of the state. A session model is the exception that proves it: an AdamW step
-  moves every trained parameter (weight decay, moments), so its exact delta is the whole model. A line
-  therefore carries the calls that changed it (``model_calls``: a loss's samples and config, an optimizer
-  update's hyperparameters), which a load makes again to the same bits, and published or staged weights name the
-  model's step they are a snapshot of; only a new model is written whole;
-- a reset (``reset``: a project, or null for everything, with the seed), or the clock alone.
-
-Replaying a step costs what the step cost, so the file is rewritten as one document (temporary file, fsync,
-rename) when the appended lines outgrow the first one or when replaying them would cost ``REPLAY_FACTOR``
-optim steps of every model: a rewrite costs a fixed share of what was appended or trained, never one per
-step, and a restart replays a bounded number of steps. A failed rewrite changes nothing and is tried again.
-
-Loading checks every line's checksum and that the sequence numbers follow each other: a changed,
-missing, repeated or swapped line refuses the file, which is then left untouched. A line that verifies
-is whole, even if its newline is missing or damaged (the newline is written back). Only the end may be
-cut short (the process died while writing, so that request was never answered): those bytes are cut
-off before anything is appended, and start-up says which line and how many bytes. One process holds the
-file (:meth:`StateFile.lock`); a second is refused. A write that fails (a full disk, a read-only file
-system) is cut off the same way and raises :class:`~emulator.errors.Unavailable`; the unit of work that made
-the change undoes it in memory (its tenant reloaded from the file, :meth:`Persistence.reload`), so nothing
-unacknowledged is kept and nothing acknowledged is lost. A control-plane change is one line too.
+JSON lines sealed with ``seq`` and a CRC-32: a whole state document, then one line per change, fsynced before
+the request is answered, and rewritten as one document when the lines outgrow it. A damaged file is refused
+untouched, a torn end is cut off; a failed write is :class:`~emulator.errors.Unavailable` and undone in memory.
 """
 
 from __future__ import annotations

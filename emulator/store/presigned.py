@@ -1,21 +1,8 @@
 """Presigned URLs: signed tokens that grant one kind of access to one object, for a while.
 
-Emulates the object-store URLs of the real service (payload upload and download, checkpoint files, Files
-API uploads): the
-token is the only credential, like a presigned URL's signature. A token says what it grants (project,
-kind, object, variant, expiry in virtual time) and carries an HMAC of that under the state's secret, so
-nothing is stored per URL: a URL costs no memory and no journal bytes, survives a restart with the state
-file (the secret is part of the state), and a GET that hands one out changes nothing. The secret is random
-(``secrets``; deliberately not derived from the seed, or anyone who knew the seed could forge URLs); each
-token also names the tenant's epoch, a nonce of the tenant's incarnation, so a tenant that was reset
-honours none of its old URLs even though its seeded ids come back.
-
-Refusals: an unknown, forged or foreign token is 404 (as for an unknown object), an expired one 403.
-Whether an upload URL was already used is the payload's (or file's) business (it has data), decided by the
-caller.
-
-Differences from the real API: the lifetime of the real URLs is not documented; one hour is the common
-default of S3-style presigned URLs [inferred].
+Emulates the real service's object-store URLs (payloads, checkpoint files, Files API uploads): the token is the
+only credential; unknown, forged or foreign is 404, expired 403. Differs: the real lifetime is undocumented;
+one hour, the common S3 default [inferred]. Nothing is stored per URL (an HMAC under the state's secret).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The stored objects, their statuses and the lifecycles that move them, each defined once.
 
-Records are msgspec structs (small: memory per idle session matters; built in C), exported and imported as
-JSON through :func:`to_dict` / :func:`from_dict` (the state and fixture format). They hold only what is
-journaled (derived state lives in the tenant's indexes) and only immutable values (tuples, frozen structs,
-read-only mappings), and a field is set only through :meth:`Record.__setattr__`, which notes the record for
-the unit of work it happens in (:data:`CHANGES`): nothing changes unseen by the journal, and a change outside
-a unit of work raises. Statuses are ``StrEnum``s whose values are the API's strings; records keep the plain
-string. Next to each status enum stands its lifecycle (docs/api-surface.md C.1-C.3 and A.7): the only
-documented edges, the terminal statuses, and :func:`check_edge`, which every status change goes through.
+Records are small msgspec structs of immutable values, exported and imported as JSON (:func:`to_dict` /
+:func:`from_dict`); a field is set only through :meth:`Record.__setattr__`, which notes it for the unit of work
+(a change outside one raises). Each status enum has its lifecycle (docs/api-surface.md C.1-C.3, A.7).
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
-"""The state as JSON: the whole document (export and import, the fixture and ``--state-file`` format) and
-the change of one tenant that a journal line carries (a session model's change as the calls that made it,
-replayed by :class:`TenantReplay`; weights as the model's step they are a snapshot of).
+"""The state as JSON: the whole document (export, import, fixtures, ``--state-file``) and one tenant's change.
 
-The document holds every tenant's records, list order, idempotency keys, pending timeline events, id
-counters, the model registry, each session's simulated model (its spec, weights and optimizer) and the
-weights its generator samples from, the secret that signs presigned URLs, the seed and the clock, so a
-restored emulator continues exactly where it stopped. Uploaded bytes (files, payloads): a journal's document
-names them by SHA-256 (``blob``) in the blob directory (:mod:`emulator.store.blobs`), and an import checks
-each is there; an export carries them inline (``data``), self-contained, and an import stores them.
-
-An imported document is checked completely before anything in the store changes: a JSON Schema built
-from the record classes (types, required fields, status enums, time bounds), then the references
-between records (a session's resource exists, a queued operation exists, ...), then the models. A
-document that fails any check is refused with the first problem's path, and the store stays as it was.
-Documents of version 2 (before journals carried changes by record) are upgraded on import.
+The document holds everything a restored emulator needs to continue exactly where it stopped. An imported one
+is checked completely (schema, references, models) before anything changes; a failure is refused with the first
+problem's path. A session model's change is the calls that made it, replayed by :class:`TenantReplay`.
 """
 
 from __future__ import annotations

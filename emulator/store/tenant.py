@@ -1,19 +1,8 @@
 """One project's state: the :class:`Tenant` aggregate, its typed parts, and what each part saw change.
 
-A tenant is what one project owns: its records (a :class:`Table` per kind, which knows its list order
-and when a record is final), its timeline of due transitions, its idempotency keys, its model registry,
-its GPU queue, its session models and published weights, and its output budget. Everything else about a
-request (who called, the time, the limits) comes with the domain's ``Ctx``.
-
-Each part notes its own changes as they happen, for the journal of ``--state-file``
-(:mod:`emulator.store.persistence`), which then writes exactly that: a table notes every record it hands
-out while the tenant is open for change (a write unit of work, or the timeline settling), and every record
-added, removed or :meth:`Table.changed`; the timeline notes the events added and done; and so on. A tenant
-that no journal reads (the default, in memory) notes nothing: :attr:`ChangeLog.enabled` is off and every
-note is one attribute test.
-
-Concurrency: the emulator runs on one event loop, and a unit of work never awaits, so a tenant is never
-seen half-changed; see ARCHITECTURE.md, "Concurrency".
+A tenant is what one project owns: records (a :class:`Table` per kind), timeline, idempotency keys, model
+registry, GPU queue, session models and weights, output budget. Each part notes its own changes for the
+``--state-file`` journal; with no journal nothing is noted (:attr:`ChangeLog.enabled` off).
 """
 
 from __future__ import annotations
