@@ -1,9 +1,8 @@
 """Scheduled actions of the control plane (``/_emulator/clock/actions``), and the fault rules they add or remove.
 
-Part of :class:`emulator.runtime.Runtime` (a mixin). An action is a record of its tenant, scheduled and
-cancelled in the tenant's unit of work; the two that change the runtime's fault rules reach the runtime
-through ``tenant.outbox`` as settling finds them due (:meth:`ScheduledActions.carry_out`), and a unit of
-work the journal refuses puts the rules back as they were.
+Part of :class:`emulator.runtime.Runtime` (a mixin). An action is a record of its tenant; the two that change
+fault rules reach the runtime through ``tenant.outbox`` as settling finds them due, and a unit of work the
+journal refuses puts the rules back.
 """
 
 from __future__ import annotations

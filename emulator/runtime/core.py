@@ -1,20 +1,8 @@
 """The running emulator's services, wired together, and the one way into its state: the unit of work.
 
-One :class:`Runtime` per server: config, store, clock, timing, limits, tenancy, fault rules, the journal
-of ``--state-file``, and the caches the emulator keeps (rendered sessions). Nothing mutable lives at
-module level, so tests build as many independent emulators in one process as they like.
-
-``with runtime.unit_of_work(principal, write=...) as (tenant, ctx):`` is how every caller (the API's
-dispatcher, presigned files, the dashboard, the event stream) reaches a tenant: it settles the tenant's
-timeline to now, hands out the tenant and the domain's context, and on a clean exit of a write journals
-exactly what changed before the caller answers. A control-plane change (clock, profile, reset, seed, fault
-rules, import) is a unit of work too (:meth:`Runtime.control`), journaled as one line. Refused (the journal
-cannot make it durable: :class:`~emulator.errors.Unavailable`), a unit leaves nothing behind
-(:mod:`emulator.runtime.units`).
-
-Concurrency: the server is one event loop and a unit of work never awaits, so units of work never
-interleave. :attr:`Runtime.lock` serialises them anyway, for callers in other threads (a server run in a
-thread by tests or the pytest plugin, while the test thread reads the runtime).
+One :class:`Runtime` per server (nothing mutable at module level). ``with runtime.unit_of_work(principal,
+write=...) as (tenant, ctx):`` settles the tenant to now, hands it out, and on a write's clean exit journals
+what changed before the caller answers; a control-plane change is :meth:`Runtime.control`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Units of work: how a tenant is reached and changed, and how a control-plane change is made, all or nothing.
 
-A :class:`UnitOfWork` settles one tenant to now, hands it out and journals what changed; a
-:class:`ControlUnit` makes one change of the control plane and journals it as one line. When the journal
-refuses (or a control-plane change is refused at all), :class:`Undo` puts back what the unit changed:
-the tenant reloaded from the file and settled quietly to where it was, the events it logged, the clocks,
-profiles, fault rules and counters, which tenants there were.
+A :class:`UnitOfWork` settles one tenant to now, hands it out and journals what changed; a :class:`ControlUnit`
+makes one control-plane change, journaled as one line. When refused, :class:`Undo` puts back what the unit
+changed.
 """
 
 from __future__ import annotations
