@@ -1,14 +1,8 @@
 """One emulator for a team: N shard processes behind HAProxy (``together-rl-emulator cluster``).
 
-Emulates nothing of the real API. Tenants never share state, so a cluster is N emulators started with
-``serve --shard I/N``, each holding the tenants whose project hashes to it (:mod:`emulator.sharding`), and
-HAProxy in front routing every request of a tenant to its shard with the same function. This module
-renders HAProxy's configuration from the shipped template (``haproxy.cfg.tmpl``, next to it), writes the
-map of API keys to projects that a ``--tokens-file`` needs, and runs a cluster on one machine: it starts the
-shards (each with its own state file under ``--state-dir``), then HAProxy from ``PATH``, and restarts a
-shard that dies, on the same port and state file; it holds ``--state-dir`` for its life (an advisory lock,
-like each shard's on its file), so a second cluster on the same directory is refused. ``--print-config`` prints the configuration for shards
-started anywhere else (other machines: README "One emulator for a team").
+Emulates nothing of the real API. Renders HAProxy's configuration from ``haproxy.cfg.tmpl``, writes the key ->
+project map a ``--tokens-file`` needs, and runs a cluster on one machine (``serve --shard I/N`` shards, then
+HAProxy from ``PATH``); ``--print-config`` prints the configuration for shards started elsewhere.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """TEST-ONLY: deliberate contract defects, so the contract suite can prove that it fails.
 
-Never enable these for anything but testing the contract suite (``contract_tests/``). They are
-switched on with ``serve --defect NAME`` (repeatable) or ``EMULATOR_DEFECTS=a,b``; then, and only
-then, :class:`DefectsApp` wraps the whole application and rewrites requests on the way in and
-responses on the way out, like a buggy implementation would behave. No production module knows about
-them. ``tests/test_contract_selftest.py`` requires the suite to catch every one (and to pass against
-the healthy emulator).
+Switched on only with ``serve --defect NAME`` (repeatable) or ``EMULATOR_DEFECTS=a,b``: :class:`DefectsApp` then
+wraps the app and rewrites requests and responses as a buggy implementation would. No production module knows
+them; ``tests/test_contract_selftest.py`` requires the suite to catch every one.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """``together-rl-emulator parity RECORDING``: is the emulator faithful to the traffic a recording holds?
 
-Two judgments of one recording (``record --upstream`` in front of the real service, or any recording):
-
-1. **The contract judged on it** (:mod:`emulator.tools.parity_spec`): every exchange against
-   ``openapi.yaml``; where the service disagrees with the spec, the spec has drifted (per operation).
-2. **The emulator judged against it**: the recorded requests are replayed in order against a fresh emulator
-   (one started in this process, or ``--base-url``, in a tenant of their own), on a manual clock that follows
-   the recorded pacing; each recorded id is mapped to the emulator's as it appears, and each pair of answers
-   is compared under :data:`emulator.tools.parity_diff.RULES`.
-
-Exit status 0 only when nothing differs beyond the allow-list (:data:`ALLOW_LIST`, each entry with its reason,
-plus the user's ``--allow FILE``); reports as the contract suite writes them (:mod:`emulator.tools.parity_report`).
-What cannot be replayed is listed, not compared: the emulator's control plane, answers the proxy gave itself,
-the service's answers under load (429, 502, 503, 504: the client's retry is replayed), objects that existed
-before the recording began, payloads uploaded straight to an object store.
+Two judgments: the contract on each exchange (:mod:`emulator.tools.parity_spec`: spec drift per operation), and
+the emulator against the recording (requests replayed in order on a fresh emulator, answers compared under
+:data:`emulator.tools.parity_diff.RULES`). Exit 0 only when nothing differs beyond the allow-list.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The emulator judged against a recording: one recorded answer and the emulator's to the same request,
 compared after normalization, and the ids of the one mapped to the other's as they appear.
 
-:data:`RULES` is the one table of what is compared how (``together-rl-emulator parity --rules`` prints it,
-and every Markdown report carries it); :func:`rule_for` applies it to a field, in the table's order, the
-first rule that fits. A difference names the field's path (``body.output.loss``), the rule that compared
-it, both sides (a value, or a type for what is compared by type) and, by its caller, the request.
+:data:`RULES` is the one table of what is compared how (``parity --rules`` prints it, every Markdown report
+carries it); :func:`rule_for` applies the first rule that fits a field.
 """
 
 from __future__ import annotations

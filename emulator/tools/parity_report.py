@@ -1,9 +1,8 @@
-"""The parity report, in the contract suite's three formats (``contract_tests/report.py``): ``summary.json``,
-``summary.md`` (an operation x check matrix of ``passed/failed`` cells, then each finding) and ``junit.xml``
-(one test case per operation and judgment, failing with what was found).
+"""The parity report, in the contract suite's three formats (``contract_tests/report.py``).
 
-The verdict is honest: FAITHFUL only when the contract found no drift and the emulator differed nowhere beyond
-the allow-list; a recording with nothing to compare (no exchange of the API) is not faithful either.
+``summary.json``, ``summary.md`` (an operation x check matrix, then each finding) and ``junit.xml`` (one test
+case per operation and judgment). FAITHFUL only when the contract found no drift and the emulator differed
+nowhere beyond the allow-list; a recording with nothing to compare is not faithful either.
 """
 
 from __future__ import annotations

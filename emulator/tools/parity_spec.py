@@ -1,15 +1,8 @@
 """The contract judged on recorded traffic: each exchange of a recording against ``openapi.yaml``.
 
-Per exchange: the operation its method and path name (a concrete path before a templated one, as the
-router does); the status must be declared (a 2xx listed by the operation, any other listed or covered by
-its ``default``); a JSON body must match the response schema (``enum_known`` when a value is not one of
-the documented ones, ``fields_documented`` when an object carries a field its schema does not name); and
-across exchanges the statuses of each model resource, session, operation and shaping job must follow the
-documented lifecycle (the contract suite's own tables, :mod:`contract_tests.lifecycle`, so the emulator's
-code is not the judge). Where a recording of the real service fails one, the spec has drifted.
-
-Not judged: the emulator's control plane and docs (not the vendor's API), presigned object-store URLs (no
-operation of the contract), and exchanges the recording proxy answered itself (a ``note``).
+Per exchange: a declared status and a body matching the response schema (``enum_known``, ``fields_documented``);
+across exchanges, documented lifecycles (:mod:`contract_tests.lifecycle`). A recording of the real service that
+fails one shows spec drift. Not judged: control plane, docs, presigned URLs, the proxy's own answers.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """The recording proxy of ``together-rl-emulator record --upstream URL``: forwards every request to the
 upstream (the real service, or any implementation) and records each exchange (:mod:`emulator.tools.recording`).
 
-What makes it safe to use with a real API key:
-
-- :func:`check_upstream` refuses, in one sentence, an upstream that is not an ``http(s)://`` URL with a
-  host, or that does not answer HTTP, before the proxy listens.
-- An upstream that cannot be reached, breaks the connection, answers something that is not HTTP, or does
-  not answer within ``timeout`` seconds gets the client the API's ``ErrorData``: 502 (``upstream_unreachable``,
-  ``upstream_bad_response``) or 504 (``upstream_timeout``), naming the upstream; one line on stderr, never a
-  traceback. Such an exchange is recorded with a ``note`` saying so: it is the proxy's answer, not the
-  service's. An upstream's own 5xx is passed on as it is.
-- Bodies stream through in both directions: the recorder keeps one copy of each (to write it), nothing else
-  holds a whole body.
-- The secrets of the exchange never reach the recording (the recorder redacts them), and the proxy answers
-  only the Host names and Origins that ``serve`` would (:class:`~emulator.http.site.SiteGuard`): a web page
-  cannot drive the upstream, or an emulator's control plane behind it, through the user's browser.
+Safe with a real API key: the upstream is checked before listening; its failures are ``ErrorData`` (502/504) noted
+as the proxy's; bodies stream through; secrets never reach the recording; Host and Origin guarded as ``serve``.
 """
 
 from __future__ import annotations

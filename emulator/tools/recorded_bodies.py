@@ -1,16 +1,8 @@
 """How a recording writes a body: its secrets redacted, streamed piece by piece into the JSON line.
 
-A body is kept once, as the chunks the recorder saw, and written through an encoder that reads one chunk
-at a time (UTF-8 text as a JSON string, anything else as base64), so a 60 MiB body costs the recorder
-60 MiB and a few chunks, never a second whole copy. The bytes written are those of
-``orjson.dumps({"text": body})`` (or ``{"base64": ...}``) of the whole redacted body.
-
-Redacted, in bodies, paths and headers alike: the token of each of the emulator's presigned URLs
-(``/_files/payloads/T``, ``/_files/checkpoints/T/F``, ``/_files/uploads/T``) becomes ``redacted-token-N``
-(numbered in order of first appearance, the same token the same placeholder, so replay still serves the
-file), and the signature-bearing query parameters of any other URL (an object store's
-``X-Amz-Signature``, ``X-Amz-Credential``, ``X-Goog-Signature``, ``sig``, ``token``...) become
-``<redacted>``.
+A body is kept once, as the recorder's chunks, and encoded one chunk at a time (UTF-8 as a JSON string, else
+base64): the bytes of ``orjson.dumps({"text": body})`` without a second whole copy. Presigned-URL tokens become
+``redacted-token-N``, other URLs' signature parameters ``<redacted>``.
 """
 
 from __future__ import annotations

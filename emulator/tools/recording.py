@@ -1,39 +1,8 @@
 """Record and replay HTTP exchanges as JSONL (one exchange per line).
 
-- ``serve --record FILE`` wraps the whole app: every request and response, with the virtual time.
-- ``python -m emulator record --upstream URL --out FILE --port P``: a recording proxy in front of
-  another implementation (the real service or another emulator): :mod:`emulator.tools.proxy`.
-- ``POST /_emulator/recording/start`` and ``/stop`` (the control plane, :class:`RecordingControl`): record
-  from now on and stop, at run time, as moto's recorder does; ``GET /_emulator/recording`` downloads what was
-  recorded, in the same format (into the ``--record`` file instead when the server has one).
-- ``python -m emulator replay NAME|FILE --port P``: answers requests with the recorded responses
-  (:mod:`emulator.tools.replay`).
-
-What a recording keeps, and what it changes:
-
-- The ``Authorization`` header is always redacted, and so are the tokens of the emulator's presigned
-  URLs (``/_files/...``, credentials too): each becomes ``redacted-token-N``, numbered in order of first
-  appearance, in response bodies and headers (a Files API upload's ``Location``) and in the request paths
-  that use them alike, so replay still serves the files; the signature of any other presigned URL (an
-  object store's) becomes ``<redacted>`` (:mod:`emulator.tools.recorded_bodies`, which also streams
-  bodies into the line).
-- The other secrets are redacted too: the ``X-Emulator-Admin-Token`` header, the query parameters that
-  carry a key (``admin_token``, ``api_key``, ``tenant``: shown as ``--access-log`` shows them) and the
-  ``tenant`` of a reset body (an API key). Replay redacts the queries it receives the same way before
-  matching them. A recording file is created readable by its owner only (0600).
-- An exchange the app answered itself rather than pass on an answer (the proxy, when its upstream failed)
-  carries a ``note`` saying so; ``parity`` judges no such exchange as the service's.
-- Replay rewrites the recorded ``base_url`` inside bodies to the replaying server's address.
-- A *canonical* recording (:class:`Recorder` with ``canonical=True``, what ``python -m tests.recordings``
-  makes for ``fixtures/recordings/``) also drops what varies from run to run or machine to machine
-  though the emulator's answers do not: the server's address becomes :data:`CANONICAL_BASE_URL`, the
-  client's self-description (User-Agent, ``X-Stainless-*``, Accept-Encoding...) is dropped, keeping
-  only the request headers the API defines, and client-generated ``Idempotency-Key`` values (the SDK's
-  are random UUIDs) become ``key-N``. Replay matches requests on none of these. So the same client
-  against the same seed on the manual clock records the same bytes.
-
-Replay lists the requests it could not answer at ``GET /_emulator/replay``, bounded: the first
-``MAX_MISSES`` of them, each cut to ``MAX_MISS_CHARS`` characters, and a count of all.
+``serve --record FILE``, the ``record --upstream`` proxy, ``/_emulator/recording/start|stop`` at run time, and
+``replay``. Secrets are redacted (presigned tokens numbered so replay still serves the files); a file is 0600;
+a *canonical* recording also drops what varies between runs, so the same client records the same bytes.
 """
 
 from __future__ import annotations

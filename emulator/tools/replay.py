@@ -1,29 +1,8 @@
 """Replay a recording (:mod:`emulator.tools.recording`): the ``replay`` subcommand's server.
 
-Each request takes the first unused recorded exchange that matches it, in order: the same method, path and
-query (queries redacted as the recorder redacts them) and, under ``--match strict`` (the default), the same
-body as normalized by :mod:`emulator.tools.replay_match`. What a demo needs around that:
-
-- **Rewind**: ``POST /_emulator/replay/rewind`` makes every exchange unused again (and the clock starts
-  over), so the same client can run again. With ``loop`` (``--loop``), a request whose only matches were
-  already answered rewinds by itself: running the same client twice just works.
-- **Pacing** (``--pace SPEED``): an exchange is answered no earlier than its recorded time, on a replay clock
-  that starts at the first answered exchange's time and runs at ``SPEED`` times real time (``1``: as
-  recorded). On a manual clock, answers wait until ``POST /_emulator/clock/advance`` moves it. Without
-  pacing the clock follows the recording: it reads the recorded time of the latest answer.
-- **The clock**: ``GET/POST /_emulator/clock`` and ``POST /_emulator/clock/advance`` are the replay clock's,
-  never answered from the recording.
-- **Docs and dashboard**: ``/docs``, ``/docs/admin/``, ``/openapi.json`` as the emulator serves them; the
-  dashboard at ``/_emulator/ui`` (``/`` sends a browser there) shows the recording as replayed so far
-  (:mod:`emulator.tools.replay_view`).
-- **Near misses**: a request with no recorded answer gets 404 (``ErrorData``, code
-  ``no_recorded_answer``) whose message names why (:meth:`Matcher.near_miss`): the same request was
-  answered already, or the body differs (which fields), or the closest recorded request and how it differs;
-  the same line goes to stderr and to ``GET /_emulator/replay`` (bounded: the first ``MAX_MISSES``, each cut
-  to ``MAX_MISS_CHARS``).
-
-Control calls (``/_emulator/...`` but ``/health``) need the admin token when one is set, as the emulator's
-do; like the emulator, replay answers only Host names of its bind address and no foreign Origin.
+Each request takes the first unused recorded exchange that matches it (:mod:`emulator.tools.replay_match`).
+Around that: rewind (and ``--loop``), pacing (``--pace``), its own clock, docs and a dashboard, and a 404
+``no_recorded_answer`` that says why nothing matched.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Which recorded exchange answers a replayed request (:data:`MATCH_RULES`), and why none did.
 
-``--match strict`` (the default) matches the method, the path, the query and the body, the body normalized
-as ``parity`` normalizes an answer (:func:`emulator.tools.parity_diff.compare`: ids mapped, timestamps by
-type, URLs by shape); ``--match loose`` matches method, path and query only, and so answers any client.
-The near-miss report names one reason, the most specific first: the same request already answered, the
-same method, path and query with another body (the fields that differ), else the closest recorded request.
+``--match strict`` (default): method, path, query and the body normalized as ``parity`` normalizes an answer
+(ids mapped, timestamps by type, URLs by shape); ``--match loose``: method, path and query only. A near miss
+names the most specific reason: already answered, another body (which fields), else the closest request.
 """
 
 from __future__ import annotations

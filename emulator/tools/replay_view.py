@@ -1,18 +1,8 @@
 """The dashboard of a replay server: the emulator's page, drawn from the recording as replayed so far.
 
-The replay server has no store: what the page shows is rebuilt from the response bodies of the exchanges
-answered in the current pass (after a rewind it starts over). Resources, sessions and checkpoints are shown
-as their latest answer showed them; operations take their session and kind from the request path; status
-segments and events start at the recorded time of the answer that first showed the status (a client that
-polls rarely sees fewer of them, as it would have). Losses come from the completed answers of the kinds
-that show one, samples pair a sampling request's prompts with the completions of its answer (the kinds'
-declarations, as the live dashboard reads them). Not shown: fault rules
-and scenarios (a replay has none); the page hides those panels and shows the replay's progress with a rewind
-button.
-
-One tenant, ``replay``: a recording carries no API key (it is redacted), so the exchanges of several
-tenants show as one. Routes and rules are those of :mod:`emulator.ui.server` (GET only, the admin token
-when one is set, the page's same-origin policy).
+Rebuilt from the response bodies answered in the current pass (a rewind starts over), as one tenant,
+``replay`` (a recording's API keys are redacted). No fault rules or scenarios: those panels give way to the
+replay's progress and a rewind button. Routes and rules are :mod:`emulator.ui.server`'s.
 """
 
 from __future__ import annotations

@@ -1,25 +1,8 @@
 """Named scenarios: seed states built by replaying API calls (``fixtures/scenarios/NAME.yaml``).
 
-A scenario is data: a description, the API token whose project it fills, optional clock settings
-and fault rules, and a list of steps. A step calls one operation of ``openapi.yaml`` by its
-operationId (``call``, ``path``, ``query``, ``body``, ``save``, and ``effect``: a fault rule's state
-effect on what the call makes), advances the clock (``advance``), or repeats nested steps (``repeat``,
-``steps``). Strings like ``"{s1.id}"`` refer to saved answers.
-
-Loading is a client of the emulator's own app, in process: every step is a real request through auth,
-validation, the unit of work and the journal, and the clock, reset and fault rules go through the control
-plane. Fault rules do not fire on a scenario's own requests (they count what clients do: "the next
-resource created fails" means a client's), except a step's ``effect``. So a scenario can never seed a
-state the real API could not produce, and what it seeds is journaled like anything a client does. Each answer is also checked against its response schema.
-
-Loaded with ``serve --scenario NAME`` (or ``--scenario path/to/file.yaml``) or
-``POST /_emulator/scenarios/NAME``. The named scenarios ship inside the package (the top-level
-``fixtures/``, found through :mod:`emulator.fixture_files`), so an installed emulator has them too.
-
-Loaded for a tenant (``X-Emulator-Tenant: KEY`` or ``?tenant=KEY``), a scenario fills that tenant instead
-of its own token, and everything it does to time and faults stays in that tenant: its clock settings and
-``advance`` steps move the tenant's own clock, its fault rules replace the tenant's rules only. Either way
-the tenant's own clock, profile and seed survive the reset of its state.
+A scenario is data (token, clock, fault rules, steps calling operations by operationId); loading sends every
+step through the emulator's own app in process, so it can never seed a state the real API could not produce.
+Loaded with ``serve --scenario NAME|FILE`` or ``POST /_emulator/scenarios/NAME``, into a tenant if one is named.
 """
 
 from __future__ import annotations

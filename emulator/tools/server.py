@@ -1,9 +1,8 @@
 """The app a server runs, composed from the configuration: the emulator, plus the tools it asks for.
 
-``--scenario`` loads a scenario at start-up (through the app, as a client would), ``--defect`` (TEST ONLY) wraps the app in
-:class:`~emulator.tools.defects.DefectsApp`, and the recorder wraps the outermost app, so a recording
-holds exactly what the client saw: from the start with ``--record``, or between
-``POST /_emulator/recording/start`` and ``/stop``.
+``--scenario`` loads a scenario at start-up (through the app), ``--defect`` (TEST ONLY) wraps the app in
+:class:`~emulator.tools.defects.DefectsApp`, and the recorder wraps the outermost app, so a recording holds
+exactly what the client saw (from the start with ``--record``, or between ``.../recording/start`` and ``/stop``).
 """
 
 from __future__ import annotations
