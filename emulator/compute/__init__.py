@@ -1,14 +1,8 @@
 """The simulated model behind every training session (ARCHITECTURE.md, "The simulated model").
 
-Emulates the real service's trainer and generator with a tiny deterministic language model per
-session: a bigram logit table over the base model's full vocabulary, whose base part is an analytic
-seeded function (never stored) and whose trained part is stored sparsely, so memory and cost grow
-with what was trained, never with the vocabulary. A training pass returns the true loss of the
-configured loss type over the model's exact log-probabilities, an optimizer step really updates it
-(AdamW or Muon), sampling draws from a published weights snapshot, and checkpoints round-trip.
-It differs from a real model in what it can learn (one previous token of context) and in a few
-documented conventions (learning-rate scale, LoRA capacity, token <-> text mapping); see the module
-docstrings of ``model``, ``weights``, ``losses``, ``optim``, ``sampling`` and ``export``.
+Emulates the real trainer and generator with a tiny deterministic bigram model per session over the base
+model's full vocabulary: true losses, real AdamW/Muon steps, sampling from published weights, round-tripping
+checkpoints. Differs in what it can learn (one token of context) and a few conventions (see the README).
 """
 
 from __future__ import annotations

@@ -1,25 +1,8 @@
 """The analytic base model: a seeded bigram table over the full vocabulary that is never stored.
 
-Emulates the frozen pretrained weights a session starts from. Row ``p`` of the table (the logits
-of the token following token ``p``) is flat, logit 0, except for ``k = min(8, V)`` *preferred*
-next tokens whose logits are ``log(V) + PREF_LADDER[i] + 0.5 * u`` with ``u`` a seeded uniform.
-The preferred tokens of a row are an arithmetic progression ``a + i*b (mod V)`` with ``a``, ``b``
-hashed from (seed, p) and ``gcd(b, V) = 1``, so they are distinct and computable from the row id
-alone: no array proportional to the vocabulary is ever built. In one row out of four (seeded) the
-end token takes preferred slot 3, so generation ends by itself from time to time.
-
-A real base model has context-dependent, non-sparse logits; this one only looks at the previous
-token and concentrates ~96% of each row's mass on eight tokens. That is enough for sampling to
-look like text-shaped token streams and for training effects to be measurable.
-
-Rows are computed with a couple of dozen numpy operations, whose fixed cost dominates for the few
-rows of a typical batch; so each base model remembers the rows it computed (up to
-:data:`ROW_CACHE_ROWS`), and a runtime's :class:`BaseModels` hands out one instance per (seed, vocabulary,
-end token), which every session on the same base model shares. With a row it remembers the row's
-normalisation as an untrained row (log-partition, probabilities: :meth:`BaseModel.untrained`), which
-every forward pass over rows no session has trained needs again. A remembered value is the very number
-the vectorised computation produced (every row is computed independently, by the same functions), so
-results are bit-identical.
+Emulates the frozen pretrained weights a session starts from: row ``p`` is flat except for ``min(8, V)``
+seeded preferred next tokens (README, "Model"). Differs: only the previous token matters and ~96% of a row's
+mass is on eight tokens, enough for text-shaped samples and measurable training effects.
 """
 
 from __future__ import annotations

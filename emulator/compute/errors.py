@@ -1,11 +1,8 @@
 """Errors raised by the simulated model.
 
-Emulates the operation-level failures of the real trainer/generator: a bad request body that passed
-HTTP schema validation but cannot be computed on (``INVALID_INPUT``), a loss that came out NaN/Inf
-(``NON_FINITE_LOSS``) and a request too large for the emulator's in-memory budget
-(``RESOURCE_EXHAUSTED``). The domain layer turns a :class:`ComputeError` into a FAILED operation
-with ``error = {"code": exc.code, "message": exc.message}``. Unlike the real service, every check
-runs before anything is computed, so a failed call never leaves partial state behind.
+Emulates the real trainer's operation failures: ``INVALID_INPUT`` (valid schema, but cannot be computed on),
+``NON_FINITE_LOSS`` and ``RESOURCE_EXHAUSTED`` (over the in-memory budget); the domain turns a
+:class:`ComputeError` into a FAILED operation. Differs: every check runs first, so no partial state is left.
 """
 
 from __future__ import annotations

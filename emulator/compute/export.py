@@ -1,21 +1,8 @@
 """Checkpoint download files: real safetensors + JSON config, and their parser.
 
-Emulates what ``GET /v1/rl/checkpoints/{id}/download`` serves (docs/api-surface.md A.5.3). The files are
-genuine: ``*.safetensors`` follows the safetensors layout (8-byte little-endian header length, a
-JSON header naming each tensor's dtype, shape and byte range, then raw little-endian data), written
-with numpy only, so any safetensors reader opens them. What they contain is the emulator's bigram
-model, not a transformer, so the tensor names and the config are the emulator's own:
-
-* ``CHECKPOINT_VARIANT_ADAPTER`` (LoRA sessions only): ``adapter_model.safetensors`` with the trained
-  deltas (``delta.rows/cols/values``: one entry per individually trained (token, next token) pair;
-  ``tail.rows/values``: the delta shared by the rest of each trained row), already multiplied by the
-  LoRA scaling, and ``adapter_config.json`` (rank, alpha, the base model it applies to).
-* ``CHECKPOINT_VARIANT_MERGED`` (both modes): ``model.safetensors`` with the merged logits of every
-  trained row (``logits.rows/cols/values`` and ``tail.rows/values``) and ``config.json``, which also
-  describes the analytic base table that every untrained row still follows.
-
-Values are stored as float64 so that loading the files back reproduces the model's log-probs
-bit for bit (a real checkpoint would be bf16/fp32).
+Emulates what ``GET /v1/rl/checkpoints/{id}/download`` serves (docs/api-surface.md A.5.3) in genuine safetensors
+that any reader opens. Differs: the content is the bigram model (tensor names and config are the emulator's
+own), stored as float64 so reading it back reproduces the log-probs bit for bit (a real one is bf16/fp32).
 """
 
 from __future__ import annotations

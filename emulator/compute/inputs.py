@@ -1,13 +1,8 @@
 """Parsing and validation of the operation bodies the simulated model computes on.
 
-Emulates the trainer's input checks (docs/api-surface.md A.3.1-A.3.5): model inputs made of
-``encoded_text`` chunks, ``loss_fn_inputs`` tensors (1-D, ``shape == [len(data)]``, no sparse
-fields, the dtype each key allows, one slot per model-input token), the inputs each loss type
-requires, ``weights`` and ``mask`` never together, tokens inside the vocabulary, finite values, the
-batch and sequence limits of the model. Every failure is a ``ComputeError`` with code
-``INVALID_INPUT`` raised before anything is computed. int64 values may arrive as JSON numbers or
-numeric strings. Tensor keys the emulator does not know are checked for length and finiteness and
-otherwise ignored (the wire type is an open map and the SDK forwards unknown keys).
+Emulates the trainer's input checks (docs/api-surface.md A.3.1-A.3.5); each failure is ``INVALID_INPUT`` before
+anything is computed. int64 values may be JSON numbers or numeric strings. Unknown tensor keys are checked for
+length and finiteness and otherwise ignored (an open map on the wire; the SDK forwards unknown keys).
 """
 
 from __future__ import annotations

@@ -1,45 +1,8 @@
 """The built-in loss functions, computed exactly over the model's per-token log-probabilities.
 
 Emulates the trainer's ``LOSS_TYPE_*`` losses (docs/api-surface.md A.3.1; formulas as documented for the
-tinker-compatible losses). Notation, per position ``t`` of the batch: ``lp`` = log-prob of
-``target_tokens[t]`` under the current weights; ``q`` = ``logprobs`` (the sampler's log-prob);
-``A`` = ``advantages``; ``ref`` = ``reference_logprobs``; ``r = exp(lp - q)``;
-``m`` = 1 where the position counts (``weights``/``mask`` non-zero; all positions when neither is
-given). Policy losses read any non-zero weight as 1; only cross-entropy honours fractional weights.
-
-=================  ==============================================================================
-loss type          value (the returned ``loss``; ``metrics["loss:sum"]`` is the same number)
-=================  ==============================================================================
-CROSS_ENTROPY      ``-sum_t w_t * lp_t``  (a sum, like tinker; ``loss/mean`` = that / sum(w))
-IMPORTANCE_SAMP.   ``-sum_t m_t * r_t * A_t``
-PPO                ``-sum_t m_t * min(r_t A_t, clip(r_t, lo, hi) A_t)``  (lo/hi absolute, 0.8/1.2)
-CISPO              ``-sum_t m_t * sg(clip(r_t, lo, hi)) * lp_t * A_t``  (sg = stop-gradient; 0/4)
-DRO                ``-sum_t m_t * (lp_t A_t - beta/2 * (lp_t - q_t)^2)``  (beta required)
-DPPO               ``-sum_t m_t * r_t A_t``, with the gradient of position t dropped when the
-                   probability moved past the trust region in the advantage's direction:
-                   ``A>0 and exp(lp)-exp(q) > delta_high`` or ``A<0 and exp(q)-exp(lp) > delta_low``
-                   (binary total-variation DPPO; deltas default 0.15)
-GRPO               ``sum_t c_t * m_t * (-min(rho_t A_t, clip(rho_t, lo, hi) A_t) + beta * k3_t)`` with
-                   ``rho_t = r_t`` (ratio_type TOKEN) or ``rho_t = exp(mean_{s in seq} (lp_s - q_s))``
-                   over the sample's counted positions (SEQUENCE, GSPO; differentiated exactly),
-                   ``k3_t = exp(ref_t - lp_t) - (ref_t - lp_t) - 1`` (KL to the reference policy,
-                   only when beta > 0, which makes ``reference_logprobs`` required), and the
-                   aggregation weight ``c_t``: FIXED_HORIZON (default, as UNSPECIFIED)
-                   ``1 / (B * L_max)`` (L_max the longest sample in the batch: a masked sum over a
-                   fixed, padded horizon, as in Dr. GRPO); TOKEN_MEAN ``1 / sum(m)`` over the batch;
-                   SEQUENCE_MEAN ``1 / (B' * n_i)`` (n_i counted positions of the sample, B'
-                   samples with any); lo/hi 0.8/1.2, beta 0, ratio TOKEN by default
-=================  ==============================================================================
-
-Unset parameters take the vendor's defaults (:mod:`emulator.defaults`; DPPO's 0.15 is the SDK's
-documented value, not in the vendor's spec). Gradients are the exact derivatives of these values w.r.t.
-``lp`` (``min`` picks the clipped branch only when it is strictly smaller, which is where the gradient
-is zero). Metrics: ``loss:sum``, ``loss/num_tokens``, and where they apply ``loss/mean``,
-``loss/ratio/mean`` (mean ``r``, or ``rho``), ``loss/clip/high_fraction`` / ``loss/clip/low_fraction``
-(share of counted positions whose gradient the upper/lower clip or trust region removed; for CISPO the
-share whose weight was clipped), ``loss/kl_sample/mean`` (mean ``q - lp``), ``loss/kl_ref/mean`` (mean
-``k3`` when ``reference_logprobs`` is given), ``loss/penalty/mean`` (DRO). ``loss_fn_outputs`` report
-``lp``, with 0 where ``m = 0`` (or ``w = 0``).
+tinker-compatible losses); the formulas, metrics and defaults are in the package README ("Losses"). Policy
+losses read any non-zero weight as 1; only cross-entropy honours fractional weights.
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
 """One training session's simulated model: loss and gradients, optimizer updates, sampling, checkpoints.
 
-Emulates the trainer + generator pair behind a session with a tiny deterministic language model:
-a bigram table over the base model's real vocabulary (see :mod:`emulator.compute.weights` for the
-exact sparse representation, :mod:`emulator.compute.base` for the analytic base,
-:mod:`emulator.compute.losses` for the loss formulas, :mod:`emulator.compute.optim` for AdamW/Muon
-and the learning-rate scale, :mod:`emulator.compute.sampling` for the sampling conventions and
-:mod:`emulator.compute.export` for the checkpoint files).
-
-How it differs from a real model: it only conditions on the previous token; it generalises across
-rows only through the shared tail parameter; a LoRA session differs from a full-weight one by a
-per-row capacity (``4 * rank`` individually trained next tokens per token) and a 10x smaller
-learning-rate response, not by a literal low-rank factorisation; and pending gradients are not
-part of a checkpoint (a real trainer does not save them either).
-
-For a journal (``--state-file``) a model notes its changes once asked to (:meth:`SessionModel.track_changes`):
-each gradient accumulation and update as the call that made it, so a journal line carries the request, not
-the model, and :meth:`SessionModel.replay` makes them again to the same bits.
-
-Costs: creating a model allocates nothing proportional to the vocabulary; a loss and its gradients cost
-O(tokens * (8 + trained entries of the rows involved)); an optimizer step is O(trained entries).
+Emulates the trainer + generator pair behind a session (the package README has the model). Differs: it
+conditions on the previous token only, generalises across rows only through the shared tail, models LoRA by
+capacity and step size, and keeps pending gradients out of a checkpoint (as a real trainer does).
 """
 
 from __future__ import annotations

