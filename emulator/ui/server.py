@@ -1,22 +1,8 @@
 """The dashboard's ASGI app, mounted by ``EmulatorApp`` at ``/_emulator/ui``.
 
-Routes (GET only):
-
-- ``/_emulator/ui`` and ``/_emulator/ui/tenants/{project}``: the page (one HTML file; its script
-  picks the view from the path). A tenant is addressed by its project id, see :mod:`emulator.ui`.
-- ``/_emulator/ui/api/tenants`` and ``/_emulator/ui/api/tenants/{project}``: the data the page draws
-  (:mod:`emulator.ui.views`); ``/_emulator/ui/api/lookup?api_key=K``: the project of an API key.
-- ``/_emulator/ui/api/stream[?project=P][&since=SEQ]``: server-sent events (:mod:`emulator.ui.stream`);
-  at most ``--max-event-streams`` at once (default 32): beyond that 429 with ``Retry-After``, and the page
-  tries again.
-- ``/_emulator/ui/static/...``: the page's script, styles and the vendored chart library, read from
-  the installed package with ``importlib.resources``. They hold no state, so like ``/docs`` they need
-  no admin token.
-
-Everything else follows the control plane's rules: with ``--admin-token`` every route needs the token,
-as ``X-Emulator-Admin-Token``, ``Authorization: Bearer``, or (here only, because ``EventSource`` and a
-typed-in address cannot set headers) the ``admin_token`` query parameter. Errors are raised as
-:class:`~emulator.errors.EmulatorError` and rendered as ``ErrorData`` by the app's error envelope.
+GET only: the page, its data (:mod:`emulator.ui.views`), a key's project, server-sent events
+(:mod:`emulator.ui.stream`, at most ``--max-event-streams``, then 429) and static files. With ``--admin-token``
+every route but the static files needs the token (also as ``?admin_token=``, here only); errors are ``ErrorData``.
 """
 
 from __future__ import annotations

@@ -1,27 +1,8 @@
 """The dashboard's live feed: server-sent events for one tenant, or for all of them.
 
-Nothing in the emulator runs in the background (statuses are computed when read), so the stream
-itself reads: every tick it settles the tenant's timeline to the clock's now (in system mode this
-is what makes PENDING turn READY on screen with no client calling) and sends what changed since
-the last tick:
-
-- ``log``: the new event-log entries (transitions, faults), at most the newest ``LOG_BATCH``;
-  ``id:`` is the last entry's sequence number, so a reconnecting ``EventSource`` resumes from it
-  (``Last-Event-ID``);
-- ``clock``: ``{"now", "mode", "speed"}`` when it moved;
-- ``faults``: the fault rules with their match counts, when they changed;
-- ``tenant``: ``{"exists": bool}`` when the tenant is reset away or comes back (a scenario reload).
-
-A stream ends after ``STREAM_SECONDS`` and the browser reconnects (``retry:``): uvicorn's graceful
-shutdown waits for open responses, so an unbounded stream would hold ``Ctrl+C`` for as long as a
-dashboard tab is open. The waiting uses ``asyncio`` timeouts only; virtual time comes from the
-runtime's clock.
-
-What a tick costs does not grow with the event log: new entries are read from the log's newest end
-(:meth:`~emulator.store.memory.EventLog.since`), and the settling is shared: a tenant (or, for the
-all-tenants stream, every tenant) is settled at most once per tick however many streams watch it
-(:class:`Settler`). The dashboard caps how many streams are open at once (``--max-event-streams``) and
-needs the admin token for them whenever the control plane does.
+Nothing runs in the background, so the stream itself reads: every tick it settles the timeline to now (in
+system mode this is what turns PENDING to READY on screen) and sends ``log``, ``clock``, ``faults`` and
+``tenant`` events for what changed. A stream ends after ``STREAM_SECONDS`` and the browser reconnects.
 """
 
 from __future__ import annotations

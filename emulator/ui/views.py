@@ -1,14 +1,8 @@
 """What the dashboard shows, as JSON built from the runtime: the tenant list and one tenant's view.
 
-Every view settles the tenant's timeline first (as a request does), so statuses are those a client
-would read at the same virtual instant. Resources and sessions are rendered exactly as the API
-answers them (``emulator.api.render``); operations, samples and checkpoints are trimmed to what a
-person reads (the full output of a training batch can be megabytes); the loss curves, the loss metrics
-and the sampling per weights version are read from the operations the tenant still keeps.
-
-Limits: the timeline and the live event list come from the event log, which keeps the last 50,000
-entries of all tenants; objects whose transitions fell out of it (or came from an imported state)
-show one segment from their last change. Only the latest operations are listed and drawn.
+Every view settles the tenant first, so statuses are those a client would read at the same virtual instant.
+Resources and sessions are rendered exactly as the API answers them; operations, samples and checkpoints are
+trimmed to what a person reads; timelines come from the bounded event log.
 """
 
 from __future__ import annotations
