@@ -1,22 +1,8 @@
-"""Command line (``together-rl-emulator`` = ``python -m emulator``).
+"""Command line (``together-rl-emulator`` = ``python -m emulator``) and its subcommands.
 
-- ``serve [--host H] [--port P] ...``: the emulator (``--port 0`` picks a free port).
-- ``replay NAME|FILE [--port P] [--loop] [--pace SPEED] [--match strict|loose]``: answer requests from a recording (shipped, by name,
-  or a file), with the docs, the clock and a dashboard of the replay.
-- ``record --upstream URL --out FILE [--port P]``: a recording proxy.
-- ``parity NAME|FILE [--base-url URL] [--report DIR]``: judge a recording: the contract on it, and the
-  emulator against it (``emulator/tools/parity.py``).
-- ``cluster --workers N [--state-dir DIR] [serve options]``: N shards behind HAProxy (one emulator for a
-  team); ``cluster --print-config --shard-address HOST:PORT ...``: HAProxy's configuration for shards
-  started elsewhere.
-- ``examples [--copy DIR]``: list the example clients that ship in the package, or copy them out.
-
-The bare command prints this help (exit 0). A usage error prints the usage of the subcommand it concerns
-and one sentence, exit status 2; so does every failure to start, never a traceback. Every error and status
-line starts ``together-rl-emulator: ``; a bad value names the flag or the EMULATOR_* variable it came from.
-``serve``'s banner gives an API key that works in the mode it started in, the clock, the seed and its files. Ctrl+C stops a server
-within a second and says so: open dashboard streams end at once (``http.shutdown``), other open responses
-are cut off after ``http.server.SHUTDOWN_GRACE_SECONDS``. Maintainer tools are not here: ``python -m emulator.tools.coverage`` rewrites COVERAGE.md.
+Emulates nothing of the real API. The bare command prints the help (exit 0); a usage error or failure to start
+prints the subcommand's usage and one sentence (exit 2), never a traceback; every line starts
+``together-rl-emulator: ``. Ctrl+C stops a server within a second. Each subcommand's help is its argparse text.
 """
 
 from __future__ import annotations

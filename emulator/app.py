@@ -1,24 +1,8 @@
 """The ASGI application, wired from the layers of :mod:`emulator.http` (nothing else lives here).
 
-Outermost first:
-
-1. :class:`EmulatorApp` - refuses a Host that does not name this server, a foreign Origin and a write
-   whose body is not declared JSON (:mod:`emulator.http.site`), bodies over ``--max-body-bytes`` (413,
-   declared or chunked), then a path switch: presigned file URLs (``/_files/...``, no auth), the
-   dashboard (``/_emulator/ui``) and the Swagger UI (``/docs``) stay off the hot path; everything else enters the connexion stack.
-2. ``ErrorEnvelope`` - every exception leaves as ``ErrorData`` with the right status.
-3. ``TableRoutingMiddleware`` - the operationId from ``openapi.yaml`` (``admin.yaml`` under
-   ``/_emulator``) by a precompiled path table, in connexion's routing slot.
-4. ``AuthMiddleware`` - bearer token -> principal (401 before any validation), admin token.
-   (``ShardGuard``, with ``--shard`` only: another shard's tenant is 421; control calls for the whole
-   cluster go to every shard; :mod:`emulator.http.shards`.)
-5. ``FaultMiddleware`` - fault rules (answers, latency, state effects).
-6. request validation with compiled validators, plus connexion's ``ResponseValidationMiddleware`` when
-   ``--validate-responses`` is on.
-7. ``Dispatcher`` - handler by operationId, orjson in and out, persistence.
-
-``--access-log`` wraps the whole app. Connexion's default ``AsyncApp`` stack is not used: its
-per-request decorator layer costs most of the throughput (BENCHMARKS.md).
+Outermost first: site guards, body size and a path switch (``EmulatorApp``), ``ErrorEnvelope``, table routing,
+auth (then ``ShardGuard`` with ``--shard``), fault rules, compiled request validation, ``Dispatcher``.
+connexion's default ``AsyncApp`` stack is not used: its per-request layer cost most of the throughput.
 """
 
 from __future__ import annotations

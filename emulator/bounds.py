@@ -1,20 +1,8 @@
 """Bounds on what a request may make the emulator hold, checked where the request enters.
 
-Whatever the server holds it must be able to render, export and import again. Three things a client
-controls could break that, so they are refused (400) before anything is stored:
-
-- **JSON nesting**: orjson reads documents up to 1,024 levels deep but writes at most 254, so a deeply
-  nested free-form field (session metadata, an extra key of a request) was accepted, stored, and then
-  every answer, list and export that showed it failed. A request body may nest :data:`MAX_JSON_DEPTH`
-  levels; a state document (``PUT /_emulator/state``) holds such bodies a few
-  levels down, so it may nest :data:`MAX_STATE_DEPTH`.
-- **Integers given as strings**: an int64 field may come as a decimal string of any length (the
-  protobuf JSON mapping); :func:`int64` refuses one outside the signed 64-bit range, which no JSON
-  encoder of the emulator could write back (a LoRA ``seed`` of 40 digits broke every export).
-- **Time**: every instant the emulator schedules is :func:`later` than another by a duration; it is
-  kept at or before :data:`~emulator.clock.MAX_TIME` (year 9999), so a long run on a clock set near the
-  end of time, or a duration that slipped past a request bound, never stores a time that cannot be
-  rendered (``busy_until ... not valid`` on the next start).
+Whatever the server holds it must be able to render, export and import again, so three things a client
+controls are refused (400) before anything is stored: JSON nested too deep, int64 strings outside the signed
+64-bit range, and instants past :data:`~emulator.clock.MAX_TIME` (year 9999).
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """The virtual clock: the only place in the emulator that reads real time.
 
-Emulates: the passage of time on the real service, so resources provision, sessions start,
-operations run and resources expire. Three modes:
-
-- ``system``: virtual time follows the monotonic wall clock multiplied by ``speed``, starting at
-  the real current time (or ``start`` when given).
-- ``manual``: time stands still until the control plane advances or sets it; starts at ``start``
-  (default 2026-01-01T00:00:00Z) so that runs are byte-for-byte reproducible.
-- ``auto``: a manual clock that the runtime also moves when a client polls an object that is waiting for
-  a transition (``Runtime.polled``): it jumps to that transition, so a client's wait takes no wall time.
-
-Differences from the real API: none visible; timestamps are rendered with millisecond precision.
+Emulates the passage of time on the real service (resources provision, sessions start, operations run,
+resources expire) in three modes: ``system``, ``manual`` and ``auto``. Differences from the real API: none
+visible; timestamps are rendered with millisecond precision.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The vendor's own defaults: what the server uses for a field the request leaves out.
 
-Source: the vendor's OpenAPI document that the TypeScript SDK's mock server is generated from (together-
-typescript, ``scripts/mock``, snapshot of 2026-08-19; docs/api-surface.md, section G). The Python SDK 3.1.1
-and the docs leave them unstated. Each is stated once, here: the simulated model, the domain and the catalog
-read it, and ``tests/test_spec.py`` holds openapi.yaml's ``default:`` keywords to the same values. Defaults
-the vendor does not state (Adam's and Muon's learning rates, DPPO's deltas...) stay the emulator's choice,
-next to the code that uses them.
+Source: the vendor's OpenAPI document behind the TypeScript SDK's mock server (together-typescript,
+``scripts/mock``, snapshot of 2026-08-19; docs/api-surface.md, section G); the Python SDK 3.1.1 and the docs
+leave them unstated. Stated once, here; defaults the vendor does not state stay the emulator's choice.
 """
 
 from __future__ import annotations

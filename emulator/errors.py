@@ -1,9 +1,8 @@
 """What can go wrong, in the emulator's own terms: the domain, the control plane and the handlers raise these.
 
-They say what happened (a thing was not found, a value is invalid, the object's state refuses the request,
-a cap is reached), never how HTTP says it: :mod:`emulator.http.errors` maps each class to its status,
-``ErrorData`` type and code, and headers, in one table. ``param`` names the request field at fault
-(``lora_config.rank``); ``code`` refines the class for clients (``output_released``).
+They say what happened (not found, invalid, refused by the object's state, a cap reached), never how HTTP says
+it: :mod:`emulator.http.errors` maps each class to status, type, code and headers. ``param`` names the field at
+fault (``lora_config.rank``); ``code`` refines the class for clients (``output_released``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The example clients of the repository's top-level ``examples/``, as the package ships them.
 
-Their one source is ``examples/`` (``examples/README.md`` lists them); the wheel carries that directory as
-``emulator/examples/`` (a package-dir mapping in ``pyproject.toml``, like ``fixtures/``), so that
-``together-rl-emulator examples --copy DIR`` hands a pip user the very files of the repository. In a
-checkout the package has no such directory and the top-level one is read instead. The examples are
-scripts for the user to run (they import the ``together`` SDK, which the emulator does not need), never
-imported by the emulator.
+Their one source is ``examples/``; the wheel carries it as ``emulator/examples/`` (a package-dir mapping in
+``pyproject.toml``), so ``together-rl-emulator examples --copy DIR`` hands a pip user the very files; a checkout
+reads the top-level one. They are scripts for the user (they import the SDK), never imported by the emulator.
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
 """Fault rules as data: their format, validation, matching and triggers (applied by emulator.http.faults).
 
-A rule (YAML/JSON, ``--faults FILE`` or ``POST /_emulator/faults``)::
-
-    {"name": "gpu-outage",
-     "match": {"operation_id": "createModelResources", "method": "POST", "path": "/v1/rl/*", "tenant": "TOKEN"},
-     "trigger": {"first_n": 2} | {"nth": [1, 3]} | {"probability": 0.3} | {},      # {} = always
-     "effect": {"status": 503, "code": "...", "message": "...", "retry_after": 2, "latency_ms": 50,
-                "operation_fails": "TRAINING_OPERATION_ERROR_CODE_NON_FINITE_LOSS",
-                "resource_error": "MODEL_RESOURCES_ERROR_CODE_PROVISIONING_FAILED",
-                "session_error": "TRAINING_SESSION_ERROR_CODE_SESSION_FAILED",
-                "queue_position": 4}}
-
-Every ``match`` key is optional; ``path`` is a glob; ``tenant`` is an API key. Rule names are unique per
-tenant: rules scoped to different tenants (``match.tenant``) may share a name, so parallel users of
-one emulator manage their own rules (``/_emulator/faults`` with a tenant) without meeting each other's. ``status`` answers an ``ErrorData`` error (with
-``Retry-After`` when given) instead of running the request; the state effects run the request and
-then: fail the submitted operation with the code, put the resource or session (from the path, the
-body's ``model_resources_id`` or the created object) into ERROR with the code, or hold a created
-resource in the GPU queue at the given position. Probabilities are drawn from the seed. A request
-carrying ``X-Emulator-Fault: <rule name>`` gets that rule's effect whatever its match and trigger.
+Emulates the real service's failures on demand: a rule (``--faults FILE`` or ``POST /_emulator/faults``)
+matches requests and either answers an ``ErrorData`` status or runs the request and then fails an operation,
+a resource or a session, or holds a resource in the GPU queue. Probabilities are drawn from the seed.
 """
 
 from __future__ import annotations

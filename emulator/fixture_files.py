@@ -1,13 +1,8 @@
 """The fixtures users load by name: scenarios, fault files, recordings, tokens files and parity recordings.
 
-Their one source is the repository's top-level ``fixtures/`` (``fixtures/README.md`` lists them). The
-wheel carries that directory as ``emulator/fixtures/`` (a package-dir mapping in ``pyproject.toml``), read
-through ``importlib.resources``; in a checkout (an editable install, or ``python -m emulator`` run from
-the repository) the package has no such directory and the top-level one is read instead.
-
-A plain name (letters, digits, ``-`` and ``_``) names a shipped fixture: ``--faults bad-day`` is
-``fixtures/faults/bad-day.yaml``. Anything else, or a plain name that no fixture has, is a path of the
-user's own. Named fixtures are read from the file system: pip installs packages as files, never zipped.
+Their one source is the top-level ``fixtures/``; the wheel carries it as ``emulator/fixtures/`` (read through
+``importlib.resources``), a checkout reads the top-level one. A plain name (letters, digits, ``-``, ``_``)
+names a shipped fixture (``--faults bad-day``); anything else, or an unknown name, is the user's own path.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Seeded ids and every other value derived from the seed.
 
-Emulates: the real service's ids (UUIDs for resources, sessions, operations and checkpoints;
-``shp-quant-...`` for shaping jobs; ``ml_...`` / ``rv_...`` for model-registry artifacts).
-Everything the emulator derives from its seed (ids, fault probabilities, base models, sampling seeds)
-goes through :func:`derive`, so the same seed and the same requests give the same bytes. Id counters
-are part of exported state, so a restored store never reuses an id.
+Emulates the real service's ids (UUIDs for resources, sessions, operations, checkpoints; ``shp-quant-...``
+shaping jobs; ``ml_...`` / ``rv_...`` registry artifacts). Everything derived from the seed goes through
+:func:`derive`, so the same seed and requests give the same bytes; exported id counters are never reused.
 """
 
 from __future__ import annotations

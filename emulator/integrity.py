@@ -1,15 +1,8 @@
 """Whether a tenant built from a state document is one the emulator could have produced.
 
-A state document (``PUT /_emulator/state``, ``--state-file``) is checked against the state schema first
-(:mod:`emulator.store.snapshot`: types, statuses, time and count bounds, references). That cannot tell
-what the domain and the renderer rely on, so every imported tenant is also held to the rules that produced
-it: base models of the catalog, LoRA settings within the model's limits, an ``inactive_timeout`` the API
-accepts, a session's queue of its own unfinished operations in order, every unfinished operation's body
-one its endpoint accepts (the spec's request schema, as request validation reads it), every completed
-output the shape its kind answers, stored API objects (optimizer config, metadata, errors, registrations,
-shaping jobs, Files API files) as the spec's schemas describe them, checkpoints whose model loads, idempotency keys naming
-their own kind of operation. A document that breaks one is refused with its path, before anything changes,
-so an accepted import serves every read (``tests/test_import_fuzz.py`` mutates exported states to hold it).
+After the state schema (:mod:`emulator.store.snapshot`), every imported tenant is held to the rules that
+produced it (catalog, limits, queues, bodies and outputs by the spec's schemas, loadable models); a document
+that breaks one is refused with its path before anything changes, so an accepted import serves every read.
 """
 
 from __future__ import annotations

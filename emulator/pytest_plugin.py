@@ -1,30 +1,8 @@
 """pytest plugin (``pytest11`` entry point ``together_emulator``): the emulator in your own test suite.
 
-    def test_training(together_emulator):            # a fresh tenant of a session-wide emulator
-        ...                                          # TOGETHER_BASE_URL / TOGETHER_API_KEY point at it
-        together_emulator.clock.advance(600)         # this test's time only
-
-    @pytest.mark.together_emulator(scenario="two-sessions-step-40", seed=7, profile="realistic",
-                                   faults="nan-storm", clock="auto", start="2026-01-01T00:00:00Z")
-    def test_with_a_setup(together_emulator): ...
-
-The fixture is a :class:`emulator.testing.Tenant`. One emulator serves the whole session (started on
-first use, in a thread by default); every test gets a tenant of its own, reset, with its own manual
-clock (or ``clock="auto"``: it jumps to what the test's client waits for), so tests never see each
-other's state, time or fault rules. The marker's keywords (or the fixture's indirect parameter, a dict)
-are those of :meth:`emulator.testing.EmulatorServer.tenant`, plus ``stall_after``: on a manual clock, a
-test that waits for a transition nothing advances fails after that many seconds (default 2.5; None:
-never) with one sentence saying what it waits for (:class:`emulator.testing.StallGuard`).
-
-Options (or ini keys ``together_emulator_mode``, ``together_emulator_args``, ``together_emulator_url``):
-``--together-emulator-mode=subprocess`` runs the emulator in a subprocess; ``--together-emulator-clock=auto``
-gives every test the auto clock (a marker's ``clock`` still wins); ``--together-emulator-arg=ARG``
-(repeatable) passes a server option; ``--together-emulator-url=URL`` uses an emulator that is already
-running (tenants then get a per-run salt, so runs sharing it never meet), with
-``--together-emulator-admin-token`` if it has one.
-
-Installed with the package, this module is loaded by every pytest run, so it only registers its
-options, marker and fixtures: nothing is imported or started until a test asks for the fixture.
+The ``together_emulator`` fixture is an :class:`emulator.testing.Tenant` of a session-wide emulator: a fresh
+tenant per test, with its own manual (or auto) clock; the marker ``together_emulator(...)`` configures it.
+Loaded by every pytest run, so it only registers options, marker and fixtures until a test asks for one.
 """
 
 from __future__ import annotations

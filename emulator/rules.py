@@ -1,8 +1,7 @@
 """The numeric limits of the vendor spec that the emulator also enforces in Python, read from the spec.
 
 Request validation refuses a body that breaks them; the domain enforces them again where validation does not
-reach (an uploaded payload, a state import, a body the emulator builds), and with this module they are
-stated once, in ``openapi.yaml``: the domain, the simulated model and the import check read them here, and
+reach (an uploaded payload, a state import, a body the emulator builds). Stated once, in ``openapi.yaml``;
 ``tests/test_rules.py`` holds that no other module states one of them.
 """
 

@@ -1,21 +1,8 @@
 """Which shard of a cluster holds a tenant: the one function the emulator and its balancer both compute.
 
-Emulates nothing of the real API (it is one service): this is how one emulator serves a whole team from
-several processes (``together-rl-emulator cluster``, README "One emulator for a team"). Tenants never
-share state, so each process (a *shard*) holds only the tenants whose project hashes to it, and HAProxy
-in front sends every request of a tenant to that shard, computing the same function from the request:
-
-    shard(project) = crc32(project as UTF-8) mod N
-
-``crc32`` is the IEEE CRC-32 of zlib, PNG and Ethernet (HAProxy's ``crc32`` converter, Python's
-``zlib.crc32``) and N the fixed number of shards. The project of a key is the tenancy's
-(:mod:`emulator.tenancy`): ``proj_`` + the first 16 hex digits of the SHA-256 of the key by default,
-or what ``--tokens-file`` says (HAProxy reads it from a map file generated from the tokens file).
-
-Why not HAProxy's own consistent hashing: a hash ring moves a key to another server when its server is
-down, and a tenant routed to a shard that does not hold its state would see it missing (or start a second
-copy). The shard count is fixed for the life of the state files; a shard that is down makes its own
-tenants wait (503 from the balancer, which the SDK retries) and moves nobody.
+Emulates nothing of the real API (it is one service): one emulator for a team from several processes
+(``together-rl-emulator cluster``). ``shard(project) = crc32(project as UTF-8) mod N``, N fixed for the life
+of the state files, computed alike by each shard and by HAProxy (not a hash ring: a tenant never moves).
 """
 
 from __future__ import annotations

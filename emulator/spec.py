@@ -1,9 +1,8 @@
-"""The two specs the emulator serves: the vendor contract ``openapi.yaml`` and ``admin.yaml``, the
-emulator's own control plane under ``/_emulator`` (``emulator/specs/``).
+"""The two specs the emulator serves: the vendor contract ``openapi.yaml`` and ``admin.yaml`` (``/_emulator``).
 
 The contract's one source is the repository root's ``openapi.yaml``; the wheel carries it as
-``emulator/contract/openapi.yaml`` (a package-dir mapping in ``pyproject.toml``), and a checkout reads the
-root's file. Both are parsed once with libyaml; callers get a deep copy they may change.
+``emulator/contract/openapi.yaml`` (a package-dir mapping), a checkout reads the root's file; ``admin.yaml`` is
+in ``emulator/specs/``. Both are parsed once with libyaml; callers get a deep copy they may change.
 """
 
 from __future__ import annotations

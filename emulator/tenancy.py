@@ -1,10 +1,8 @@
 """Tenancy: which user and project an API key stands for, and the admin token kept apart from them.
 
-By default every token is its own user in its own project (ids derived from the SHA-256 of the token's
-UTF-8 bytes, so a restarted emulator maps a token to the same project, and a token reads the same whether
-it came in a header, a query or a JSON body); ``--tokens-file`` instead lists the tokens
-and can put several users in one project. The admin token of ``--admin-token`` opens the control
-plane only: it is never an API key, so it cannot read or change any tenant through the vendor API.
+By default every token is its own user in its own project (ids from the SHA-256 of its UTF-8 bytes, stable
+across restarts and wherever the token came from); ``--tokens-file`` lists tokens and can put several users in
+one project. The admin token opens the control plane only, never the vendor API.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """Tenant-scoped time: the global clock and timing profile, and the tenants that have their own.
 
-Emulates nothing of the real API (its time is the world's): this is how several users of one emulator
-(parallel CI jobs, the tests of a pytest session) each move their own virtual time. A tenant without
-a clock of its own follows the global clock (the default); a tenant with its own (made through the
-control plane, ``/_emulator/clock`` with a tenant) never sees the global clock move, and moving it
-moves nobody else's time. The same holds for the timing profile (``instant``, ``realistic``).
-
-The rule that keeps statuses honest: a tenant's virtual time never goes back behind what its records
-hold. A tenant's own clock starts where the tenant's time was (the global clock's now); it may be set
-to an earlier instant only while the tenant holds no state (just reset, or never used); and it may be
-dropped (the tenant following the global clock again) only when that moves no time backwards.
-Exported state carries every tenant's clock and profile (``clock.tenants`` of the state document).
+Emulates nothing of the real API (its time is the world's): several users of one emulator each move their own
+virtual time. A tenant follows the global clock and profile unless it has its own (``/_emulator/clock`` with a
+tenant); a tenant's time never goes back behind what its records hold.
 """
 
 from __future__ import annotations

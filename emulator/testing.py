@@ -1,23 +1,8 @@
-"""The emulator in your own tests, scripts and notebooks.
+"""The emulator in your own tests, scripts and notebooks: ``with emulate(seed=7) as emu: ...``.
 
-    from emulator.testing import emulate
-
-    with emulate(seed=7) as emu:          # an emulator in a thread, a fresh tenant, its own manual clock
-        ...                               # TOGETHER_BASE_URL / TOGETHER_API_KEY point at it meanwhile
-        emu.clock.advance(600)            # only this tenant's time moves
-        emu.clock.next()                  # or to the next pending transition (clock="auto": it jumps itself)
-
-:func:`emulate` is the context manager; :class:`EmulatorServer` is one running emulator (in a thread of
-this process by default, in a subprocess, or one already running at a URL) and :class:`Tenant` one API
-key of it with everything scoped to it (clock, timing profile, seed, fault rules, scenario, state).
-The pytest plugin (:mod:`emulator.pytest_plugin`, the ``together_emulator`` fixture) uses the same
-pieces: one server per test session, a fresh tenant per test.
-
-Every tenant is configured through the control plane's operations (``/_emulator/*`` with
-``X-Emulator-Tenant``): over HTTP for a server in a subprocess or elsewhere, and by calling the same
-handlers directly for a server in this process (tens of microseconds, against a loopback round trip's
-fraction of a millisecond). Tenants never see each other's time or faults, so many can share one server.
-On a manual clock, :class:`StallGuard` turns a wait that nothing can end into a failure that says why.
+:func:`emulate` is the context manager; :class:`EmulatorServer` one running emulator (a thread, a subprocess,
+or a URL); :class:`Tenant` one API key of it with everything scoped to it (clock, profile, seed, faults,
+scenario, state). On a manual clock, :class:`StallGuard` turns a wait nothing can end into a failure saying why.
 """
 
 from __future__ import annotations
