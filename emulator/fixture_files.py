@@ -58,7 +58,7 @@ def resolve(kind: str, value: str) -> str:
     """
     path = named(kind, value)
     if path is not None:
-        return str(path)  # a file system path: see the module docstring
+        return str(path)  # a file system path: see emulator/README.md
     if _NAME.fullmatch(value) and not os.path.exists(value):
         raise LookupError(f"no file {value!r}, and no shipped {kind} fixture of that name "
                           f"(shipped: {', '.join(names(kind)) or 'none'})")

@@ -68,7 +68,7 @@ class CatalogModel:
         }
 
 
-# The Qwen3.5 family's tokenizer (see the module docstring).
+# The Qwen3.5 family's tokenizer (see emulator/domain/README.md, catalog.py).
 QWEN35_VOCAB = 248_320
 QWEN35_TOKENIZER_SIZE = 248_077  # 248,044 BPE ids + 33 added tokens
 QWEN35_END_OF_TEXT = 248_044   # <|endoftext|>

@@ -113,7 +113,7 @@ def _lines(data: bytes | BinaryIO | Iterable[bytes]) -> Iterable[bytes]:
 
 
 def validate_jsonl(data: bytes | BinaryIO | Iterable[bytes]) -> ValidationReport:
-    """The validation report of a JSONL dataset (see the module docstring): its bytes, or a file of them read a
+    """The validation report of a JSONL dataset (emulator/domain/README.md): its bytes, or a file of them read a
     line at a time."""
     formats: set[str] = set()
     has_tools = False

@@ -135,7 +135,7 @@ def combine(answers: list[ShardAnswer]) -> tuple[int, bytes]:
 
 
 class ShardGuard:
-    """See the module docstring. ``balancer``: the cluster's front, for the cluster-wide calls (None: they
+    """See emulator/http/README.md. ``balancer``: the cluster's front, for the cluster-wide calls (None: they
     are refused unless a shard is named)."""
 
     def __init__(self, app: ASGIApp, runtime: Runtime) -> None:

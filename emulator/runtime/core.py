@@ -89,7 +89,7 @@ class RecordingSwitch(Protocol):
 
 class Runtime(VirtualTime, ScheduledActions, StateDocuments):
     """One emulator: its services, and the units of work that are the one way into its state (see the
-    module docstring)."""
+    module docstring and emulator/runtime/README.md)."""
 
     scenarios: ScenarioLibrary | None = None
     recording: RecordingSwitch | None = None

@@ -100,7 +100,7 @@ class BlobWriter:
 
 
 class BlobStore:
-    """The blob directory of one runtime (see the module docstring). ``root`` None: a temporary one."""
+    """The blob directory of one runtime (see emulator/store/README.md). ``root`` None: a temporary one."""
 
     def __init__(self, root: str | os.PathLike[str] | None = None, *, durable: bool = False) -> None:
         self._root = Path(root) if root is not None else None

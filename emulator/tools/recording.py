@@ -116,7 +116,7 @@ class Recorder:
     """Appends one JSON line per exchange to ``path`` (None: to memory, :meth:`text`); ``now`` gives the
     virtual time of each.
 
-    ``canonical``: record the same bytes whenever the answers are the same (see the module docstring).
+    ``canonical``: record the same bytes whenever the answers are the same (see emulator/tools/README.md).
     """
 
     def __init__(self, path: str | None, now: Any, *, canonical: bool = False,
