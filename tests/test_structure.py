@@ -417,3 +417,36 @@ def test_untyped_json_stays_out_of_the_domain_the_model_and_the_store() -> None:
              for path in sorted((EMULATOR / part).rglob("*.py"))
              for n, line in enumerate(path.read_text().splitlines(), 1) for _ in range(line.count("dict[str, Any]"))]
     assert len(found) <= 138 // 5, found
+
+
+# --- module docstrings -------------------------------------------------------------------------------------
+
+MAX_DOCSTRING_LINES = 5  # the guide: what a module emulates and where it differs, "at most about five lines"
+
+
+def long_module_docstrings(root: Path = EMULATOR) -> list[str]:
+    """The modules of ``root`` (packages' ``__init__.py`` included) whose docstring is missing or longer than
+    :data:`MAX_DOCSTRING_LINES` lines, as ``path (N lines)``. What a module's docstring cannot hold goes to
+    its package's README.md, "Module notes" (issue 38, item 9)."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=True)
+        lines = len(doc.splitlines()) if doc else 0
+        if not doc or lines > MAX_DOCSTRING_LINES:
+            out.append(f"{path.relative_to(root.parent).as_posix()} ({lines} lines)")
+    return out
+
+
+def test_every_module_has_a_docstring_of_at_most_five_lines() -> None:
+    assert long_module_docstrings() == [], "module docstrings missing or over five lines; move the rest to the " \
+                                           "package README's Module notes"
+
+
+def test_the_docstring_check_sees_a_long_or_missing_docstring(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text('"""A package."""\n')
+    (pkg / "short.py").write_text('"""One line.\n\nTwo.\nThree.\nFour.\n"""\nx = 1\n')
+    (pkg / "long.py").write_text('"""One line.\n\n' + "".join(f"Line {i}.\n" for i in range(3, 8)) + '"""\n')
+    (pkg / "none.py").write_text("x = 1\n")
+    assert long_module_docstrings(pkg) == ["pkg/long.py (7 lines)", "pkg/none.py (0 lines)"]
