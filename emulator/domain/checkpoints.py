@@ -1,8 +1,8 @@
 """Checkpoints: list, get, download (presigned file URLs served by the emulator itself).
 
 Emulates docs/api-surface.md A.5 and C.4: checkpoints outlive their session; only inference checkpoints
-download; the ADAPTER variant exists only for LoRA checkpoints. Differs [inferred]: ``CHECKPOINT_VARIANT_
-UNSPECIFIED`` reads as MERGED; the files are the simulated model's tiny weights, in real safetensors format.
+download; the ADAPTER variant exists only for LoRA checkpoints. Differs [inferred]: the UNSPECIFIED variant
+reads as MERGED; the files are the simulated model's tiny weights, in real safetensors format.
 """
 
 from __future__ import annotations

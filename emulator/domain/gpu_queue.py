@@ -1,8 +1,8 @@
 """The GPU queue that PENDING model resources wait in, one FIFO per GPU type.
 
 Emulates ``status_details.queue_position`` (older same-GPU-type resources still waiting, plus one) and the
-wait: the head leaves every ``queue_slot_seconds``; a fault effect can put phantom resources ahead (``queue_
-extra``, a slot of at least a virtual second each). Differs: per project here; the real one is shared.
+wait: the head leaves every ``queue_slot_seconds``; a fault effect can put phantom resources ahead
+(``queue_extra``, a slot of at least a virtual second each). Differs: per project here; the real one is shared.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Large-payload offload: upload URLs and download URLs (docs/api-surface.md A.4).
 
-The SDK uploads operation bodies over 0.5 MiB to a presigned URL (here the emulator's ``/_files/payloads/
-<token>``, no auth, like the real ones) and submits ``payload_id``; the operation runs on the two merged.
+The SDK uploads operation bodies over 0.5 MiB to a presigned URL (here the emulator's
+``/_files/payloads/<token>``, no auth, like the real ones) and submits ``payload_id``; the two are merged.
 Differs: a payload's bytes are released when the first operation that read them finishes; later use is refused.
 """
 

@@ -1,8 +1,8 @@
 """Presigned object-store URLs, served by the emulator itself without auth.
 
-Emulates docs/api-surface.md A.4, A.5.3: ``/_files/payloads/<token>`` (offload PUT/GET), ``/_files/checkpoints/
-<token>/<file>`` (downloads), ``/_files/uploads/<token>`` (Files API PUT). The token is the only credential:
-signed, expiring, an upload URL works once; unknown, forged or revoked is 404, expired or used 403.
+Emulates docs/api-surface.md A.4, A.5.3: ``/_files/payloads/<token>`` (offload PUT/GET),
+``/_files/checkpoints/<token>/<file>`` (downloads), ``/_files/uploads/<token>`` (Files API PUT). The token is
+the only credential: signed, expiring, an upload URL once; unknown, forged or revoked is 404, expired or used 403.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""The emulator judged against a recording: one recorded answer and the emulator's to the same request,
-compared after normalization, and the ids of the one mapped to the other's as they appear.
+"""The emulator judged against a recording: a recorded answer and the emulator's, compared after normalization.
 
-:data:`RULES` is the one table of what is compared how (``parity --rules`` prints it, every Markdown report
-carries it); :func:`rule_for` applies the first rule that fits a field.
+Ids of the one are mapped to the other's as they appear. :data:`RULES` is the one table of what is compared
+how (``parity --rules`` prints it, every Markdown report carries it); :func:`rule_for` applies the first rule
+that fits a field.
 """
 
 from __future__ import annotations

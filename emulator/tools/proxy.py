@@ -1,8 +1,8 @@
-"""The recording proxy of ``together-rl-emulator record --upstream URL``: forwards every request to the
-upstream (the real service, or any implementation) and records each exchange (:mod:`emulator.tools.recording`).
+"""The recording proxy of ``together-rl-emulator record --upstream URL``: forwards and records every exchange.
 
 Safe with a real API key: the upstream is checked before listening; its failures are ``ErrorData`` (502/504) noted
 as the proxy's; bodies stream through; secrets never reach the recording; Host and Origin guarded as ``serve``.
+The upstream is the real service or any implementation; the recording is :mod:`emulator.tools.recording`'s.
 """
 
 from __future__ import annotations

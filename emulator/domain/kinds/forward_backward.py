@@ -1,8 +1,8 @@
-"""``forward-backward``: the loss of a batch under the session's model, with its gradients accumulated for
-the next optimizer step (unless ``forward_only``), and per-token log-probs on request.
+"""``forward-backward``: a batch's loss and gradients under the session's model, log-probs on request.
 
-A ``loss.*_params`` of another loss type than ``loss.type`` is dropped with a warning (400 under ``--strict``):
-the SDK says each is "only valid when type is" its loss, as "the server would otherwise drop it silently".
+The gradients accumulate for the next optimizer step (unless ``forward_only``). A ``loss.*_params`` of another
+loss type than ``loss.type`` is dropped with a warning (400 under ``--strict``): the SDK says each is "only
+valid when type is" its loss, as "the server would otherwise drop it silently".
 """
 
 from __future__ import annotations

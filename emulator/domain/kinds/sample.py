@@ -1,8 +1,8 @@
-"""``sample``: completions of each prompt from the sampler's weights (the applied version; a deferred sync's
-staged weights are applied first), with their log-probs, and routed-experts keys on request.
-Refused at submit (400) [inferred]: zero generator replicas; ``max_tokens`` beyond the context length, too
-large a ``num_samples``, a seed outside int64. ``return_routed_experts`` on a dense model is dropped with a
-warning (400 under ``--strict``): the SDK says "ignored for other models".
+"""``sample``: completions of each prompt from the sampler's weights, log-probs, routed-experts keys on request.
+
+Refused at submit (400) [inferred]: no generator replicas, ``max_tokens`` past the context length, too large a
+``num_samples``, a seed outside int64. ``return_routed_experts`` on a dense model is dropped with a warning
+(400 under ``--strict``): "ignored for other models" (the SDK).
 """
 
 from __future__ import annotations
