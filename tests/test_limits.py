@@ -80,7 +80,7 @@ def test_serve_reads_the_limits_file_from_the_environment(tmp_path: Path) -> Non
         f"together-rl-emulator: EMULATOR_LIMITS_FILE='{path}': max_full_weight_sessions must be a whole number >= 1, not 'two'"]
 
 
-# --- large operation outputs (emulator/domain/operations.py, "Output retention") ------------------------
+# --- large operation outputs (emulator/domain/README.md, operations.py, "Output retention") --------------
 
 def _logprobs_batch(n_tokens: int) -> dict[str, Any]:
     """A forward pass returning per-token logprobs: about 20 bytes of JSON per token."""
