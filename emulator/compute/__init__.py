@@ -1,4 +1,4 @@
-"""The simulated model behind every training session (ARCHITECTURE.md, "The simulated model").
+"""The simulated model behind every training session (README.md here).
 
 Emulates the real service's trainer and generator with a tiny deterministic language model per
 session: a bigram logit table over the base model's full vocabulary, whose base part is an analytic

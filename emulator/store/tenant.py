@@ -13,7 +13,7 @@ that no journal reads (the default, in memory) notes nothing: :attr:`ChangeLog.e
 note is one attribute test.
 
 Concurrency: the emulator runs on one event loop, and a unit of work never awaits, so a tenant is never
-seen half-changed; see ARCHITECTURE.md, "Concurrency".
+seen half-changed; see emulator/runtime/README.md, "Concurrency".
 """
 
 from __future__ import annotations
