@@ -61,9 +61,9 @@ bench: $(VENV)/.bench-installed
 
 # Mutation scores: seeded mutants of the emulator's vendor API, each run against the whole contract suite, and
 # of its control plane, each against its unit tests (35-50 minutes on 2 shared cores); writes
-# bench/mutation.json and MUTATION.md. ARGS: e.g. --sample 20 --control-plane-sample 5 --jobs 2.
+# tests/mutation/mutation.json and MUTATION.md. ARGS: e.g. --sample 20 --control-plane-sample 5 --jobs 2.
 mutation: $(STAMP)
-	$(BIN)/python -m bench.mutation $(ARGS)
+	$(BIN)/python -m tests.mutation $(ARGS)
 
 # Regenerate docs/dashboard.png (the README's picture of /_emulator/ui); needs chromium installed.
 screenshot: $(STAMP)
