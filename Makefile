@@ -77,7 +77,7 @@ recordings: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/ruff check emulator contract_tests bench tests examples --select E,F,W,I,B --ignore E501,B905
-	$(BIN)/mypy emulator contract_tests bench examples
+	$(BIN)/mypy emulator contract_tests bench examples && $(BIN)/mypy --explicit-package-bases tests/mutation
 	$(BIN)/mypy --strict --follow-imports=silent emulator/domain emulator/compute
 
 # Rewrite COVERAGE.md (spec operations versus handlers; tests/test_structure.py fails when it is stale).
