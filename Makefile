@@ -8,12 +8,12 @@ PORT ?= 8765
 ARGS ?=
 WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: serve cluster test unit contract bench mutation lint clean screenshot recordings coverage
+.PHONY: serve cluster test unit contract bench mutation lint clean screenshot recordings coverage docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
 	touch $(STAMP)
 
 serve: $(STAMP)
@@ -80,9 +80,14 @@ lint: $(STAMP)
 	$(BIN)/mypy emulator contract_tests bench examples && $(BIN)/mypy --explicit-package-bases tests/mutation
 	$(BIN)/mypy --strict --follow-imports=silent emulator/domain emulator/compute
 
+# The docs site (mkdocs.yml, docs/) into site/; --strict: a broken link, anchor or page fails it (make test
+# builds it too: tests/test_docs.py). `$(BIN)/mkdocs serve` previews it while editing.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 # Rewrite COVERAGE.md (spec operations versus handlers; tests/test_structure.py fails when it is stale).
 coverage: $(STAMP)
 	$(BIN)/python -m emulator.tools.coverage
 
 clean:
-	rm -rf $(VENV) reports .hypothesis
+	rm -rf $(VENV) reports .hypothesis site
