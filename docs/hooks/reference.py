@@ -9,6 +9,7 @@ every operation and schema.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ def index() -> str:
     lines = ["# Reference", "",
              "Generated from the specs when the site is built (`docs/hooks/reference.py`), so it always says what "
              "the specs say.", ""]
-    for name, spec, title, intro in SPECS:
+    for name, _spec, title, intro in SPECS:
         lines += [f"- [{title}]({name}.md): {intro}", ""]
     return "\n".join(lines)
 
@@ -63,7 +64,7 @@ def code(value: Any) -> str:
     elif value is None:
         value = "null"
     elif not isinstance(value, str):
-        value = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+        value = json.dumps(value)
     return "`" + str(value).replace("`", "'").replace("|", "\\|") + "`"
 
 
@@ -143,13 +144,17 @@ def render(doc: dict[str, Any], title: str, intro: str, source: str) -> str:
     out = [f"# {title}", "", intro, "",
            f"Generated from `{source}` (OpenAPI {doc.get('openapi')}, `{info.get('title')}` version "
            f"{info.get('version')}) when the site is built.", ""]
+    # admin.yaml's paths are relative to its server, /_emulator: show the whole path a client sends.
+    servers = doc.get("servers") or [{}]
+    prefix = servers[0].get("url", "") if servers[0].get("url", "").startswith("/") else ""
     ops: list[tuple[str, str, str, dict[str, Any], list[Any]]] = []
     for path, item in doc["paths"].items():
         for method in METHODS:
             if method in item:
                 op = item[method]
                 tag = (op.get("tags") or ["Operations"])[0]
-                ops.append((tag, method, path, op, item.get("parameters", []) + op.get("parameters", [])))
+                ops.append((tag, method, prefix.rstrip("/") + path, op,
+                            item.get("parameters", []) + op.get("parameters", [])))
     tags = [t["name"] for t in doc.get("tags", [])] or []
     for tag, *_ in ops:
         if tag not in tags:
