@@ -20,7 +20,7 @@ serve: $(STAMP)
 	$(BIN)/python -m emulator serve --host $(HOST) --port $(PORT) $(ARGS)
 
 # One emulator for a team: WORKERS shards behind HAProxy (Debian's haproxy on PATH) on HOST:PORT; ARGS go to
-# every shard (e.g. ARGS="--state-dir .state --clock manual"). README: "One emulator for a team".
+# every shard (e.g. ARGS="--state-dir .state --clock manual"). docs/cluster.md, "One emulator for a team".
 cluster: $(STAMP)
 	$(BIN)/python -m emulator cluster --workers $(WORKERS) --host $(HOST) --port $(PORT) $(ARGS)
 
@@ -65,7 +65,7 @@ bench: $(VENV)/.bench-installed
 mutation: $(STAMP)
 	$(BIN)/python -m tests.mutation $(ARGS)
 
-# Regenerate docs/dashboard.png (the README's picture of /_emulator/ui); needs chromium installed.
+# Regenerate docs/dashboard.png (README's and docs/dashboard.md's picture of /_emulator/ui); needs chromium installed.
 screenshot: $(STAMP)
 	$(BIN)/python -m tests.dashboard_screenshot
 

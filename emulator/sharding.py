@@ -1,7 +1,7 @@
 """Which shard of a cluster holds a tenant: the one function the emulator and its balancer both compute.
 
 Emulates nothing of the real API (it is one service): this is how one emulator serves a whole team from
-several processes (``together-rl-emulator cluster``, README "One emulator for a team"). Tenants never
+several processes (``together-rl-emulator cluster``, docs/cluster.md). Tenants never
 share state, so each process (a *shard*) holds only the tenants whose project hashes to it, and HAProxy
 in front sends every request of a tenant to that shard, computing the same function from the request:
 

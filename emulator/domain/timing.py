@@ -3,7 +3,7 @@
 ``instant`` (default): every duration is 0. A create answers with the initial status and the
 first GET shows the settled one, because the SDK polls at once and then only every 10 s.
 
-``realistic``: durations of the order the real service shows (documented in the README; the real
+``realistic``: durations of the order the real service shows (documented in docs/server-options.md; the real
 numbers are not published, so these are [inferred] orders of magnitude). Every number can be
 overridden with ``--profile-file`` (YAML/JSON mapping of the keys below to seconds): those of
 :class:`~emulator.domain.durations.Timing`, and each operation kind's own (``timing`` of its module).

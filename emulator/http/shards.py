@@ -1,6 +1,6 @@
 """A shard of a cluster (``serve --shard I/N``): what it refuses, and the control calls it takes to every shard.
 
-Emulates nothing of the real API. In a cluster (README "One emulator for a team"), HAProxy sends each
+Emulates nothing of the real API. In a cluster (docs/cluster.md), HAProxy sends each
 tenant's requests to the shard that holds it (:mod:`emulator.sharding`); this layer, in the middleware
 stack after auth and before fault rules (only in shard mode), keeps a shard honest:
 

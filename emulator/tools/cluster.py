@@ -8,7 +8,7 @@ map of API keys to projects that a ``--tokens-file`` needs, and runs a cluster o
 shards (each with its own state file under ``--state-dir``), then HAProxy from ``PATH``, and restarts a
 shard that dies, on the same port and state file; it holds ``--state-dir`` for its life (an advisory lock,
 like each shard's on its file), so a second cluster on the same directory is refused. ``--print-config`` prints the configuration for shards
-started anywhere else (other machines: README "One emulator for a team").
+started anywhere else (other machines: docs/cluster.md).
 """
 
 from __future__ import annotations
