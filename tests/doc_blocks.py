@@ -43,7 +43,8 @@ _PATTERN = re.compile(r"^(?P<h>#+ [^\n]*)$|^(?P<ind> *)```(?P<lang>\w*)[^\n]*\n(
 
 def blocks(page: str) -> list[Block]:
     text = path_of(page).read_text()
-    found, heading, seen = [], "", {}
+    found: list[Block] = []
+    heading, seen = "", dict[str, int]()
     for m in _PATTERN.finditer(text):
         if m.group("h"):
             heading = m.group("h").lstrip("# ")
