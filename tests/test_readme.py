@@ -57,11 +57,12 @@ CONTROL = "Control plane `/_emulator/*` (spec: `emulator/specs/admin.yaml`)"
 CLOCK = "The clock: what is pending, the next transition, the auto clock and scheduled actions"
 TIME = "Time in your tests: the auto clock, what is pending, and what happens when"
 PARITY = "Is it faithful to your account?"
+FIRST = "A first training loop"  # README's; the Getting started page calls the same blocks "Quick start"
 #: (page, heading, index) -> the tests that run that block (several when a block's lines are run by several).
 COVERED: dict[tuple[str, str, int], list[str]] = {
     (README_PAGE, "Install", 0): [SAME, INSTALL],
-    (README_PAGE, "Install", 1): [HERE + "test_readme_make_commands_are_targets_of_the_makefile"],
-    **{(README_PAGE, "Quick start", i): [QUICK] for i in range(5)},
+    (README_PAGE, "Quick start", 0): [HERE + "test_readme_make_commands_are_targets_of_the_makefile"],
+    **{(README_PAGE, FIRST, i): [QUICK] for i in range(5)},
     (START, "Install", 0): [INSTALL],
     **{(START, "Quick start", i): [SAME] for i in range(5)},
     (START, "Examples", 0): [HERE + "test_examples_block_copies_and_runs_an_example",
@@ -159,7 +160,7 @@ def test_readme_shows_the_sites_blocks() -> None:
     """README.md's install and quick start are the Getting started page's, block for block and byte for byte
     (the quick start test runs README's; this holds the site's the same)."""
     assert block("Install", 0).body == block("Install", 0, START).body
-    readme = [b.body for b in blocks(README_PAGE) if b.heading == "Quick start"]
+    readme = [b.body for b in blocks(README_PAGE) if b.heading == FIRST]
     assert readme == [b.body for b in blocks(START) if b.heading == "Quick start"] and len(readme) == 5
     assert block("1. Install", 0, "new-user-path.md").body == block("Install", 0, START).body
 
@@ -176,7 +177,7 @@ def test_readme_is_a_landing_page() -> None:
 def test_readme_make_commands_are_targets_of_the_makefile() -> None:
     """README's two commands for a checkout, exactly `make serve` and `make test`, are the Makefile's targets
     (a dry run: `make test` is the whole suite, and `make serve` never ends)."""
-    body = block("Install", 1).body
+    body = block("Quick start", 0).body
     assert [line.split("#")[0].split() for line in body.splitlines()] == [["make", "serve"], ["make", "test"]]
     for target in ("serve", "test"):
         dry = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60,
@@ -259,24 +260,24 @@ def assert_shows(expected: str, actual: str, drop_sdk: bool = False) -> None:
 # --- the blocks ----------------------------------------------------------------------------------------------
 
 def test_quick_start_runs_as_written_and_prints_what_readme_shows(tmp_path: Path) -> None:
-    (serve,) = commands(block("Quick start", 0).body)
+    (serve,) = commands(block(FIRST, 0).body)
     assert serve == ["together-rl-emulator", "serve"]
     port = free_port()
     proc = subprocess.Popen([str(BIN / "together-rl-emulator"), "serve", "--port", str(port)], cwd=tmp_path,
                             env=shell_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
-        shown = block("Quick start", 1).body
+        shown = block(FIRST, 1).body
         banner = "".join(proc.stdout.readline() for _ in shown.splitlines())
         assert banner == shown.replace("8765", str(port))
-        script = block("Quick start", 3).body
+        script = block(FIRST, 3).body
         assert script.startswith("# quickstart.py")
         (tmp_path / "quickstart.py").write_text(script)
-        shell = block("Quick start", 2).body
+        shell = block(FIRST, 2).body
         assert "python quickstart.py" in shell and "export TOGETHER_BASE_URL=http://127.0.0.1:8765" in shell
         run = bash(shell.replace("8765", str(port)), tmp_path)
         assert run.returncode == 0, run.stdout + run.stderr
-        assert_shows(block("Quick start", 4).body, run.stdout)
+        assert_shows(block(FIRST, 4).body, run.stdout)
         sessions = httpx.get(f"http://127.0.0.1:{port}/v1/rl/training-sessions",
                              headers={"Authorization": "Bearer any-key"}, timeout=30).json()["data"]
         assert [s["display_name"] for s in sessions] == ["quick-start"]
@@ -288,7 +289,7 @@ def test_quick_start_runs_as_written_and_prints_what_readme_shows(tmp_path: Path
 def test_quick_start_stops_on_its_third_step_under_bad_day_as_readme_says(tmp_path: Path) -> None:
     text = " ".join(section(START, "Quick start").split())
     assert "this script stops at its third step with `OperationFailedError: ... NON_FINITE_LOSS`" in text
-    (tmp_path / "quickstart.py").write_text(block("Quick start", 3).body)
+    (tmp_path / "quickstart.py").write_text(block(FIRST, 3).body)
     with serve_in_thread(Config(clock="manual", faults_file="bad-day")) as (url, runtime):
         # Only nan-loss: the other rules of the file make the run slow (Retry-After), not different.
         for rule in ("gpu-queue", "overloaded", "flaky", "provisioning-failed"):
@@ -403,7 +404,7 @@ def test_parity_block_records_a_client_through_the_proxy_and_judges_it(tmp_path:
     record_args = commands(record)[0]
     assert record_args[record_args.index("--upstream") + 1] == "https://api.together.ai"
     assert record.rstrip().split("  #")[0].endswith("&") and "--port 8766" in record
-    (tmp_path / "quickstart.py").write_text(block("Quick start", 3).body)
+    (tmp_path / "quickstart.py").write_text(block(FIRST, 3).body)
     key = "sk-a-real-looking-key-0123456789"
     with fresh_emulator() as upstream:
         record_args[record_args.index("--upstream") + 1] = upstream  # not the real service: no network in tests
