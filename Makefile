@@ -8,19 +8,19 @@ PORT ?= 8765
 ARGS ?=
 WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: serve cluster test unit contract bench mutation lint clean screenshot recordings coverage
+.PHONY: serve cluster test unit contract bench mutation lint clean screenshot recordings coverage docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
 	touch $(STAMP)
 
 serve: $(STAMP)
 	$(BIN)/python -m emulator serve --host $(HOST) --port $(PORT) $(ARGS)
 
 # One emulator for a team: WORKERS shards behind HAProxy (Debian's haproxy on PATH) on HOST:PORT; ARGS go to
-# every shard (e.g. ARGS="--state-dir .state --clock manual"). README: "One emulator for a team".
+# every shard (e.g. ARGS="--state-dir .state --clock manual"). docs/cluster.md, "One emulator for a team".
 cluster: $(STAMP)
 	$(BIN)/python -m emulator cluster --workers $(WORKERS) --host $(HOST) --port $(PORT) $(ARGS)
 
@@ -61,11 +61,11 @@ bench: $(VENV)/.bench-installed
 
 # Mutation scores: seeded mutants of the emulator's vendor API, each run against the whole contract suite, and
 # of its control plane, each against its unit tests (35-50 minutes on 2 shared cores); writes
-# bench/mutation.json and MUTATION.md. ARGS: e.g. --sample 20 --control-plane-sample 5 --jobs 2.
+# tests/mutation/mutation.json and MUTATION.md. ARGS: e.g. --sample 20 --control-plane-sample 5 --jobs 2.
 mutation: $(STAMP)
-	$(BIN)/python -m bench.mutation $(ARGS)
+	$(BIN)/python -m tests.mutation $(ARGS)
 
-# Regenerate docs/dashboard.png (the README's picture of /_emulator/ui); needs chromium installed.
+# Regenerate docs/dashboard.png (README's and docs/dashboard.md's picture of /_emulator/ui); needs chromium installed.
 screenshot: $(STAMP)
 	$(BIN)/python -m tests.dashboard_screenshot
 
@@ -77,12 +77,17 @@ recordings: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/ruff check emulator contract_tests bench tests examples --select E,F,W,I,B --ignore E501,B905
-	$(BIN)/mypy emulator contract_tests bench examples
+	$(BIN)/mypy emulator contract_tests bench examples && $(BIN)/mypy --explicit-package-bases tests/mutation
 	$(BIN)/mypy --strict --follow-imports=silent emulator/domain emulator/compute
+
+# The docs site (mkdocs.yml, docs/) into site/; --strict: a broken link, anchor or page fails it (make test
+# builds it too: tests/test_docs.py). `$(BIN)/mkdocs serve` previews it while editing.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # Rewrite COVERAGE.md (spec operations versus handlers; tests/test_structure.py fails when it is stale).
 coverage: $(STAMP)
 	$(BIN)/python -m emulator.tools.coverage
 
 clean:
-	rm -rf $(VENV) reports .hypothesis
+	rm -rf $(VENV) reports .hypothesis site

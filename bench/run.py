@@ -670,7 +670,7 @@ class Bench:
 
 
     def stock(self) -> None:
-        """README's stock Schemathesis command with --tokens-file and --checks all (bench/stock.py)."""
+        """docs/contract-suite.md's stock Schemathesis command with --tokens-file and --checks all (bench/stock.py)."""
         a = self.args
         if a.skip_stock:
             self.notes["stock"] = "skipped (--skip-stock)"

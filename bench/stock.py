@@ -1,4 +1,4 @@
-"""Stock Schemathesis once more (issue 30): README's `--tokens-file` command, with `--checks all`, against a
+"""Stock Schemathesis once more (issue 30): docs/contract-suite.md's `--tokens-file` command, with `--checks all`, against a
 fresh emulator, with a fixed seed and case count, so that the figure repeats (the run in `make test`,
 tests/test_stock_schemathesis.py, takes a random seed per README command and the default case count). Records the exit
 status, how many cases Schemathesis generated, passed, skipped and failed, and the wall time.
@@ -24,7 +24,7 @@ from bench.stats import MARK
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 11
 EXAMPLES = 25
-TOKEN = "alice-key"  # of the shipped fixtures/tokens/team.yaml, as in README
+TOKEN = "alice-key"  # of the shipped fixtures/tokens/team.yaml, as in docs/contract-suite.md
 _COUNTS = {"generated": r"(\d+) generated", "passed": r"(\d+) passed", "skipped": r"(\d+) skipped",
            "failures": r"(\d+) unique failures"}
 

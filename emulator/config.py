@@ -226,7 +226,7 @@ OPTIONS: tuple[tuple[str, str, Callable[[str], Any] | None, str], ...] = (
     ("port", "--port", _int, "TCP port (default 8765); 0 picks a free port and prints the URL"),
     ("seed", "--seed", _int, "seed for ids and simulated numbers (default 0)"),
     ("clock", "--clock", _one_of(MODES), "system (real time x --speed), manual (moves only through /_emulator/clock) or "
-                               "auto (manual, and it jumps to what a client polls for: see the README)"),
+                               "auto (manual, and it jumps to what a client polls for: see docs/control-plane.md)"),
     ("speed", "--speed", _float, f"virtual seconds per real second with --clock system (default 1, at most "
                                  f"{MAX_SPEED:g})"),
     ("start_time", "--start-time", _start_time, "RFC 3339 start of virtual time (manual and auto clock default "

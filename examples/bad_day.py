@@ -1,6 +1,6 @@
 """A training loop that survives a bad day: run it against ``together-rl-emulator serve --faults bad-day``.
 
-The shipped fault file ``bad-day`` (README, "Rehearse a bad day") puts the resource in a GPU queue, answers
+The shipped fault file ``bad-day`` (docs/faults-and-scenarios.md, "Rehearse a bad day") puts the resource in a GPU queue, answers
 the first two session creates 429 with ``Retry-After: 2``, fails every 3rd forward-backward with
 ``NON_FINITE_LOSS`` and answers one GET in ten 503. The SDK's own retries absorb the 429s and 503s (it
 obeys ``Retry-After``); what it cannot retry is a failed operation, which raises. A NaN loss is a verdict

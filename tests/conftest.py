@@ -28,6 +28,13 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
         items[0].config.stash.setdefault(DESELECTED, []).extend(item.nodeid for item in items)
 
 
+@pytest.fixture
+def deselected(request: pytest.FixtureRequest) -> list[str]:
+    """The node ids this run's marker expression left out (read through the conftest pytest loaded: importing
+    it again as ``tests.conftest`` would make another key)."""
+    return request.config.stash.get(DESELECTED, [])
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: in-module order is kept

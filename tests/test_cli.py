@@ -137,9 +137,10 @@ def test_ctrl_c_stops_within_a_second_with_a_dashboard_stream_open() -> None:
             proc.wait()
     assert took < 1.0, f"Ctrl+C took {took:.2f} s"
     assert proc.returncode == 0, err
-    # What README's "Command line" shows, with this run's count of open connections.
-    readme = (ROOT / "README.md").read_text()
-    shown = readme[readme.index("## Command line"):].split("```text\n", 1)[1].split("```", 1)[0]
+    # What docs/getting-started.md's "Command line" shows, with this run's count of open connections.
+    from tests.doc_blocks import block
+
+    shown = block("getting-started.md", "Command line", 0).body
     said = [line for line in err.splitlines() if line]
     assert [re.sub(r"closing \d+ open", "closing N open", line) for line in said] == [
         re.sub(r"closing \d+ open", "closing N open", line) for line in shown.splitlines()], err

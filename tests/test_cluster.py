@@ -668,17 +668,17 @@ def test_a_shard_serves_the_hosts_its_balancers_bind_address_admits() -> None:
 
 
 def test_the_readmes_cluster_commands_work_as_written(tmp_path: Path) -> None:
-    """README "One emulator for a team": every command of its snippets parses as written, the configuration
+    """docs/cluster.md, "One emulator for a team": every command of its snippets parses as written, the configuration
     for shards on other machines comes out valid for HAProxy, and `make cluster` is the cluster command."""
     import argparse
     import shlex
 
     from emulator.__main__ import build_parser
+    from tests.doc_blocks import blocks
 
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## One emulator for a team", 1)[1].split("\n## ", 1)[0]
-    lines = [line for block in re.findall(r"```sh\n(.*?)```", section, re.S)
-             for line in block.replace("\\\n", " ").splitlines()]
+    sh = [b.body for b in blocks("cluster.md") if b.heading == "One emulator for a team" and b.lang == "sh"]
+    assert len(sh) == 2, sh
+    lines = [line for block in sh for line in block.replace("\\\n", " ").splitlines()]
     commands = [shlex.split(line.split("#", 1)[0].replace('"$T"', "secret")) for line in lines]
     commands = [c for c in commands if c]
     ran = set()

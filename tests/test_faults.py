@@ -186,19 +186,16 @@ def test_sdk_operation_failure_raises(sdk: tuple[str, Runtime]) -> None:
 
 
 def test_readme_bad_day_rules_load() -> None:
-    """The README's example fault file is valid (docs that work as written); tests/test_fixtures.py holds
-    it equal to fixtures/faults/bad-day.yaml, which `--faults bad-day` loads."""
-    import re
-    from pathlib import Path
-
+    """The example fault file of docs/faults-and-scenarios.md is valid (docs that work as written);
+    tests/test_fixtures.py holds it equal to fixtures/faults/bad-day.yaml, which `--faults bad-day` loads."""
     import yaml
 
     from emulator.faults import FaultSet
+    from tests.doc_blocks import block
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    block = re.search(r"`fixtures/faults/bad-day.yaml`[^\n]*\n\n```yaml\n(.*?)```", readme, re.S)
-    assert block is not None
-    rules = FaultSet().load(yaml.safe_load(block.group(1)))
+    shown = block("faults-and-scenarios.md", "Rehearse a bad day", 0)
+    assert shown.lang == "yaml"
+    rules = FaultSet().load(yaml.safe_load(shown.body))
     assert [r["name"] for r in rules] == ["gpu-queue", "overloaded", "nan-loss", "flaky", "provisioning-failed"]
 
 

@@ -47,11 +47,12 @@ def test_every_fixture_has_a_line_in_the_readme() -> None:
 
 
 def test_readme_fault_file_is_bad_day_yaml() -> None:
-    """README shows fixtures/faults/bad-day.yaml whole; the two must not drift apart."""
-    readme = (ROOT / "README.md").read_text()
-    block = re.search(r"`fixtures/faults/bad-day.yaml`[^\n]*\n\n```yaml\n(.*?)```", readme, re.S)
-    assert block is not None
-    assert block.group(1) == (FIXTURES / "faults" / "bad-day.yaml").read_text()
+    """docs/faults-and-scenarios.md shows fixtures/faults/bad-day.yaml whole; the two must not drift apart."""
+    from tests.doc_blocks import block, section
+
+    assert "`fixtures/faults/bad-day.yaml`" in section("faults-and-scenarios.md", "Rehearse a bad day")
+    assert block("faults-and-scenarios.md", "Rehearse a bad day", 0).body == \
+        (FIXTURES / "faults" / "bad-day.yaml").read_text()
 
 
 @pytest.mark.parametrize("name", fixture_files.names("faults"))

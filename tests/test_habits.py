@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DESELECTED
-
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -24,7 +22,8 @@ def _collected(cmd: list[str]) -> list[str]:
     return [line for line in proc.stdout.splitlines() if "::" in line]
 
 
-def test_bare_pytest_at_the_root_collects_what_make_unit_runs(request: pytest.FixtureRequest) -> None:
+def test_bare_pytest_at_the_root_collects_what_make_unit_runs(request: pytest.FixtureRequest,
+                                                             deselected: list[str]) -> None:
     """The console script puts its own directory first on sys.path, not the working directory as ``python -m
     pytest`` does: the tests' imports of tests.* and bench.* need pyproject's ``pythonpath``. When this run
     collected the whole suite (make test, make unit), it is the comparison: one collection fewer."""
@@ -32,7 +31,7 @@ def test_bare_pytest_at_the_root_collects_what_make_unit_runs(request: pytest.Fi
     args = {(Path(request.config.invocation_params.dir) / a).resolve() for a in request.config.args}
     whole = args <= {ROOT / "tests"} and not request.config.option.keyword
     if whole:
-        ran = [item.nodeid for item in request.session.items] + request.config.stash.get(DESELECTED, [])
+        ran = [item.nodeid for item in request.session.items] + deselected
     else:
         ran = _collected([sys.executable, "-m", "pytest"])
     assert len(bare) > 900 and sorted(bare) == sorted(ran) and len(set(bare)) == len(bare)

@@ -290,9 +290,11 @@ def test_installed_parity_judges_every_shipped_recording_by_name(venv: Path, els
     assert (elsewhere / "reports" / "parity" / "junit.xml").is_file()
 
 
-def _readme_block(after: str) -> str:
-    """The first ```sh block of README.md after the paragraph that starts with ``after``."""
-    text = (ROOT / "README.md").read_text()
+def _docs_block(page: str, heading: str, after: str) -> str:
+    """The first ```sh block under ``heading`` of docs/``page`` after the paragraph that starts with ``after``."""
+    from tests.doc_blocks import section
+
+    text = section(page, heading)
     rest = text[text.index("\n" + after):]
     return rest.split("```sh\n", 1)[1].split("```", 1)[0]
 
@@ -309,8 +311,8 @@ def test_installed_recording_at_run_time_replays_in_a_loop_with_pacing(served: s
             made = c.post("/v1/rl/model-resources", json={"base_model": "Qwen/Qwen3.8-27B"})
             return [made.status_code, c.get(f"/v1/rl/model-resources/{made.json()['id']}").status_code]
 
-    # README's block, as written but for the address: start, the client, stop, download, then replay.
-    block = _readme_block("Record at run time")
+    # The page's block, as written but for the address: start, the client, stop, download, then replay.
+    block = _docs_block("record-and-replay.md", "Record a demo and replay it", "Record at run time")
     start, stop, download, replay = [line.split("  #")[0].strip() for line in block.strip().splitlines()]
     here = served.removeprefix("http://")
 
@@ -352,7 +354,7 @@ def test_installed_contract_suite_passes_against_it(served: str, venv: Path, els
 
 def test_stock_schemathesis_runs_on_the_installed_spec_and_configuration(served: str, venv: Path,
                                                                        elsewhere: Path) -> None:
-    """README's pip-user command: the two files found through `together-rl-contract --path`."""
+    """docs/contract-suite.md's pip-user command: the two files found through `together-rl-contract --path`."""
     where = {name: Path(_run([venv / "bin" / "together-rl-contract", "--path", name], cwd=elsewhere).stdout.strip())
              for name in ("openapi.yaml", "schemathesis.toml")}
     for name, path in where.items():
@@ -428,12 +430,12 @@ def test_installed_contract_suite_runs_through_pytest(served: str, venv: Path, e
 
 
 def test_readme_install_block_installs_from_a_checkout(tmp_path: Path) -> None:
-    """README's "Install" block, run as written from a fresh directory with the checkout's path put in. pip
+    """The "Install" block of docs/getting-started.md (README.md shows the same), run as written from a fresh directory with the checkout's path put in. pip
     builds the package as the block makes it (isolated, with setuptools from the package index, which setup
     may reach) but installs no dependencies: the fresh environment sees this one's, as above."""
-    from tests.test_readme import block
+    from tests.doc_blocks import block
 
-    body = block("Install", 0).body
+    body = block("getting-started.md", "Install", 0).body
     assert body.count("/path/to/checkout") == 2 and "together-rl-emulator[" not in body
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PIP_NO_DEPS="1", PIP_QUIET="1",

@@ -1,4 +1,4 @@
-"""No module-level mutable state in ``emulator/`` (ARCHITECTURE.md, "Concurrency and state").
+"""No module-level mutable state in ``emulator/`` (ARCHITECTURE.md, "Rules"; emulator/runtime/README.md, "Concurrency").
 
 Every value a module binds at import time must be immutable all the way down (tuples, frozensets,
 read-only mappings, frozen dataclasses, enums, strings, numbers, functions, classes), so that two

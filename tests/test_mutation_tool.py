@@ -1,4 +1,4 @@
-"""The mutation tool of ``make mutation`` (``bench/mutation``): its mutants, its table, and a smoke run.
+"""The mutation tool of ``make mutation`` (``tests/mutation``): its mutants, its table, and a smoke run.
 
 The full run (a sample of 135 mutants of the vendor API, each against the whole contract suite, and the 39 of the
 control plane, each against its unit tests) takes 35-50 minutes and is not part of ``make test``; the smoke runs
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.mutation import equivalent
-from bench.mutation.mutants import KINDS, enumerate_mutants, mutated_source
+from tests.mutation import equivalent
+from tests.mutation.mutants import KINDS, enumerate_mutants, mutated_source
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,7 +73,7 @@ def test_every_equivalent_row_matches_a_candidate(candidates: tuple[list, object
     """A row that matches nothing is stale (the code it excuses moved): fix or drop it."""
     mutants, _ = candidates
     stale = [row for row in equivalent.TABLE if not any(row.matches(m) for m in mutants)]
-    assert not stale, f"rows of bench/mutation/equivalent.py that match no mutant: {stale}"
+    assert not stale, f"rows of tests/mutation/equivalent.py that match no mutant: {stale}"
     assert all(row.reason.strip() for row in equivalent.TABLE)
 
 
@@ -100,7 +100,7 @@ def _tree_digest() -> str:
 def test_smoke_run_of_four_fixed_mutants(tmp_path: Path) -> None:
     before = _tree_digest()
     out = tmp_path / "mutation.json"
-    cmd = [sys.executable, "-m", "bench.mutation", "--only", KILLED, "--only", SURVIVES, "--only", EQUIVALENT,
+    cmd = [sys.executable, "-m", "tests.mutation", "--only", KILLED, "--only", SURVIVES, "--only", EQUIVALENT,
            "--only", CONTROL, "--skip-baseline", "--jobs", "2", "--suite-arg=-k", f"--suite-arg={SELECT}",
            "--unit-arg=-k", f"--unit-arg={UNIT_SELECT}", "--json", str(out), "--markdown", str(tmp_path / "MUTATION.md")]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from emulator.testing import ClockStalled, EmulatorError, EmulatorServer, emulate
-from tests.test_pytest_plugin import pytest_in, readme_block
+from tests.doc_blocks import block
+from tests.test_pytest_plugin import PAGE, pytest_in, readme_block
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-TIME = "#### Time in your tests: the auto clock, what is pending, and what happens when"
+TIME = "Time in your tests: the auto clock, what is pending, and what happens when"
 
 STALLS = '''
 import pytest
@@ -73,7 +73,7 @@ def test_unknown_fault_file(together_emulator):
 
 
 def assert_stalled_within_seconds(out: str) -> None:
-    """The stall test failed with the one sentence README shows, within 5 s."""
+    """The stall test failed with the one sentence docs/pytest-and-notebooks.md shows, within 5 s."""
     sentence = re.search(r"E +emulator\.testing\.ClockStalled: (.*)", out)
     assert sentence is not None, out[-4000:]
     text = sentence.group(1)
@@ -83,8 +83,8 @@ def assert_stalled_within_seconds(out: str) -> None:
         r"to MODEL_RESOURCES_STATUS_CREATING, is due at 2026-01-01T00:00:45\.000Z \(45 s ahead\): advance the "
         r"clock \(together_emulator\.clock\.next\(\) or \.run_until\(\.\.\.\)\) or use the auto clock "
         r"\(@pytest\.mark\.together_emulator\(clock=\"auto\"\), or --together-emulator-clock=auto\)", text), text
-    # README shows the same sentence (its id and the seconds waited aside).
-    shown = README.read_text().split(TIME, 1)[1].split("```text\n", 1)[1].split("\n", 1)[0]
+    # The page shows the same sentence (its id and the seconds waited aside).
+    shown = block(PAGE, TIME, 1).body.split("\n", 1)[0]
     uuid = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
     assert re.sub(uuid, "ID", re.sub(r"for \d+\.\d s", "for T s", shown)) == \
         "emulator.testing.ClockStalled: " + re.sub(uuid, "ID", re.sub(r"for \d+\.\d s", "for T s", text))

@@ -21,13 +21,16 @@ from emulator.testing import EmulatorError, EmulatorServer, emulate
 ROOT = Path(__file__).resolve().parent.parent
 
 
+PAGE = "pytest-and-notebooks.md"
+
+
 def readme_block(heading: str) -> str:
-    """The first ```python block after ``heading`` in README.md."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index(heading):]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, f"no python block after {heading!r}"
-    return match.group(1)
+    """The first block under ``heading`` of docs/pytest-and-notebooks.md, a Python one."""
+    from tests.doc_blocks import block
+
+    found = block(PAGE, heading, 0)
+    assert found.lang == "python", found
+    return found.body
 
 
 def run(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -43,13 +46,13 @@ def pytest_in(tmp_path: Path, files: dict[str, str], *args: str, timeout: float 
 
 
 def test_readme_pytest_example_passes_as_written(tmp_path: Path) -> None:
-    proc = pytest_in(tmp_path, {"test_my_client.py": readme_block("### pytest: the `together_emulator` fixture")})
+    proc = pytest_in(tmp_path, {"test_my_client.py": readme_block("pytest: the `together_emulator` fixture")})
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "3 passed" in proc.stdout and "warning" not in proc.stdout.lower(), proc.stdout[-2000:]
 
 
 def test_readme_notebook_example_runs_as_written(tmp_path: Path) -> None:
-    (tmp_path / "notebook.py").write_text(readme_block("### A script or a notebook: `emulate()`"))
+    (tmp_path / "notebook.py").write_text(readme_block("A script or a notebook: `emulate()`"))
     proc = run(["-W", "error", "notebook.py"], tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()[-2:]  # (the SDK prints its progress before)

@@ -64,7 +64,7 @@ def test_the_readme_quick_start_is_refused_by_the_shipped_replay_naming_the_body
     """Another client's requests no longer get this client's answers (they got 8 tokens for max_tokens 3)."""
     from tests.test_readme import block
 
-    (tmp_path / "quickstart.py").write_text(block("Quick start", 3).body)
+    (tmp_path / "quickstart.py").write_text(block("A first training loop", 3).body)
 
     def quick_start(url: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "quickstart.py"], cwd=tmp_path, capture_output=True, text=True,

@@ -44,11 +44,11 @@ SCHEMA_MARK = "this schema cannot state"
 
 
 def readme_block() -> list[list[str]]:
-    """The commands of README's first `sh` block under "### Stock Schemathesis", split as a shell would."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### Stock Schemathesis"):]
-    start = section.index("```sh\n") + 6
-    lines = section[start:section.index("```", start)].splitlines()
+    """The commands of the first block under "Stock Schemathesis" of docs/contract-suite.md, split as a shell
+    would."""
+    from tests.doc_blocks import block
+
+    lines = block("contract-suite.md", "Stock Schemathesis", 0).body.splitlines()
     return [shlex.split(line.rstrip("& ")) for line in lines if line.strip() and not line.startswith("#")]
 
 

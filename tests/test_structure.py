@@ -341,9 +341,9 @@ def modules_naming(name: str, root: Path = EMULATOR) -> list[str]:
 
 
 def test_a_kind_is_named_by_its_module_only() -> None:
-    """ARCHITECTURE.md, "Operation kinds": a kind is one module of emulator/domain/kinds; nothing else in
-    emulator/ names one (the registry finds the modules), so the next kind touches its module, openapi.yaml
-    and its tests."""
+    """ARCHITECTURE.md, "An operation kind is one module": a kind is one module of emulator/domain/kinds;
+    nothing else in emulator/ names one (the registry finds the modules), so the next kind touches its module,
+    openapi.yaml and its tests."""
     from emulator.domain.kinds import KINDS
 
     assert len(KINDS) == 7

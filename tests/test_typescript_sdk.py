@@ -86,8 +86,9 @@ def test_the_typescript_base_url_without_v1_misses(node_modules: Path, emulator_
 
 
 def test_the_readme_typescript_snippet_runs(node_modules: Path, emulator_url: str) -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    snippet = readme.split("```js\n", 1)[1].split("```", 1)[0]
+    from tests.doc_blocks import block
+
+    snippet = block("sdk.md", "The TypeScript SDK", 0).body
     assert "http://127.0.0.1:8765/v1" in snippet
     # ESM resolves "together-ai" from the script's own directory: the snippet runs next to node_modules.
     script = node_modules.parent / f"readme-{os.getpid()}.mjs"

@@ -1,4 +1,4 @@
-"""The simulated model behind every training session (ARCHITECTURE.md, "The simulated model").
+"""The simulated model behind every training session (README.md here).
 
 Emulates the real trainer and generator with a tiny deterministic bigram model per session over the base
 model's full vocabulary: true losses, real AdamW/Muon steps, sampling from published weights, round-tripping

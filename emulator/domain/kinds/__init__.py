@@ -1,8 +1,8 @@
 """The registry of operation kinds: every module of this package (but ``_``-prefixed helpers) declares one.
 
 A kind's module is found here, not listed: adding a kind is its module, its endpoints in ``openapi.yaml``
-and its tests (ARCHITECTURE.md, "Operation kinds"). ``tests/test_structure.py`` adds the edges from this
-registry to each module when it checks that no module is in an import cycle.
+and its tests (ARCHITECTURE.md, "Rules"; domain/README.md, "Operation kinds"). ``tests/test_structure.py``
+adds the edges from this registry to each module when it checks that no module is in an import cycle.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A pytest plugin the mutation tool loads into the contract suite (``-p bench.mutation.ordering``).
+"""A pytest plugin the mutation tool loads into the contract suite (``-p tests.mutation.ordering``).
 
 With ``-x`` a mutant's run stops at its first failure, so the quick, targeted checks go first and the
 generated Schemathesis tests (most of the suite's wall time) last. Only the order changes; every test

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from bench.mutation.mutants import Mutant
+from tests.mutation.mutants import Mutant
 
 
 @dataclass(frozen=True)

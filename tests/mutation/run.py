@@ -1,11 +1,11 @@
-"""``python -m bench.mutation`` (``make mutation``): how much of the emulator's behaviour its tests notice.
+"""``python -m tests.mutation`` (``make mutation``): how much of the emulator's behaviour its tests notice.
 
 Two figures. **The vendor API**: samples mutants of the emulator's domain, render and records code with a fixed
-seed (:mod:`bench.mutation.mutants`), and for each one runs the whole contract suite against a fresh
+seed (:mod:`tests.mutation.mutants`), and for each one runs the whole contract suite against a fresh
 emulator built from a mutated *copy* of the package (the working tree is never touched): the copy
 sits in a temporary directory that comes first on ``PYTHONPATH``, so the emulator the suite starts
 imports it. **The emulator's control plane** (fault rules, state export and import, the limits file, timing
-overrides: :data:`bench.mutation.equivalent.CONTROL_PLANE`), which no contract check can reach: every such
+overrides: :data:`tests.mutation.equivalent.CONTROL_PLANE`), which no contract check can reach: every such
 mutant (or ``--control-plane-sample`` of them) runs against the unit test files its row names, from a copy of
 ``tests/`` beside the mutated package, and counts in a figure of its own.
 
@@ -13,15 +13,15 @@ The suite runs with ``-x`` (a mutant's run ends at its first failure), in two st
 whole suite: every module but the generated Schemathesis ones (``test_stateless``,
 ``test_stateful``: most of the suite's time, and most of its start-up, which builds their strategies),
 then, only for a mutant the first stage lets through, those two (:data:`STAGES`). Within a stage the
-quicker tests go first (:mod:`bench.mutation.ordering`).
+quicker tests go first (:mod:`tests.mutation.ordering`).
 
 A mutant is **killed** when the suite fails (a test failed, or the emulator could not start or
 answer: a client notices that too, and so does a run that hangs past ``--timeout``), **survived**
-when it passes, **equivalent** when :mod:`bench.mutation.equivalent` lists it with a reason (not run
+when it passes, **equivalent** when :mod:`tests.mutation.equivalent` lists it with a reason (not run
 unless ``--run-equivalent``). Kill rate = killed / (killed + survived), for each figure. First the unmutated
 copy must pass (the baseline: the suite, and each set of unit tests), or nothing is measured.
 
-Writes ``bench/mutation.json`` and ``MUTATION.md`` (the figures, every survivor, every equivalent with
+Writes ``tests/mutation/mutation.json`` and ``MUTATION.md`` (the figures, every survivor, every equivalent with
 its reason, and what killed the rest), unless ``--no-write``.
 """
 
@@ -45,8 +45,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.mutation import equivalent, report
-from bench.mutation.mutants import DEFAULT_TARGETS, Mutant, enumerate_mutants, mutated_source
+from tests.mutation import equivalent, report
+from tests.mutation.mutants import DEFAULT_TARGETS, Mutant, enumerate_mutants, mutated_source
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SEED = 29
@@ -159,7 +159,7 @@ def _run_suite(worker: Worker, mutant: Mutant, suite_args: list[str], timeout: f
 
 def _run_stage(worker: Worker, mutant: Mutant, suite_args: list[str], timeout: float) -> Outcome:
     report_dir = Path(tempfile.mkdtemp(prefix="mutation-report-", dir=worker.base))
-    cmd = [sys.executable, "-m", "contract_tests", "--report", str(report_dir), "-x", "-p", "bench.mutation.ordering",
+    cmd = [sys.executable, "-m", "contract_tests", "--report", str(report_dir), "-x", "-p", "tests.mutation.ordering",
            *suite_args]
     started = time.monotonic()
     if timeout <= 0:
@@ -263,7 +263,7 @@ def _first_failure(junit: Path) -> tuple[str, str]:
 # --- the run ----------------------------------------------------------------------------------------
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.mutation", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m tests.mutation", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"sampling seed (default {DEFAULT_SEED})")
     p.add_argument("--sample", type=int, default=DEFAULT_SAMPLE,
@@ -290,8 +290,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--skip-baseline", action="store_true",
                    help="do not first check that the suite passes against the unmutated copy (quick smoke runs only)")
     p.add_argument("--list", action="store_true", help="print the sampled mutants and exit")
-    p.add_argument("--no-write", action="store_true", help="print the results only (no bench/mutation.json, MUTATION.md)")
-    p.add_argument("--json", default=str(ROOT / "bench" / "mutation.json"))
+    p.add_argument("--no-write", action="store_true", help="print the results only (no tests/mutation/mutation.json, MUTATION.md)")
+    p.add_argument("--json", default=str(ROOT / "tests" / "mutation" / "mutation.json"))
     p.add_argument("--markdown", default=str(ROOT / "MUTATION.md"))
     return p.parse_args(argv)
 
@@ -504,7 +504,7 @@ def summarize(args: argparse.Namespace, candidates: list[Mutant], chosen: list[M
         "files": list(args.files or DEFAULT_TARGETS),
         "candidates": len(candidates),
         "candidates_by_kind": total_by_kind,
-        "suite_runs": [["-x", "-p", "bench.mutation.ordering", *a] for a in stages(suite_args, args.first_stage_only)],
+        "suite_runs": [["-x", "-p", "tests.mutation.ordering", *a] for a in stages(suite_args, args.first_stage_only)],
         "jobs": args.jobs,
         "baseline_seconds": round(baseline_seconds, 1),
         "elapsed_minutes": round(elapsed / 60, 1),

@@ -1,5 +1,0 @@
-import sys
-
-from bench.mutation.run import main
-
-sys.exit(main())
