@@ -1,6 +1,6 @@
 """Stock Schemathesis once more (issue 30): docs/contract-suite.md's `--tokens-file` command, with `--checks all`, against a
 fresh emulator, with a fixed seed and case count, so that the figure repeats (the run in `make test`,
-tests/test_stock_schemathesis.py, takes a random seed per README command and the default case count). Records the exit
+tests/test_stock_schemathesis.py, takes a random seed and the default case count). Records the exit
 status, how many cases Schemathesis generated, passed, skipped and failed, and the wall time.
 
     python -m bench.stock [--seed 11] [--examples 25]     # standalone: one BENCH_JSON line
