@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import collections
-import errno
 import json
 import logging
-import os
 import random
 import tempfile
 from pathlib import Path
@@ -30,8 +28,8 @@ from starlette.testclient import TestClient
 
 from emulator.config import Config
 from emulator.runtime import Runtime
-from emulator.store.persistence import FileIO
 from emulator.tools.server import build_server_app
+from tests.full_disk import FullDisk
 
 RL = "/v1/rl"
 BASE = "Qwen/Qwen3.8-27B"
@@ -40,19 +38,6 @@ FB = {"samples": [{"model_input": {"chunks": [{"encoded_text": {"tokens": [1, 2,
                    "loss_fn_inputs": {"target_tokens": {"data": [2, 3, 4], "dtype": "int64"},
                                       "weights": {"data": [1.0, 1.0, 1.0], "dtype": "float32"}}}],
       "loss": {"type": "LOSS_TYPE_CROSS_ENTROPY"}}
-
-
-class Disk(FileIO):
-    """Writes half of what it is given, then fails with ENOSPC, while ``full`` is set."""
-
-    def __init__(self) -> None:
-        self.full = False
-
-    def write(self, fd: int, data: Any) -> int:
-        if self.full:
-            os.write(fd, bytes(data[: len(data) // 2]))
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return super().write(fd, data)
 
 
 def _client(runtime: Runtime) -> TestClient:
@@ -86,7 +71,7 @@ class Run:
         self.path = path
         self.profile = rng.choice(["instant", "realistic"])
         self.runtime = Runtime(Config(clock="manual", profile=self.profile, state_file=str(path)))
-        self.disk = Disk()
+        self.disk = FullDisk()
         assert self.runtime.persistence is not None
         self.runtime.persistence.file.io = self.disk
         self.resources: dict[str, list[str]] = {k: [] for k in KEYS}

@@ -6,7 +6,6 @@ sequence of requests, the file replays to exactly the state the server holds.
 
 from __future__ import annotations
 
-import errno
 import os
 import random
 import re
@@ -27,8 +26,9 @@ from starlette.testclient import TestClient
 
 from emulator.config import Config, ConfigError
 from emulator.runtime import Runtime
-from emulator.store.persistence import FileIO, StateFile, StateFileError, seal
+from emulator.store.persistence import StateFile, StateFileError, seal
 from tests.conftest import make_client
+from tests.full_disk import FullDisk
 from tests.helpers import RL, ce_sample, create_resource, ready_resource, run_op, running_session, submit
 
 
@@ -396,19 +396,6 @@ def test_one_process_may_open_its_own_state_file_again(tmp_path: Path) -> None:
 
 
 # --- a disk that refuses -----------------------------------------------------------------------------
-
-class FullDisk(FileIO):
-    """Writes half of what it is given, then fails with ENOSPC, while ``full`` is set."""
-
-    def __init__(self) -> None:
-        self.full = False
-
-    def write(self, fd: int, data: Any) -> int:
-        if self.full:
-            os.write(fd, bytes(data[: len(data) // 2]))
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return super().write(fd, data)
-
 
 def test_a_write_the_disk_refuses_is_undone_answered_503_and_never_half_kept(tmp_path: Path) -> None:
     path = tmp_path / "state.jsonl"

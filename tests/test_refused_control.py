@@ -9,9 +9,7 @@ refused vendor write leaves no event behind and uses up no fault trigger. And wh
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -21,25 +19,12 @@ from starlette.testclient import TestClient
 
 from emulator.config import Config
 from emulator.runtime import Runtime
-from emulator.store.persistence import FileIO
 from tests.conftest import make_client
+from tests.full_disk import FullDisk
 from tests.helpers import RL, create_resource, ready_resource, running_session
 
 TENANT = {"X-Emulator-Tenant": "test-token"}
 READY = "MODEL_RESOURCES_STATUS_READY"
-
-
-class FullDisk(FileIO):
-    """Writes half of what it is given, then fails with ENOSPC, while ``full`` is set."""
-
-    def __init__(self) -> None:
-        self.full = False
-
-    def write(self, fd: int, data: Any) -> int:
-        if self.full:
-            os.write(fd, bytes(data[: len(data) // 2]))
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return super().write(fd, data)
 
 
 def _runtime(path: Path, **config: Any) -> tuple[Runtime, FullDisk]:
