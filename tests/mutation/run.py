@@ -157,49 +157,13 @@ def _run_suite(worker: Worker, mutant: Mutant, suite_args: list[str], timeout: f
     return outcome
 
 
-def _run_stage(worker: Worker, mutant: Mutant, suite_args: list[str], timeout: float) -> Outcome:
-    report_dir = Path(tempfile.mkdtemp(prefix="mutation-report-", dir=worker.base))
-    cmd = [sys.executable, "-m", "contract_tests", "--report", str(report_dir), "-x", "-p", "tests.mutation.ordering",
-           *suite_args]
+def _judged(mutant: Mutant, cmd: list[str], cwd: Path, env: dict[str, str], report_dir: Path, timeout: float
+            ) -> Outcome | tuple[int, str, str, str, float]:
+    """Run ``cmd`` in its own process group (a timeout ends what it started, the emulator too) and read its
+    JUnit report: (exit code, output, first failing test, its message, seconds), or the timeout's Outcome."""
     started = time.monotonic()
-    if timeout <= 0:
-        return Outcome(mutant, "killed", "timeout", message="no verdict within the timeout", seconds=0.0)
-    proc = subprocess.Popen(cmd, cwd=worker.root, env=worker.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)  # its own process group: a timeout ends the emulator too
-    RUNNING.add(proc)
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        output = proc.communicate()[0] or ""
-        return Outcome(mutant, "killed", "timeout", message=f"no verdict within {timeout:.0f} s",
-                       seconds=time.monotonic() - started)
-    finally:
-        if proc.poll() is None:
-            _kill_group(proc)
-        RUNNING.discard(proc)
-    seconds = time.monotonic() - started
-    test, message = _first_failure(report_dir / "junit.xml")
-    shutil.rmtree(report_dir, ignore_errors=True)
-    code = proc.returncode
-    if code == 0:
-        return Outcome(mutant, "survived", seconds=seconds, code=code)
-    if code == 1:
-        return Outcome(mutant, "killed", "test", test, message, seconds, code)
-    if code == 4 and "cannot use the target" in output:
-        return Outcome(mutant, "killed", "start-up", message=_tail(output), seconds=seconds, code=code)
-    return Outcome(mutant, "error", f"exit {code}", test, message or _tail(output), seconds, code)
-
-
-def _run_unit(worker: Worker, mutant: Mutant, tests: tuple[str, ...], unit_args: list[str], timeout: float
-              ) -> Outcome:
-    """The unit test files of a control-plane mutant, from the worker's copy (its ``tests`` import the mutated
-    package: the copy's directory is the first entry of ``sys.path``)."""
-    report_dir = Path(tempfile.mkdtemp(prefix="mutation-unit-", dir=worker.base))
-    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "--junitxml", str(report_dir / "junit.xml"), *unit_args, *tests]
-    started = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=worker.base, env=worker.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
     RUNNING.add(proc)
     try:
         output, _ = proc.communicate(timeout=timeout)
@@ -215,7 +179,38 @@ def _run_unit(worker: Worker, mutant: Mutant, tests: tuple[str, ...], unit_args:
     seconds = time.monotonic() - started
     test, message = _first_failure(report_dir / "junit.xml")
     shutil.rmtree(report_dir, ignore_errors=True)
-    code = proc.returncode
+    return proc.returncode, output or "", test, message, seconds
+
+
+def _run_stage(worker: Worker, mutant: Mutant, suite_args: list[str], timeout: float) -> Outcome:
+    if timeout <= 0:
+        return Outcome(mutant, "killed", "timeout", message="no verdict within the timeout", seconds=0.0)
+    report_dir = Path(tempfile.mkdtemp(prefix="mutation-report-", dir=worker.base))
+    cmd = [sys.executable, "-m", "contract_tests", "--report", str(report_dir), "-x", "-p", "tests.mutation.ordering",
+           *suite_args]
+    ran = _judged(mutant, cmd, worker.root, worker.env(), report_dir, timeout)
+    if isinstance(ran, Outcome):
+        return ran
+    code, output, test, message, seconds = ran
+    if code == 0:
+        return Outcome(mutant, "survived", seconds=seconds, code=code)
+    if code == 1:
+        return Outcome(mutant, "killed", "test", test, message, seconds, code)
+    if code == 4 and "cannot use the target" in output:
+        return Outcome(mutant, "killed", "start-up", message=_tail(output), seconds=seconds, code=code)
+    return Outcome(mutant, "error", f"exit {code}", test, message or _tail(output), seconds, code)
+
+
+def _run_unit(worker: Worker, mutant: Mutant, tests: tuple[str, ...], unit_args: list[str], timeout: float
+              ) -> Outcome:
+    """The unit test files of a control-plane mutant, from the worker's copy (its ``tests`` import the mutated
+    package: the copy's directory is the first entry of ``sys.path``)."""
+    report_dir = Path(tempfile.mkdtemp(prefix="mutation-unit-", dir=worker.base))
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "--junitxml", str(report_dir / "junit.xml"), *unit_args, *tests]
+    ran = _judged(mutant, cmd, worker.base, worker.env(), report_dir, timeout)
+    if isinstance(ran, Outcome):
+        return ran
+    code, output, test, message, seconds = ran
     if code == 0:
         return Outcome(mutant, "survived", seconds=seconds, code=code)
     if code == 1:
