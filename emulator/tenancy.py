@@ -43,7 +43,7 @@ class Tenancy:
 
     def principal_for(self, token: str) -> Principal | None:
         """The caller behind an API key, or None when the key is refused."""
-        if self.is_admin(token):
+        if self._admin_token and self.is_admin(token):
             return None
         if self._tokens is not None:
             return self._tokens.get(token)

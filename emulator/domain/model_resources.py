@@ -231,9 +231,12 @@ def estimate_cost(tenant: Tenant, body: CreateRequest) -> dict[str, Json]:
 
 def touch(tenant: Tenant, r: ModelResource, at: float) -> None:
     """Activity (session start, operation submit or finish) restarts the inactivity count."""
-    r.last_activity = at
+    if r.last_activity != at:  # (several in one request: noted once)
+        r.last_activity = at
     if r.status == R.READY:
-        _push_expiry(tenant, r, later(at, r.inactive_timeout))
+        candidate = later(at, r.inactive_timeout)
+        if r.expires_at is None or candidate > r.expires_at or r.id not in tenant.expiry_armed:
+            _push_expiry(tenant, r, candidate)
 
 
 def _push_expiry(tenant: Tenant, r: ModelResource, candidate: float) -> None:

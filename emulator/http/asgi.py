@@ -14,8 +14,8 @@ from emulator.errors import Invalid
 from emulator.http.envelope import BodyCut, PayloadTooLarge, render_error
 
 __all__ = ["ASGIApp", "Message", "Receive", "Scope", "Send", "base_url", "declares_body", "encoded_slash", "header",
-           "header_count", "lifespan", "limited_receive", "query_pairs", "read_body", "send_error", "send_file",
-           "send_json", "text_header"]
+           "header_count", "headers_of", "lifespan", "limited_receive", "query_pairs", "read_body", "send_error",
+           "send_file", "send_json", "text_header"]
 
 JSON_HEADERS = tuple([(b"content-type", b"application/json")])
 
@@ -131,20 +131,20 @@ async def lifespan(receive: Receive, send: Send) -> None:
 HEADERS = "emulator.headers"
 
 
-def _raw_header(scope: Scope, name: bytes) -> bytes | None:
-    # Several layers ask for a few headers each, so the list is turned into a dict once per request.
-    headers = scope.get(HEADERS)
+def headers_of(scope: Scope) -> dict[bytes, bytes]:
+    """The request's headers by lower-case name (the last one, if repeated). Several layers ask for a few
+    headers each, so the list is turned into a dict once per request (and kept in the scope)."""
+    headers: dict[bytes, bytes] | None = scope.get(HEADERS)
     if headers is None:
         headers = scope[HEADERS] = dict(scope["headers"])
-    value: bytes | None = headers.get(name)
-    return value
+    return headers
 
 
 def header(scope: Scope, name: bytes) -> str | None:
     """A request header by its lower-case name (the last one, if repeated), read as UTF-8 like every other
     text the emulator receives; bytes that are not UTF-8 become U+FFFD. For headers that name someone or
     something (an API key, an idempotency key) use :func:`text_header`, which refuses them instead."""
-    value = _raw_header(scope, name)
+    value = (scope.get(HEADERS) or headers_of(scope)).get(name)
     return None if value is None else value.decode("utf-8", "replace")
 
 
@@ -152,7 +152,7 @@ def text_header(scope: Scope, name: bytes, shown: str) -> str | None:
     """A header that identifies something, decoded as UTF-8 (the decoding of JSON bodies and queries, so a
     non-ASCII API key names one tenant however it is sent). Bytes that are not UTF-8 are refused (400),
     never replaced: two different keys must not read as the same text."""
-    value = _raw_header(scope, name)
+    value = (scope.get(HEADERS) or headers_of(scope)).get(name)
     if value is None:
         return None
     try:
@@ -183,8 +183,9 @@ def declares_body(scope: Scope) -> bool:
     """Whether the request says a body follows. An HTTP/1.x request with neither ``Content-Length`` nor
     ``Transfer-Encoding`` has none (RFC 9112 section 6.3), nor has one declaring length 0; nothing needs
     to be received or counted for it (most GETs)."""
-    length = header(scope, b"content-length")
-    return (length is not None and length != "0") or header(scope, b"transfer-encoding") is not None
+    headers = scope.get(HEADERS) or headers_of(scope)
+    length = headers.get(b"content-length")
+    return (length is not None and length != b"0") or b"transfer-encoding" in headers
 
 
 def encoded_slash(raw_path: bytes | None) -> TypeGuard[bytes]:

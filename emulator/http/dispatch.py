@@ -88,6 +88,19 @@ class RawHeaders(Mapping[str, str]):
 class Dispatcher:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+        # operationId -> (handler, stateless, polls): a handler's marks read once (a getattr that misses costs
+        # an exception inside the interpreter, twice a request)
+        self._handlers: dict[str, tuple[Any, bool, tuple[str, str] | None]] = {}
+
+    def _handler(self, op: str) -> tuple[Any, bool, tuple[str, str] | None] | None:
+        found = self._handlers.get(op)
+        if found is None:
+            handler = handler_for(op)
+            if handler is None:
+                return None
+            found = (handler, getattr(handler, "stateless", False), getattr(handler, "polls", None))
+            self._handlers[op] = found
+        return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -98,9 +111,10 @@ class Dispatcher:
             # (as sent when an encoded slash kept a segment whole: the decoded path may name a real endpoint)
             shown = raw.decode("latin-1") if encoded_slash(raw) else scope["path"]
             raise NotFound(f"no endpoint {scope['method']} {shown}", code="unknown_endpoint")
-        handler = handler_for(op)
-        if handler is None:
+        found = self._handler(op)
+        if found is None:
             raise NotFound(f"operation {op} is not implemented", code="not_implemented")
+        handler, stateless, polled = found
         extensions = scope.get("extensions", {})
         if PARSED_BODY in extensions:  # request validation already parsed it
             body = extensions[PARSED_BODY]
@@ -117,7 +131,7 @@ class Dispatcher:
         caller = principal(scope)
         request = Request(self.runtime, caller, op, scope.get("path_params", {}), query, headers, body,
                           lambda: base_url(scope), method)
-        if caller is None or getattr(handler, "stateless", False):
+        if caller is None or stateless:
             result = handler(request)
             if inspect.isawaitable(result):  # (the control plane's scenario loader calls the app itself)
                 result = await result
@@ -126,7 +140,6 @@ class Dispatcher:
             try:
                 with self.runtime.unit_of_work(caller, write=method not in READ_METHODS) as (tenant, ctx):
                     request.tenant, request.ctx = tenant, ctx
-                    polled = getattr(handler, "polls", None)
                     if polled is not None:  # a client reads an object it may wait on (the auto clock, a stall)
                         self.runtime.polled(tenant, ctx, polled[0], request.path.get(polled[1], ""))
                     elif self.runtime.waits:
@@ -146,9 +159,11 @@ class Dispatcher:
         if request.ctx is not None and request.ctx.warnings:
             extra = {**(extra or {}), WARNING_HEADER: list(request.ctx.warnings)}
             warned(scope, self.runtime, request, op)
-        if isinstance(payload, io.IOBase):  # a stored file's bytes, open: streamed from disk
-            await send_file(send, payload, extra, method)  # type: ignore[arg-type]
+        if isinstance(payload, dict):  # (first: io.IOBase is an ABC, and its isinstance the slow kind)
+            await send_json(send, status, orjson.dumps(payload), extra)
         elif isinstance(payload, (bytes, bytearray)):
             await send_json(send, status, bytes(payload), extra)
+        elif isinstance(payload, io.IOBase):  # a stored file's bytes, open: streamed from disk
+            await send_file(send, payload, extra, method)  # type: ignore[arg-type]
         else:
             await send_json(send, status, orjson.dumps(payload), extra)
