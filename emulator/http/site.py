@@ -12,7 +12,7 @@ from types import MappingProxyType
 from urllib.parse import urlsplit
 
 from emulator.config import Config
-from emulator.http.asgi import Scope, declares_body, header
+from emulator.http.asgi import HEADERS, Scope, declares_body, headers_of
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
@@ -65,7 +65,8 @@ def _name_allowed(name: str, allowed: frozenset[str]) -> bool:
 class SiteGuard:
     def __init__(self, host: str, allowed_hosts: tuple[str, ...] = ()) -> None:
         self.allowed = allowed_host_names(host, allowed_hosts)
-        self._hosts: dict[str, bool] = {}  # Host header -> allowed (clients repeat one or two)
+        self._hosts: dict[bytes, bool] = {}  # Host header -> allowed (clients repeat one or two)
+        self._types: dict[bytes, bool] = {}  # Content-Type of a write -> JSON or a form
 
     @classmethod
     def from_config(cls, config: Config) -> SiteGuard:
@@ -76,26 +77,40 @@ class SiteGuard:
 
     def refusal(self, scope: Scope) -> tuple[int, str, str] | None:
         """(status, message, code) when the request must be refused, else None."""
-        host = header(scope, b"host")
-        if host is not None and self.allowed is not None:
-            ok = self._hosts.get(host)
+        headers = scope.get(HEADERS) or headers_of(scope)
+        raw_host = headers.get(b"host")
+        if raw_host is not None and self.allowed is not None:
+            ok = self._hosts.get(raw_host)
             if ok is None:
-                ok = _name_allowed(split_host(host)[0], self.allowed)
+                ok = _name_allowed(split_host(_text(raw_host))[0], self.allowed)
                 if len(self._hosts) < _VERDICTS_KEPT:
-                    self._hosts[host] = ok
+                    self._hosts[raw_host] = ok
             if not ok:
-                return (403, f"Host {host[:100]!r} does not name this server (DNS-rebinding guard); serve it with "
-                             "--allowed-hosts", "host_not_allowed")
-        origin = header(scope, b"origin")
-        if origin is not None and not same_origin(origin, host):
-            return (403, f"cross-origin request refused: Origin {origin[:100]!r} is not this server's own; the "
-                         "emulator answers its own dashboard and non-browser clients only", "cross_origin_refused")
+                return (403, f"Host {_text(raw_host)[:100]!r} does not name this server (DNS-rebinding guard); "
+                             "serve it with --allowed-hosts", "host_not_allowed")
+        raw_origin = headers.get(b"origin")
+        if raw_origin is not None and not same_origin(_text(raw_origin),
+                                                      None if raw_host is None else _text(raw_host)):
+            return (403, f"cross-origin request refused: Origin {_text(raw_origin)[:100]!r} is not this server's "
+                         "own; the emulator answers its own dashboard and non-browser clients only",
+                    "cross_origin_refused")
         if scope["method"] in WRITE_METHODS and declares_body(scope) and not scope["path"].startswith("/_files/"):
-            content_type = header(scope, b"content-type")
-            if content_type is None or not (is_json(content_type) or is_form(content_type)):
+            raw_type = headers.get(b"content-type")
+            ok = self._types.get(raw_type) if raw_type is not None else False
+            if ok is None:
+                content_type = _text(raw_type)  # type: ignore[arg-type]  # (None: False above)
+                ok = is_json(content_type) or is_form(content_type)
+                if len(self._types) < _VERDICTS_KEPT:
+                    self._types[raw_type] = ok  # type: ignore[index]
+            if not ok:
+                shown = "none" if raw_type is None else _text(raw_type)
                 return (415, f"a request body must be JSON: send Content-Type: application/json (got "
-                             f"{(content_type or 'none')[:100]!r})", "unsupported_media_type")
+                             f"{shown[:100]!r})", "unsupported_media_type")
         return None
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")  # (as asgi.header reads every header)
 
 
 def is_json(content_type: str) -> bool:
