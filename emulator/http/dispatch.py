@@ -34,7 +34,7 @@ from emulator.http.asgi import (
 )
 from emulator.http.auth import principal
 from emulator.http.faults import give_back, state_effect
-from emulator.http.validation import PARSED_BODY, PARSED_QUERY, parse_json_body
+from emulator.http.validation import JSON_WHITESPACE, PARSED_BODY, PARSED_QUERY, parse_json_body
 from emulator.runtime import Runtime
 
 _MISSING = object()
@@ -122,7 +122,7 @@ class Dispatcher:
             body = None
         else:
             raw = await read_body(receive)
-            body = parse_json_body(raw) if raw.strip() else None
+            body = parse_json_body(raw) if raw.strip(JSON_WHITESPACE) else None
         headers = RawHeaders(scope["headers"])
         query = extensions.get(PARSED_QUERY)
         if query is None:  # no validation ran (nothing to validate): parse it here

@@ -40,6 +40,9 @@ from emulator.http.asgi import (
     text_header,
 )
 
+# JSON's own whitespace (RFC 8259 section 2): a body of only these is no body; bytes.strip() would also take
+# \x0b and \x0c, which make a body that is not JSON (400), not an empty one.
+JSON_WHITESPACE = b" \t\r\n"
 PARSED_BODY = "emulator_body"
 PARSED_QUERY = "emulator_query"
 _REQUIRED = re.compile(r"^'(.+)' is a required property$")
@@ -313,7 +316,7 @@ class FastRequestValidationOperation(RequestValidationOperation):
         if self._has_body:
             raw = await read_body(receive) if declares_body(scope) else b""
             body = None
-            if raw.strip():
+            if raw.strip(JSON_WHITESPACE):
                 mime_type = self._mime_type(scope)
                 if mime_type == "multipart/form-data":  # the Files API's upload form
                     body = parse_form(raw, header(scope, b"content-type") or "")
