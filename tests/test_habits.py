@@ -42,6 +42,9 @@ def test_make_test_runs_the_tests_in_parallel_and_the_contract_suite_alongside()
     recipe = make[make.index("\ntest: "):].split("\n\n", 1)[0]
     assert "-m pytest -q $(PYTEST_PARALLEL)" in recipe and "-m contract_tests --report reports/contract" in recipe
     assert recipe.index("wait $$contract") < recipe.index("-m pytest -q -m alone"), "alone: after the others"
+    # every Python it starts keeps a bytecode cache whatever the shell says (the Makefile says why)
+    assert recipe.count("$(TEST_ENV) $(BIN)/python") == recipe.count("$(BIN)/python") == 3, recipe
+    assert re.search(r"^TEST_ENV := env -u PYTHONDONTWRITEBYTECODE$", make, re.M)
     assert re.search(r'^PYTEST_PARALLEL := -n \$\(TEST_JOBS\) --dist loadfile --no-loadscope-reorder -m "not alone"$',
                      make, re.M)
     assert "make test" in (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
