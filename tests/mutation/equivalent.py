@@ -111,6 +111,14 @@ TABLE: tuple[Equivalent, ...] = (
                "not part of the contract: a base model's vocabulary size is its tokenizer's, which no API answer "
                "states; clients send the ids their tokenizer makes", before="vocab_size="),
     Equivalent("emulator/domain/catalog.py", "<module>", "constant", PRICE, before="price_per_gpu_hour="),
+    # A kind's lane orders its row among a session's kinds on the dashboard, which is no part of the API.
+    *(Equivalent(f"emulator/domain/kinds/{name}.py", "<module>", "constant",
+                 "not part of the contract: the dashboard's drawing order of a session's kinds", before="lane=")
+      for name in ("forward_backward", "custom_forward_backward", "optim_step", "sample", "weights_sync",
+                   "inference_checkpoint", "training_checkpoint")),
+    Equivalent("emulator/store/records.py", "Notes.note", None,
+               "same behaviour: the body of a Protocol's method, never called (the notes are a ChangeLog or "
+               "Unjournaled)"),
     Equivalent("emulator/domain/catalog.py", "<module>", "constant", PRICE, before="trainer_gpus="),
     Equivalent("emulator/domain/catalog.py", "CatalogModel.to_json", "constant",
                "the meaning of sampling_defaults.logprobs is undocumented (the emulator returns every sampled "
@@ -274,6 +282,13 @@ CONTROL_PLANE: tuple[ControlPlane, ...] = (
                  line="_UNFINISHED ="),
     ControlPlane("emulator/domain/kinds/_checkpoint.py", "check_output", None, "state export and import", STATE_TESTS),
     ControlPlane("emulator/domain/kind.py", "counter_output", "constant", "state export and import", STATE_TESTS),
+    # Scheduled actions (POST /_emulator/clock/actions) and what comes next on a tenant's timeline (the clock's
+    # moves to the next event: POST /_emulator/clock/next, the auto clock): reached only through the control plane
+    # or a clock mode the contract suite does not run (its tenants have manual clocks of their own).
+    ControlPlane("emulator/domain/actions.py", "*", None, "scheduled actions",
+                 ("tests/test_clock_control.py", "tests/test_refused_control.py")),
+    ControlPlane("emulator/domain/upcoming.py", "*", None, "clock moves to the next event",
+                 ("tests/test_clock_control.py", "tests/test_plugin_clock.py")),
     # Fault rules (POST /_emulator/faults): which resource a resource_error rule fired on a session's request fails.
     ControlPlane("emulator/domain/fault_effects.py", "apply", "comparison", "fault rules", ("tests/test_faults.py",),
                  line="resource_id = named.resource_id if named.resource_id is not None"),
