@@ -287,6 +287,8 @@ CONTROL_PLANE: tuple[ControlPlane, ...] = (
     # or a clock mode the contract suite does not run (its tenants have manual clocks of their own).
     ControlPlane("emulator/domain/actions.py", "*", None, "scheduled actions",
                  ("tests/test_clock_control.py", "tests/test_refused_control.py")),
+    ControlPlane("emulator/store/records.py", "<module>", "enum swap", "scheduled actions",
+                 ("tests/test_clock_control.py", "tests/test_refused_control.py"), before="A."),
     ControlPlane("emulator/domain/upcoming.py", "*", None, "clock moves to the next event",
                  ("tests/test_clock_control.py", "tests/test_plugin_clock.py")),
     # Fault rules (POST /_emulator/faults): which resource a resource_error rule fired on a session's request fails.
