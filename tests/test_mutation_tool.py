@@ -1,7 +1,8 @@
 """The mutation tool of ``make mutation`` (``tests/mutation``): its mutants, its table, and a smoke run.
 
-The full run (a sample of 135 mutants of the vendor API, each against the whole contract suite, and the 39 of the
-control plane, each against its unit tests) takes 35-50 minutes and is not part of ``make test``; the smoke runs
+The full run (a sample of 135 mutants of the vendor API, each against the whole contract suite, and every mutant of
+the control plane or ``--control-plane-sample`` of them, each against its unit tests; MUTATION.md says how long the
+last one took) is not part of ``make test``; the smoke runs
 the tool end to end on four fixed mutants, the suite narrowed to one test: one that test kills, one it cannot
 notice (survives), one the table of known equivalents names (not run), and one of the control plane, which a unit
 test of the limits file kills. Both figures are reported. They are named by what they change, so they outlive edits
