@@ -37,6 +37,15 @@ def counter_output(name: str) -> dict[str, Json]:
             "properties": {name: {"type": "integer", "minimum": 0, "maximum": 2**53}}}
 
 
+def counter_render(name: str, tenant: Tenant, output: JsonObject) -> JsonObject:
+    """How the API shows such an output: the count as a decimal string (an int64 field)."""
+    return {name: str(output[name])}
+
+
+def counter_dashboard(name: str, output: JsonObject) -> dict[str, Json]:
+    return {name: output.get(name)}
+
+
 @dataclass(frozen=True, slots=True)
 class Kind(Generic[R]):
     """One operation kind.

@@ -8,9 +8,9 @@ import functools
 from emulator.compute.types import AdamParams, MuonParams
 from emulator.domain.context import Ctx
 from emulator.domain.durations import Timing, TimingParam
-from emulator.domain.kind import Kind, counter_output
+from emulator.domain.kind import Kind, counter_dashboard, counter_output, counter_render
 from emulator.domain.session_models import session_model
-from emulator.jsontypes import Json, JsonObject
+from emulator.jsontypes import JsonObject
 from emulator.store import Tenant
 from emulator.store.records import Operation, OperationRequest, Session
 
@@ -34,16 +34,9 @@ def _execute(tenant: Tenant, ctx: Ctx, s: Session, request: Request, op: Operati
     return {"step": step}
 
 
-def _render(tenant: Tenant, output: JsonObject) -> JsonObject:
-    return {"step": str(output["step"])}
-
-
-def _dashboard(output: JsonObject) -> dict[str, Json]:
-    return {"step": output.get("step")}
-
-
 KIND = Kind(
     name="optim-step", create="createOptimStep", get="getOptimStep", request=Request, timing=(SECONDS,),
     seconds=_seconds,
-    execute=_execute, render=_render, dashboard=_dashboard,
+    execute=_execute, render=functools.partial(counter_render, "step"),
+    dashboard=functools.partial(counter_dashboard, "step"),
     output_schema=functools.partial(counter_output, "step"), lane=3)

@@ -9,9 +9,9 @@ import functools
 
 from emulator.domain.context import Ctx
 from emulator.domain.durations import Timing, TimingParam
-from emulator.domain.kind import Kind, counter_output
+from emulator.domain.kind import Kind, counter_dashboard, counter_output, counter_render
 from emulator.domain.session_models import session_model
-from emulator.jsontypes import Json, JsonObject
+from emulator.jsontypes import JsonObject
 from emulator.store import Tenant
 from emulator.store.records import Operation, OperationRequest, Session
 
@@ -43,16 +43,9 @@ def _execute(tenant: Tenant, ctx: Ctx, s: Session, request: Request, op: Operati
     return {"weights_version": s.target_weights_version}
 
 
-def _render(tenant: Tenant, output: JsonObject) -> JsonObject:
-    return {"weights_version": str(output["weights_version"])}
-
-
-def _dashboard(output: JsonObject) -> dict[str, Json]:
-    return {"weights_version": output.get("weights_version")}
-
-
 KIND = Kind(
     name="weights-sync", create="createWeightsSync", get="getWeightsSync", request=Request, timing=(SECONDS,),
     seconds=_seconds,
-    execute=_execute, render=_render, dashboard=_dashboard,
+    execute=_execute, render=functools.partial(counter_render, "weights_version"),
+    dashboard=functools.partial(counter_dashboard, "weights_version"),
     output_schema=functools.partial(counter_output, "weights_version"), lane=5)
