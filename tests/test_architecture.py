@@ -7,6 +7,8 @@ import ast
 import re
 from pathlib import Path
 
+from tests.pyast import parse as parse_ast
+
 ROOT = Path(__file__).resolve().parent.parent
 # A figure: a number with a unit of size, time or rate, or a percentage (a measurement belongs in BENCHMARKS.md).
 FIGURE = re.compile(r"\b\d[\d,.]*\s?(?:KB|MB|GB|KiB|MiB|GiB|ms|µs|%|x faster|req/s|seconds|minutes)\b|\d%")
@@ -36,7 +38,7 @@ def missing(text: str) -> list[str]:
             gone.append(file)
             continue
         if name is not None:
-            functions = {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)}
+            functions = {n.name for n in ast.walk(parse_ast(path.read_text())) if isinstance(n, ast.FunctionDef)}
             if name not in functions:
                 gone.append(f"{file}::{name}")
     return gone

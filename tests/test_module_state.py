@@ -26,8 +26,11 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import pytest
 
 import emulator
+import tests.pyast as pyast
+from tests.pyast import parse as parse_ast
 
 # (module, name) -> why it may stay. A memo of a pure function is not state: it returns the same value
 # for the same arguments whoever asked first, and its values are immutable.
@@ -87,7 +90,7 @@ def _immutable(value: Any, depth: int = 0) -> bool:
 def _module_names(path: Path) -> list[str]:
     """Names a module binds at its top level: assignments and decorated functions."""
     names: list[str] = []
-    for node in ast.parse(path.read_text()).body:
+    for node in parse_ast(path.read_text()).body:
         if isinstance(node, ast.Assign):
             names += [t.id for t in node.targets if isinstance(t, ast.Name)]
         elif isinstance(node, ast.AnnAssign) and node.value is not None and isinstance(node.target, ast.Name):
@@ -165,3 +168,20 @@ def test_base_models_are_shared_within_a_runtime_and_never_across() -> None:
     assert SessionModel(spec, one).weights().base is SessionModel(spec, one).weights().base
     assert SessionModel(spec, one).weights().base is not SessionModel(spec, two).weights().base
     assert len(one) == len(two) == 1
+
+
+def test_the_tests_ast_parse_retries_only_cpython_gh_106905(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = ast.parse
+
+    def flaky(source: str, filename: str = "<unknown>") -> ast.Module:
+        calls.append(1)
+        if len(calls) < 3:
+            raise SystemError("AST constructor recursion depth mismatch (before=141, after=161)")
+        return real(source, filename)
+
+    monkeypatch.setattr(pyast.ast, "parse", flaky)
+    assert isinstance(parse_ast("x = 1"), ast.Module) and len(calls) == 3
+    monkeypatch.setattr(pyast.ast, "parse", lambda *a: (_ for _ in ()).throw(SystemError("another bug")))
+    with pytest.raises(SystemError, match="another bug"):
+        parse_ast("x = 1")

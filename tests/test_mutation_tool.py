@@ -23,6 +23,7 @@ import pytest
 
 from tests.mutation import equivalent
 from tests.mutation.mutants import KINDS, enumerate_mutants, mutated_source
+from tests.pyast import parse as parse_ast
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,8 +47,8 @@ def test_every_kind_is_found_and_each_mutant_changes_its_file(candidates: tuple[
     rng = random.Random(0)
     for kind in KINDS:
         m = rng.choice([c for c in mutants if c.kind == kind])
-        original = ast.dump(ast.parse((ROOT / m.file).read_text()))
-        changed = ast.dump(ast.parse(mutated_source(ROOT, m, vocab)))  # type: ignore[arg-type]
+        original = ast.dump(parse_ast((ROOT / m.file).read_text()))
+        changed = ast.dump(parse_ast(mutated_source(ROOT, m, vocab)))  # type: ignore[arg-type]
         assert changed != original, f"{m.describe()} changes nothing"
 
 
@@ -58,7 +59,7 @@ def test_a_constant_mutant_changes_exactly_that_constant(candidates: tuple[list,
     assert "DEFAULT_INACTIVE_TIMEOUT = 3599" in text and "DEFAULT_INACTIVE_TIMEOUT = 3600" not in text
     [early] = [c for c in mutants if c.kind == "early return" and c.file.endswith("shaping.py")
                and c.scope == "on_cancelled"]
-    tree = ast.parse(mutated_source(ROOT, early, vocab))  # type: ignore[arg-type]
+    tree = parse_ast(mutated_source(ROOT, early, vocab))  # type: ignore[arg-type]
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "on_cancelled")
     assert isinstance(fn.body[0], ast.Return) and fn.body[0].value is None
 

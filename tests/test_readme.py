@@ -35,6 +35,7 @@ from emulator.tools.parity import fresh_emulator
 from emulator.tools.testing import serve_in_thread
 from tests.doc_blocks import Block, blocks, pages, section
 from tests.doc_blocks import block as doc_block
+from tests.pyast import parse as parse_ast
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # this environment's console scripts (together-rl-emulator, python3)
@@ -134,7 +135,7 @@ def test_every_docs_block_is_run_by_a_test() -> None:
         for test in tests:
             path, name = test.removeprefix("~").split("::")
             source = (ROOT / path).read_text()
-            functions = {n.name: n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)}
+            functions = {n.name: n for n in ast.walk(parse_ast(source)) if isinstance(n, ast.FunctionDef)}
             assert name in functions, f"{key}: {test} does not exist"
             if not test.startswith("~"):
                 assert key[0] in source or "block(" in (ast.get_source_segment(source, functions[name]) or ""), (

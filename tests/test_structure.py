@@ -17,6 +17,7 @@ import pytest
 
 from emulator import spec
 from emulator.api import handler_for
+from tests.pyast import parse as parse_ast
 
 ROOT = Path(__file__).resolve().parent.parent
 EMULATOR = ROOT / "emulator"
@@ -240,7 +241,7 @@ def inexact_operations(source: str, name: str) -> list[str]:
     def note(node: ast.AST, what: str) -> None:
         found.append(f"{name}:{getattr(node, 'lineno', 0)}: {what}")
 
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse_ast(source)):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in (
                 "np", "numpy", "math"):
             module, attr = node.value.id, node.attr
@@ -430,7 +431,7 @@ def long_module_docstrings(root: Path = EMULATOR) -> list[str]:
     its package's README.md, "Module notes" (issue 38, item 9)."""
     out = []
     for path in sorted(root.rglob("*.py")):
-        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=True)
+        doc = ast.get_docstring(parse_ast(path.read_text(encoding="utf-8")), clean=True)
         lines = len(doc.splitlines()) if doc else 0
         if not doc or lines > MAX_DOCSTRING_LINES:
             out.append(f"{path.relative_to(root.parent).as_posix()} ({lines} lines)")

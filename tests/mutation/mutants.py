@@ -33,6 +33,8 @@ from typing import Any
 
 import yaml
 
+from tests.pyast import parse as parse_ast
+
 KINDS = ("comparison", "and/or", "drop raise", "constant", "enum swap", "delete assignment", "early return")
 DEFAULT_TARGETS = ("emulator/domain/*.py", "emulator/domain/kinds/*.py", "emulator/api/render.py", "emulator/wire.py",
                    "emulator/store/records.py")
@@ -87,7 +89,7 @@ class Vocabulary:
     def load(cls, root: Path, files: Iterable[Path]) -> Vocabulary:
         classes: dict[str, list[str]] = {}
         for path in files:
-            for node in ast.walk(ast.parse(path.read_text())):
+            for node in ast.walk(parse_ast(path.read_text())):
                 if isinstance(node, ast.ClassDef) and any(_base_name(b) in ("StrEnum", "Enum", "IntEnum")
                                                           for b in node.bases):
                     members = [t.id for stmt in node.body if isinstance(stmt, ast.Assign)
@@ -369,9 +371,9 @@ def enumerate_mutants(root: Path, patterns: Iterable[str] = DEFAULT_TARGETS) -> 
 
 def _load(root: Path, path: Path, vocab: Vocabulary) -> SourceFile:
     text = path.read_text()
-    tree = ast.parse(text)
+    tree = parse_ast(text)
     # The mutated module is written back with ast.unparse: make sure that alone changes nothing.
-    if ast.dump(ast.parse(ast.unparse(tree))) != ast.dump(tree):
+    if ast.dump(parse_ast(ast.unparse(tree))) != ast.dump(tree):
         raise ValueError(f"{path}: ast.unparse does not round-trip this file; it cannot be mutated safely")
     return SourceFile(root, path, text, tree, _aliases(tree, vocab.classes))
 
