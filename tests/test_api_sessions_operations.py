@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
 from emulator.compute import SessionModel
+from emulator.config import Config
+from emulator.runtime import Runtime
+from tests.conftest import make_client
 from tests.helpers import (
     RL,
     advance,
@@ -133,6 +137,27 @@ def test_every_operation_kind_has_output(client: TestClient) -> None:
     assert [c["id"] for c in session["training_checkpoints"]] == [tckpt["id"]]
     assert session["policy_state"] == {"applied_weights_version": "1", "pending_publish": False,
                                        "target_weights_version": "1", "trainer_step": "1"}
+
+
+def test_a_synchronous_sync_overtakes_a_deferred_publish_still_pending(tmp_path: Path) -> None:
+    """BACKGROUND_PUBLISH of version 1, an optim-step, SYNCHRONOUS of version 2: version 2 is live and stays live
+    (before the fix the next sample applied the staged version 1, taking applied_weights_version back), also
+    after a restart from the journal."""
+    config = Config(clock="manual", state_file=str(tmp_path / "state.json"))
+    SAMPLE = {"model_inputs": [{"chunks": [{"encoded_text": {"tokens": [1, 2]}}]}], "sampling_params": {"max_tokens": 2}}
+    live = {"applied_weights_version": "2", "pending_publish": False, "target_weights_version": "2",
+            "trainer_step": "2"}
+    with make_client(Runtime(config)) as c:
+        sid = running_session(c)["id"]
+        for sync in ("WEIGHT_SYNC_TYPE_BACKGROUND_PUBLISH", "WEIGHT_SYNC_TYPE_SYNCHRONOUS"):
+            run_op(c, sid, "forward-backward", FB)
+            run_op(c, sid, "optim-step", {"adam_params": {"learning_rate": 1e-3}})
+            run_op(c, sid, "weights-sync", {"weight_sync_type": sync})
+        assert get_session(c, sid)["policy_state"] == live
+    with make_client(Runtime(config)) as c:
+        [result] = run_op(c, sid, "sample", SAMPLE)["output"]["results"]
+        assert result["policy_segments"] == [{"start_token": 0, "version": 2}]
+        assert get_session(c, sid)["policy_state"] == live
 
 
 def test_operation_get_wrong_kind_or_session_is_404(client: TestClient) -> None:

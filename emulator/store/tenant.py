@@ -384,6 +384,11 @@ class Models:
         self.staged[session_id] = (version, weights)
         self._weights_changed(session_id)
 
+    def discard_staged(self, session_id: str) -> None:
+        """Forget weights still staged (a newer publish has overtaken them)."""
+        if self.staged.pop(session_id, None) is not None:
+            self._weights_changed(session_id)
+
     def apply_staged(self, session_id: str) -> tuple[int, Weights] | None:
         """Make the staged weights the published ones; returns them (None when nothing was staged)."""
         staged = self.staged.pop(session_id, None)

@@ -1,7 +1,7 @@
-"""``weights-sync``: the trained weights become the sampler's. SYNCHRONOUS publishes them at once;
-BACKGROUND_PUBLISH and PIPELINE mark them pending and the next sample applies them (docs/api-surface.md C.4;
-[inferred] PIPELINE behaves like BACKGROUND_PUBLISH: a sample never switches versions mid-sequence). A
-deferred sync takes a tenth of ``weights_sync_seconds``."""
+"""``weights-sync``: the trained weights become the sampler's. SYNCHRONOUS publishes them at once (overtaking a
+deferred publish not yet applied); BACKGROUND_PUBLISH and PIPELINE mark them pending and the next sample applies
+them (docs/api-surface.md C.4; [inferred] PIPELINE behaves like BACKGROUND_PUBLISH: a sample never switches
+versions mid-sequence). A deferred sync takes a tenth of ``weights_sync_seconds``."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ def _execute(tenant: Tenant, ctx: Ctx, s: Session, request: Request, op: Operati
     weights = model.weights()
     if sync_type == "WEIGHT_SYNC_TYPE_SYNCHRONOUS":
         tenant.models.publish(s.id, s.trainer_step, weights)
+        tenant.models.discard_staged(s.id)  # an older deferred publish must not replace these at the next sample
         s.applied_weights_version = s.trainer_step
         s.pending_publish = False
     else:
