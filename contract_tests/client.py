@@ -139,6 +139,8 @@ class Observer:
             record(operation_id, "queue_position", lambda: lc.check_queue_position(oid, obj))
         if kind == "shaping job":
             record(operation_id, "updated_at_moves", lambda: lc.check_updated_at_covers_events(kind, obj))
+        if kind == "operation":
+            record(operation_id, "failed_operation_error", lambda: lc.check_failed_operation_error(oid, obj))
         if kind == "training session" and "step" in obj:
             step = record(operation_id, "int64_strings", lambda: lc.as_int64(obj["step"], f"session {oid} step"))
             record(operation_id, "step_never_decreases",

@@ -128,6 +128,18 @@ def check_transition(kind: str, obj_id: str, old: str, new: str) -> None:
                                 "which is not along the documented lifecycle edges")
 
 
+def check_failed_operation_error(obj_id: str, obj: Mapping[str, Any]) -> None:
+    """An operation read as FAILED says why: "poll the matching GET until COMPLETED (with ``output``) or FAILED
+    (with ``error``)" (every operation envelope of openapi.yaml); ``error`` is an ``OperationError``, so it names
+    a ``code`` or a ``message`` at least."""
+    if obj.get("status") != OP + "FAILED":
+        return
+    error = obj.get("error")
+    if not isinstance(error, Mapping) or not (error.get("code") or error.get("message")):
+        raise ContractViolation("failed_operation_error", f"operation {obj_id} is FAILED without an error (no code "
+                                f"nor message saying why): error={error!r}")
+
+
 def parse_time(value: Any, what: str) -> datetime:
     if not isinstance(value, str):
         raise ContractViolation("timestamps", f"{what} is {value!r}, not an RFC 3339 string")
