@@ -139,9 +139,15 @@ FORMATS = {
 def test_preprocess_reports_each_documented_dataset_format(api: Api) -> None:
     """preprocessFile: "A jsonl file passes as a CONVERSATION (rows with messages), INSTRUCTION (prompt and
     completion) or GENERAL (text) dataset", in its ``validation_report``; a file of rows with none of those
-    (a prompt alone is not an instruction) does not pass, and says why under ``error`` with its ``error_type``."""
+    (a prompt alone is not an instruction) does not pass, says why under ``error`` with its ``error_type``, and its
+    ``processing_status`` is a finished one that is not ``COMPLETED`` [inferred: ``INVALID_FORMAT`` or ``FAILED``;
+    a validation that answered its report is no longer ``PENDING``, ``QUEUED`` or ``RUNNING``]. A conversation's
+    messages are objects with a ``role`` [inferred: the SDK's ``REQUIRED_COLUMNS_MESSAGE = ["role"]``, together
+    3.1.1 ``lib/constants.py``; it leaves the check to the server]."""
     invalid = {"none": _rows({"question": "neither messages, prompt nor text"}),
-               "prompt-only": _rows({"prompt": "a prompt without its completion"})}
+               "prompt-only": _rows({"prompt": "a prompt without its completion"}),
+               "message-not-an-object": _rows({"messages": ["a message that is not an object"]}),
+               "message-without-role": _rows({"messages": [{"content": "a message without its role"}]})}
     for fmt, content in {**FORMATS, **invalid}.items():
         f = upload(api, content, f"contract-{fmt.lower()}.jsonl")
         try:
@@ -156,6 +162,10 @@ def test_preprocess_reports_each_documented_dataset_format(api: Api) -> None:
                        and bool(report["error"].strip()) and isinstance(report.get("error_type"), str),
                        f"the invalid {fmt} file's validation_report gives no reason under validation_report.error "
                        f"(with its error_type), where FileValidationReport documents it: {report}")
+                verify("preprocessFile", "dataset_format", f.get("processing_status") in ("INVALID_FORMAT", "FAILED"),
+                       f"the invalid {fmt} file was validated (validation_report {report}) yet its processing_status "
+                       f"is {f.get('processing_status')!r}, not a finished status of a file that failed validation "
+                       "(INVALID_FORMAT or FAILED)")
                 continue
             rows, nlines = content.count(b"\n"), report.get("nlines")
             verify("preprocessFile", "dataset_format",
