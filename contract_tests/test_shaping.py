@@ -15,6 +15,7 @@ in turn, its ``updated_at`` moves with each status and with each event it gains 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
@@ -156,7 +157,8 @@ def _conversation_of(size: int) -> bytes:
 def test_shaping_checks_its_calibration_file(api: Api, registered: tuple[str, str]) -> None:
     """calibration_file_id: "Conversation dataset file (file-..., purpose calibration or fine-tune, jsonl, at most
     64 MiB, rows with messages)"; the estimate refuses what createShapingJob would (400) and nothing else. Judged on
-    estimates: they create nothing."""
+    estimates: they create nothing. A file that does not exist in the project (never did, or was deleted) is refused
+    for a model the project did fine-tune too ("rejected unless the file exists in the request project", the SDK)."""
     _, model_id = registered
     largest = _conversation_of(CALIBRATION_MAX_BYTES)
     cases = ((FORMATS["CONVERSATION"], "calibration", True), (FORMATS["CONVERSATION"], "fine-tune", True),
@@ -174,6 +176,11 @@ def test_shaping_checks_its_calibration_file(api: Api, registered: tuple[str, st
                        + ("accepted" if valid else "refused"), "shaping_accepted" if valid else "invalid_input_refused")
         finally:
             api.call("deleteFile", "DELETE", f"/v1/files/{f['id']}").ok()
+    for missing, what in ((f["id"], "a calibration file the project deleted"),
+                          (f"file-{uuid.uuid4()}", "a calibration file id that names no file")):
+        reply = api.call("estimateShapingJob", "POST", "/v1/shaping/prepare-for-fp4-inference/estimate",
+                         json={"inputs": {"model_object_id": model_id, "calibration_file_id": missing}})
+        api.expect(reply, (400, 404), f"an estimate with {what} is refused", "invalid_input_refused")
 
 
 @pytest.fixture(scope="module")
