@@ -243,7 +243,8 @@ def _sampled_version(api: Api, sid: str) -> set[int]:
 def test_weights_sync_moves_the_policy_state(api: Api, resource: dict[str, Any]) -> None:
     """docs/api-surface.md C.4: optim-step moves trainer_step (= step); SYNCHRONOUS makes it the applied version at
     once; a deferred publish (BACKGROUND_PUBLISH, PIPELINE) promises it (target, pending_publish) and the next
-    sample applies it; samples are drawn from the applied version, never from unpublished training."""
+    sample applies it, or a SYNCHRONOUS sync does at once; samples are drawn from the applied version, never from
+    unpublished training."""
     sid = api.running_session(resource["id"])["id"]
     verify("getSession", "policy_state", _policy(api, sid) == (0, 0, 0, False, 0),
            f"a new session's policy_state and step start at 0, not published: {_policy(api, sid)}")
@@ -274,9 +275,24 @@ def test_weights_sync_moves_the_policy_state(api: Api, resource: dict[str, Any])
                f"the sample after a {deferred} applies the published version {step}")
         verify("getSession", "policy_state", _policy(api, sid)[1:4] == (step, step, False),
                f"after that sample, version {step} is applied and nothing is pending: {_policy(api, sid)}")
-    flows.train(api, sid)
+    latest = flows.train(api, sid)
     verify("getSample", "sample_version", _sampled_version(api, sid) == {step},
            f"without a weights-sync, samples keep the published version {step} after another optim-step")
+    # A deferred publish still pending when a SYNCHRONOUS one of a newer version completes: the newer version is live
+    # ("completes once the new weights are live"; "a sampler always serves the latest published weights") and
+    # nothing is pending (pending_publish: "True while a publish ... was requested but has not finished"); the
+    # older deferred one never takes the generator back.
+    flows.op_ok(api, sid, "weights-sync", {"weight_sync_type": "WEIGHT_SYNC_TYPE_BACKGROUND_PUBLISH"})
+    newer = flows.train(api, sid)
+    flows.op_ok(api, sid, "weights-sync", {"weight_sync_type": "WEIGHT_SYNC_TYPE_SYNCHRONOUS"})
+    verify("getSession", "policy_state", _policy(api, sid)[1:4] == (newer, newer, False),
+           f"after a BACKGROUND_PUBLISH of version {latest} and then a SYNCHRONOUS weights-sync of version {newer}, "
+           f"version {newer} is applied and nothing is pending: {_policy(api, sid)}")
+    verify("getSample", "sample_version", _sampled_version(api, sid) == {newer},
+           f"after a SYNCHRONOUS weights-sync of version {newer} (an older BACKGROUND_PUBLISH of {latest} before it) "
+           f"samples come from version {newer}")
+    verify("getSession", "policy_state", _policy(api, sid)[1:4] == (newer, newer, False),
+           f"a sample took the applied version back from {newer}: {_policy(api, sid)}")
     api.stop_session(sid)
 
 
