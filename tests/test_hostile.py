@@ -24,6 +24,7 @@ from starlette.testclient import TestClient
 
 from emulator import bounds
 from emulator.clock import MAX_TIME, rfc3339
+from emulator.compute.spec import MAX_SAMPLE_TOKENS
 from emulator.config import Config
 from emulator.runtime import Runtime
 from emulator.store.memory import EventLog
@@ -171,6 +172,12 @@ def test_a_sample_whose_max_tokens_could_never_run_is_refused_where_it_enters(re
     assert err["param"] == "sampling_params.max_tokens" and "maximum" in err["message"], err
     err = assert_error(submit(realistic_client, s["id"], "sample", {**SAMPLE, "num_samples": 10**15}), 400)
     assert err["param"] == "num_samples", err
+    # Within int32, past the tokens one request may generate: the emulator's own bound, where the request enters.
+    err = assert_error(submit(realistic_client, s["id"], "sample", {**SAMPLE, "num_samples": MAX_SAMPLE_TOKENS + 1}),
+                       400)
+    assert err["param"] == "num_samples" and f"{MAX_SAMPLE_TOKENS} tokens" in err["message"], err
+    at_bound = {**SAMPLE, "num_samples": MAX_SAMPLE_TOKENS, "sampling_params": {"max_tokens": 2}}
+    assert submit(realistic_client, s["id"], "sample", at_bound).status_code == 200  # (fails when it runs)
     export_imports(realistic_client)
 
 
@@ -527,6 +534,8 @@ def retaining(tmp_path: Path) -> Runtime:
 def test_a_session_keeps_only_its_newest_finished_operations(retaining: Runtime) -> None:
     with make_client(retaining) as c:
         s = running_session(c)
+        err = assert_error(c.get(f"{S}/{s['id']}/operations/optim-step/never-made"), 404)
+        assert err.get("code") != "operation_not_retained", err   # nothing forgotten yet: a plain not found
         ops = [run_op(c, s["id"], "optim-step", {}) for _ in range(5)]
         for op in ops[:2]:
             err = assert_error(c.get(f"{S}/{s['id']}/operations/optim-step/{op['id']}"), 404)
