@@ -19,7 +19,9 @@ Three reasons recur:
 What only the emulator's control plane reaches (:data:`CONTROL_PLANE`: fault rules, state export and import,
 the ``--limits-file`` and timing-profile overrides) is real behaviour all the same, just not the vendor API's:
 the contract suite cannot judge it, so those mutants run against the unit tests each row names, and count in a
-figure of their own.
+figure of their own. So do the emulator's own choices where the contract leaves the answer open but a client of
+the emulator sees it (the X-Emulator-Warning of an ignored field and ``--strict``'s 400, bounds it refuses at
+submit, inputs it releases): another server conforms with another choice, the emulator's unit tests hold its own.
 """
 
 from __future__ import annotations
@@ -125,9 +127,6 @@ TABLE: tuple[Equivalent, ...] = (
                "token's log-probability whatever it says)", before="logprobs="),
     Equivalent("emulator/domain/model_resources.py", "estimate_cost", None, PRICE, line="gpus ="),
     Equivalent("emulator/domain/model_resources.py", "estimate_cost", None, PRICE, line="round(gpus"),
-    Equivalent("emulator/domain/common.py", "release_inputs", "delete assignment",
-               "same behaviour: drops a finished forward-backward's request body to bound memory; no answer shows "
-               "an operation's request", before="op.body = None"),
     *(Equivalent("emulator/domain/cascade.py", scope, "delete assignment",
                  "same behaviour: expires_at is shown, extended and acted on only while a resource is READY, and a "
                  "stopping or failed resource never is again", before="r.expires_at = None")
@@ -144,10 +143,6 @@ TABLE: tuple[Equivalent, ...] = (
                  "not reachable from the API: runs only when the emulator's own model raises an unexpected "
                  "exception (a bug); tests/test_api_sessions_operations.py injects one", line=line)
       for line in ("op.output = None", "op.error = error_detail(INTERNAL_ERROR")),
-    Equivalent("emulator/domain/kinds/sample.py", "_check_bounds", "drop raise",
-               "not part of the contract: whether a sample asking for more than the model's context length is refused "
-               "at submit (400) or its operation ends FAILED is undocumented; the model refuses it either way, and "
-               "the contract accepts both (flows.op_refused)", before="sampling_params.max_tokens:"),
     Equivalent("emulator/domain/gpu_queue.py", "enter", "delete assignment",
                "same behaviour: the dequeue event is scheduled for exit_at whatever the field holds; on_dequeue reads "
                "queue_exit_at only to skip an event that a hold has overtaken, and a hold sets its own (only the "
@@ -155,9 +150,9 @@ TABLE: tuple[Equivalent, ...] = (
     Equivalent("emulator/domain/gpu_queue.py", "leave", "delete assignment",
                "same behaviour: queue_exit_at is read only while a resource is PENDING (on_dequeue checks the status "
                "first), and a resource that left the queue never is again", before="r.queue_exit_at = None"),
-    Equivalent("emulator/domain/catalog.py", "CatalogModel", "constant",
-               "same behaviour: this field's default is never used (every catalog model names its end-of-text token)",
-               before="end_of_text_token_id="),
+    *(Equivalent("emulator/domain/catalog.py", "CatalogModel", "constant",
+                 "same behaviour: this field's default is never used (every catalog model names its end-of-text and "
+                 "chat-end tokens)", before=f"{name}=") for name in ("end_of_text_token_id", "chat_end_token_id")),
     Equivalent("emulator/domain/operations.py", "submit", "drop raise",
                "not part of the contract: the answer to an Idempotency-Key reused with another body is undocumented "
                "(\"a changed body needs a new key\"); returning the original operation, as the mutant does, or refusing "
@@ -244,11 +239,6 @@ TABLE: tuple[Equivalent, ...] = (
     Equivalent("emulator/domain/shaping.py", "<module>", "enum swap",
                "not part of the contract: the level of the events of a job's steps is undocumented (Info or "
                "Warning, both documented levels)", before="'Info'", line="level: str ="),
-    Equivalent("emulator/domain/common.py", "release_inputs", None,
-               "not part of the contract: how long an uploaded payload lives is undocumented (the SDK uploads one per "
-               "call and uses it once); the emulator releases it after its first use to bound memory (a second use, "
-               "or a download URL, then answers 400), and a server that kept it, as some of these mutants do, "
-               "conforms as well", line="payload"),
     Equivalent("emulator/domain/sessions.py", "_lora_config", "drop raise",
                "not part of the contract: what a server does with lora_config on a full-weight resource is "
                "undocumented (the SDK says a seed is \"ignored when LoRA is off\", so it may well accept it)",
@@ -256,6 +246,10 @@ TABLE: tuple[Equivalent, ...] = (
     Equivalent("emulator/domain/kinds/weights_sync.py", "_execute", "enum swap",
                "same behaviour: weight_sync_type is required by the request schema (a 400 before the domain runs), "
                "so this default is never used", line='request.weight_sync_type or'),
+    Equivalent("emulator/domain/model_resources.py", "_optimizer", "comparison",
+               "same behaviour: an optimizer config with neither adam nor muon is adam wherever it is read (the answer "
+               "shows {adam: {}}, the trainer steps with adam), so leaving out the explicit default changes no answer "
+               "(only a state export, of the control plane, shows adam: null)", before="adam is None"),
     Equivalent("emulator/domain/kinds/weights_sync.py", "_seconds", "enum swap",
                "not part of the contract: how long a weights sync takes (the default there is never used either: the "
                "request schema requires weight_sync_type)", line='request.weight_sync_type in ('),
@@ -263,6 +257,7 @@ TABLE: tuple[Equivalent, ...] = (
 
 
 STATE_TESTS = ("tests/test_recording_persistence.py", "tests/test_import_fuzz.py", "tests/test_journal.py")
+WARNING_TESTS = ("tests/test_api_loss_params.py", "tests/test_hostile.py")
 CONTROL_PLANE: tuple[ControlPlane, ...] = (
     # --limits-file (and EMULATOR_LIMITS_FILE): parsed at start-up; tests/test_limits.py serves with bad and good files.
     *(ControlPlane("emulator/domain/limits.py", scope, None, "limits file", ("tests/test_limits.py",))
@@ -294,6 +289,36 @@ CONTROL_PLANE: tuple[ControlPlane, ...] = (
     # Fault rules (POST /_emulator/faults): which resource a resource_error rule fired on a session's request fails.
     ControlPlane("emulator/domain/fault_effects.py", "apply", "comparison", "fault rules", ("tests/test_faults.py",),
                  line="resource_id = named.resource_id if named.resource_id is not None"),
+    # The emulator's own choices where the contract leaves any answer open: real behaviour a client of the emulator
+    # sees, that no contract check may fix (another server conforms with another choice); its unit tests do.
+    # Accepted-and-ignored fields: the X-Emulator-Warning a client sees, and the 400 of --strict (an opt-in the
+    # contract suite cannot detect: a strict server refuses what the real service accepts).
+    *(ControlPlane(file, scope, kind, "warnings and --strict", WARNING_TESTS, line=line)
+      for file, scope, kind, line in (("emulator/domain/context.py", "Ctx.ignored", None, None),
+                                      ("emulator/domain/model_resources.py", "_optimizer", None, "dropped"))),
+    # Bounds the emulator refuses at submit (400) where the real service's are unpublished: whether a sample of more
+    # than its context length, or of more num_samples than the 2,000,000 tokens one request may generate, is refused
+    # at submit or fails when it runs is undocumented (the contract accepts both: flows.op_refused).
+    *(ControlPlane("emulator/domain/kinds/sample.py", "_check_bounds", kind, "bounds refused at submit",
+                   ("tests/test_hostile.py",), before=before)
+      for kind, before in (("comparison", "num_samples > MAX_SAMPLE_TOKENS"), ("drop raise", "num_samples:"),
+                           ("drop raise", "sampling_params.max_tokens:"))),
+    # Inputs released once read, to bound memory (a finished forward-backward's body, an uploaded payload): no answer
+    # shows an operation's request, and how long a payload lives is undocumented (a server that kept it conforms).
+    ControlPlane("emulator/domain/common.py", "release_inputs", None, "released inputs",
+                 ("tests/test_api_sessions_operations.py",)),
+    # Operation retention: how many finished operations a session forgot (the emulator's own 404 code
+    # operation_not_retained, and the state export).
+    ControlPlane("emulator/store/records.py", "Session", "constant", "operation retention", ("tests/test_hostile.py",),
+                 before="evicted_operations="),
+    # A dataset's validation report: where it says a file breaks a rule (the line it counts from 1; the wording of
+    # FileValidationReport.error is the emulator's).
+    ControlPlane("emulator/domain/files.py", "validate_jsonl", "constant", "dataset validation", ("tests/test_files.py",),
+                 line="enumerate("),
+    # The size of the Qwen3.5 tokenizer (the ids the generator may sample): no answer states it; the unit tests pin
+    # it to the real tokenizer's.
+    ControlPlane("emulator/domain/catalog.py", "<module>", "constant", "tokenizers", ("tests/test_compute_sampling.py",),
+                 line="QWEN35_TOKENIZER_SIZE ="),
 )
 
 

@@ -41,8 +41,11 @@ def markdown(result: dict[str, Any]) -> str:
         "when `tests/mutation/equivalent.py` gives the reason it is left out (not run): no client can tell it apart, "
         "it is not reachable from the API, or it changes a number or choice the documented API leaves open. "
         "The mutants of the emulator's own control plane (fault rules, state export and import, the limits file, timing "
-        "overrides: `CONTROL_PLANE` in the same file) are real behaviour that no contract check can reach: they run "
-        "against the unit tests (`tests/`) their row names instead, and make the second figure.",
+        "overrides: `CONTROL_PLANE` in the same file), and of the emulator's own choices where the contract leaves "
+        "the answer open (its warnings and `--strict`, the bounds it refuses at submit, the inputs it releases, "
+        "its operation retention, its validation messages, its tokenizers), are real behaviour that no contract "
+        "check can reach: they run against the unit tests (`tests/`) their row names instead, and make the second "
+        "figure.",
         "",
         f"Run of {result['date']} at commit `{result['commit']}`, seed {result['seed']}: "
         f"{s['sampled']} mutants sampled from the vendor API's {result['candidates']} candidates"
