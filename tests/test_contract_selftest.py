@@ -42,6 +42,7 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "preprocess_error_key": ("preprocess_reports_each_documented_dataset_format",
                              ("gives no reason under validation_report.error",)),
     "payload_download_before_upload": ("payload_not_uploaded", ("answered 200, expected 400",)),
+    "failed_operation_without_error": ("batch_and_length_limits", ("is FAILED without an error",)),
 }
 
 

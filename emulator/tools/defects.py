@@ -39,6 +39,7 @@ DEFECTS: MappingProxyType[str, str] = MappingProxyType({
                             "the documented validation_report.error",
     "payload_download_before_upload": "a download URL for a payload not uploaded yet answers 200 with a URL that "
                                       "404s, instead of 400",
+    "failed_operation_without_error": "an operation that ends FAILED reads without its error (nothing says why)",
 })
 
 RL = "/v1/rl"
@@ -222,6 +223,8 @@ class DefectsApp:
         # (an optimizer step's output is the only one with a step)
         if self.on("step_decreases") and isinstance(output, dict) and "step" in output:
             output["step"] = str(_shown_step(int(output["step"])))
+        if self.on("failed_operation_without_error") and payload.get("status") == "TRAINING_OPERATION_STATUS_FAILED":
+            payload.pop("error", None)
         if (self.on("status_backwards") and scope["method"] == "GET"
                 and payload.get("status") == "TRAINING_OPERATION_STATUS_COMPLETED" and self._second_read(scope, payload)):
             payload["status"] = "TRAINING_OPERATION_STATUS_RUNNING"
