@@ -1,6 +1,6 @@
 """The emulator's own cost per request, without sockets or a load generator:
 ``python -m bench.inproc [--scenario get|list|create|loop] [--requests N] [--instructions]
-[--stock-routing] [--no-recorder]``.
+[--no-recorder]``.
 
 Drives the ASGI app (``emulator.tools.server.build_server_app``) in-process with the same requests as
 ``make bench`` and prints the app's CPU time per request (the best of 8 batches). On a shared machine
@@ -135,23 +135,13 @@ async def run(scenario: str, requests: int, batches: int, recorder: bool = True)
     return best / per_batch / (8 if scenario == "loop" else 1)
 
 
-def use_stock_routing() -> None:
-    """Build the app with connexion's ``RoutingMiddleware`` in the routing slot (the A of an A/B)."""
-    from connexion.middleware.routing import RoutingMiddleware
-
-    import emulator.app
-
-    emulator.app.TableRoutingMiddleware = RoutingMiddleware  # type: ignore[misc, assignment]
-
-
-def instructions(scenario: str, requests: int, stock_routing: bool = False, recorder: bool = True) -> float:
+def instructions(scenario: str, requests: int, recorder: bool = True) -> float:
     if shutil.which("valgrind") is None:
         raise SystemExit("--instructions needs valgrind (apt-get install -y valgrind)")
     counts = []
     for n in (0, requests):
         out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-m",
                               "bench.inproc", "--scenario", scenario, "--requests", str(n), "--raw",
-                              *(["--stock-routing"] if stock_routing else []),
                               *([] if recorder else ["--no-recorder"])],
                              capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
         found = re.search(r"Collected : (\d+)", out.stderr)
@@ -168,22 +158,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=None,
                    help="measured requests (default 4000; 400 with --instructions, 100 loops for the loop)")
     p.add_argument("--instructions", action="store_true", help="count instructions with callgrind (slow, exact)")
-    p.add_argument("--stock-routing", action="store_true",
-                   help="route with connexion's own RoutingMiddleware instead of emulator/http/routing.py (to "
-                        "measure what that private-internal subclass buys)")
     p.add_argument("--no-recorder", action="store_true",
                    help="drive the app without the run-time recorder's wrapper (RecordingApp, always present so "
                         "that /_emulator/recording/start works), to measure what the wrapper costs when idle")
     p.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.stock_routing:
-        use_stock_routing()
     if args.raw:
         asyncio.run(run(args.scenario, args.requests or 0, 0, not args.no_recorder))
         return 0
     if args.instructions:
         n = args.requests or (100 if args.scenario == "loop" else 400)
-        count = instructions(args.scenario, n, args.stock_routing, not args.no_recorder)
+        count = instructions(args.scenario, n, not args.no_recorder)
         print(f"{args.scenario}: {count / 1000:.0f}k instructions per request")
         return 0
     per = asyncio.run(run(args.scenario, args.requests or 4000, 8, not args.no_recorder))

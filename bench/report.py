@@ -321,9 +321,6 @@ def internals_block(r: dict[str, Any], notes: dict[str, str]) -> list[str]:
         saved = "n/a" if not a or not b else f"{1 - a / b:.0%}"
         return f"| {name} | {fmt(a, 1, 'us')} | {fmt(b, 1, 'us')} | {saved} |"
 
-    for scenario in ("get", "list"):
-        out.append(row(f"routing table (`http/routing.py`), app CPU per {scenario.upper()}, in process",
-                       r.get(f"internals_routing_table_{scenario}_us"), r.get(f"internals_routing_stock_{scenario}_us")))
     out.append(row("connection guards (`http/server.py`), server CPU per served GET (a cost: they exist for "
                    "hostile clients, not speed)", shipped, stock))
     a, b = r.get("startup_s"), r.get("startup_spec_checked_s")

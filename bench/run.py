@@ -537,8 +537,7 @@ class Bench:
     def internals(self, gen: LoadGen) -> None:
         """What the private dependency internals buy (issue 25), A/B in this run: served GETs on the shipped
         protocol and on uvicorn's own protocol (no guards) (``bench.internals``: the server's CPU per
-        request); then in process, the app's CPU per request with
-        the emulator's routing table and with connexion's own RoutingMiddleware (``bench.inproc``)."""
+        request)."""
         if self.args.skip_internals:
             self.notes["internals"] = "skipped (--skip-internals)"
             return
@@ -556,18 +555,6 @@ class Bench:
         for variant, us in m["cpu_us_per_req"].items():
             self.put(f"internals_{variant.replace('-', '_')}_cpu_us", us)
         log(f"  server CPU per GET: {m['cpu_us_per_req']}")
-        for scenario in ("get", "list"):
-            for connexions in (False, True):
-                done = subprocess.run([sys.executable, "-m", "bench.inproc", "--scenario", scenario, "--requests",
-                                       "2000", *(["--stock-routing"] if connexions else [])],
-                                      capture_output=True, text=True, timeout=600, cwd=str(ROOT), check=True)
-                found = re.search(r"([\d.]+) us of app CPU", done.stdout)
-                if found is None:
-                    raise RuntimeError(f"bench.inproc printed no figure: {done.stdout[-300:]}")
-                self.put(f"internals_routing_{'stock' if connexions else 'table'}_{scenario}_us", float(found.group(1)))
-        log(f"  app CPU per request, routing table vs connexion's: get "
-            f"{self.results['internals_routing_table_get_us']} vs {self.results['internals_routing_stock_get_us']} us,"
-            f" list {self.results['internals_routing_table_list_us']} vs {self.results['internals_routing_stock_list_us']} us")
 
     def soak(self) -> None:
         """A shared server under mixed traffic (``bench.soak``): RSS after warm-up must stay within 10%."""

@@ -1,20 +1,18 @@
-"""The ASGI application, wired from the layers of :mod:`emulator.http` (nothing else lives here).
+"""The ASGI application, wired from the parts of :mod:`emulator.http` (nothing else lives here).
 
-Outermost first: site guards, body size and a path switch (``EmulatorApp``), ``ErrorEnvelope``, table routing,
-auth (then ``ShardGuard`` with ``--shard``), fault rules, compiled request validation, ``Dispatcher``.
-connexion's default ``AsyncApp`` stack is not used: its per-request layer cost most of the throughput.
+``EmulatorApp``: site guards, body size and a path switch; the vendor API and the control plane go to one
+:class:`~emulator.http.pipeline.Pipeline` of steps. connexion loads the specs and builds the validators at
+start-up; its ``AsyncApp`` and middleware stack are not used: their per-request layers cost most of the throughput.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
 
-from connexion.middleware import ConnexionMiddleware
 from connexion.middleware.response_validation import ResponseValidationMiddleware
 from connexion.resolver import Resolver
 from connexion.spec import Specification
@@ -33,16 +31,17 @@ from emulator.http.asgi import (
     limited_receive,
     send_error,
 )
-from emulator.http.auth import AuthMiddleware
+from emulator.http.auth import Auth
 from emulator.http.dispatch import Dispatcher
 from emulator.http.docs import DocsApp, is_docs_path
 from emulator.http.errors import ErrorEnvelope
-from emulator.http.faults import FaultMiddleware
+from emulator.http.faults import FaultRules
 from emulator.http.files import FileServer
-from emulator.http.routing import TableRoutingMiddleware
+from emulator.http.pipeline import Pipeline
+from emulator.http.routing import Router
 from emulator.http.shards import ShardGuard
 from emulator.http.site import SiteGuard
-from emulator.http.validation import FastRequestValidationMiddleware
+from emulator.http.validation import RequestValidation
 from emulator.runtime import Runtime
 from emulator.ui import Dashboard, is_dashboard_path
 
@@ -85,28 +84,33 @@ def _resolver() -> Resolver:
     return Resolver(function_resolver=resolve)
 
 
+def _pipeline(runtime: Runtime) -> Pipeline:
+    """The request path, its routes and checks built from both specs by connexion."""
+    validate_responses = runtime.config.validate_responses
+    router, validation = Router(), RequestValidation()
+    pipeline = Pipeline(router, Auth(runtime.tenancy), ShardGuard(runtime) if runtime.shard is not None else None,
+                        FaultRules(runtime.faults, runtime.store.events, runtime.scheduled_rules,
+                                   runtime.fire_due_rules),
+                        validation, Dispatcher(runtime))
+    if validate_responses:
+        pipeline.responses = ResponseValidationMiddleware(pipeline.dispatch_validated)
+    with _packaged_specs():
+        for name, base_path, strict in ((spec.VENDOR, None, False), (spec.ADMIN, spec.ADMIN_BASE_PATH, False)):
+            specification = Specification.load(spec.load_spec(name))
+            base = specification.base_path if base_path is None else base_path
+            options: dict[str, Any] = {"base_path": base, "resolver": _resolver(), "strict_validation": strict,
+                                       "validate_responses": validate_responses}
+            router.add_api(specification.raw["paths"], base)
+            validation.add_api(specification, **options)
+            if pipeline.responses is not None:
+                pipeline.responses.add_api(specification, **options)
+    return pipeline
+
+
 class EmulatorApp:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        validate_responses = runtime.config.validate_responses
-        middlewares: list[Any] = [
-            ErrorEnvelope,
-            TableRoutingMiddleware,
-            functools.partial(AuthMiddleware, tenancy=runtime.tenancy),
-            functools.partial(FaultMiddleware, faults=runtime.faults, events=runtime.store.events,
-                              scheduled=runtime.scheduled_rules, fire_due=runtime.fire_due_rules),
-            FastRequestValidationMiddleware,
-        ]
-        if runtime.shard is not None:  # a shard of a cluster: its own tenants only, cluster-wide control calls
-            middlewares.insert(3, functools.partial(ShardGuard, runtime=runtime))
-        if validate_responses:
-            middlewares.append(ResponseValidationMiddleware)
-        self.api = ConnexionMiddleware(Dispatcher(runtime), middlewares=middlewares)
-        with _packaged_specs():
-            self.api.add_api(spec.load_spec(spec.VENDOR), resolver=_resolver(), validate_responses=validate_responses,
-                             strict_validation=False)
-            self.api.add_api(spec.load_spec(spec.ADMIN), base_path=spec.ADMIN_BASE_PATH, resolver=_resolver(),
-                             validate_responses=validate_responses)
+        self.api = _pipeline(runtime)
         self.site = SiteGuard.from_config(runtime.config)
         self.files = ErrorEnvelope(FileServer(runtime))
         self.docs = ErrorEnvelope(DocsApp())

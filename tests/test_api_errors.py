@@ -118,3 +118,20 @@ def test_an_empty_status_filter_is_an_empty_list_that_filters_nothing(client: Te
                 "training-sessions?status=TRAINING_SESSION_STATUS_UNSPECIFIED",
                 "training-sessions?status=TRAINING_SESSION_STATUS_RUNNING%0A"):
         assert assert_error(client.get(f"{RL}/{bad}"), 400)["param"] == "status", bad
+
+
+def test_validate_responses_refuses_an_answer_that_breaks_the_spec(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """connexion's response validation wraps the dispatch step when asked (--validate-responses), and only then."""
+    from emulator.config import Config
+    from emulator.http import dispatch
+
+    real = dispatch.handler_for
+    monkeypatch.setattr(dispatch, "handler_for", lambda op: (lambda req: (200, {"id": 5})) if op == "getModelResources"
+                        else real(op))
+    for validate, status in ((True, 500), (False, 200)):
+        with make_client(Runtime(Config(clock="manual", validate_responses=validate))) as c:
+            resp = c.get(f"{RL}/model-resources/mr-1")
+            assert resp.status_code == status, (validate, resp.text)
+            if validate:
+                error = resp.json()["error"]
+                assert error["type"] == "server_error" and "does not conform to specification" in error["message"]

@@ -281,11 +281,10 @@ def test_the_loop_gives_each_connection_its_own_tenant_when_asked() -> None:
 
 
 def test_the_internals_block_says_what_each_private_internal_saves() -> None:
-    r = {"internals_shipped_cpu_us": 50.0, "internals_stock_cpu_us": 45.0,
-         "internals_routing_table_get_us": 20.0, "internals_routing_stock_get_us": 40.0,
-         "internals_routing_table_list_us": 45.0, "internals_routing_stock_list_us": 60.0}
+    r = {"internals_shipped_cpu_us": 50.0, "internals_stock_cpu_us": 45.0, "startup_s": 0.4,
+         "startup_spec_checked_s": 0.5}
     block = "\n".join(report.internals_block(r, {}))
-    assert "| 20.0 us | 40.0 us | 50% |" in block and "| 45.0 us | 60.0 us | 25% |" in block
+    assert "| 0.400 s | 0.500 s | 20% |" in block and "routing" not in block
     assert "| 50.0 us | 45.0 us | -11% |" in block and "one write" not in block
     assert "Not measured: needs wrk" in "\n".join(report.internals_block({}, {"internals": "needs wrk"}))
 
@@ -296,22 +295,6 @@ def test_inproc_drives_the_app_without_the_recorder() -> None:
 
     per = asyncio.run(inproc.run("loop", 4, 2, recorder=False))
     assert per is not None and 0 < per < 0.05
-
-
-def test_inproc_can_route_with_connexions_own_middleware() -> None:
-    """The A of the routing A/B builds a working app (every request of the scenario answers 200)."""
-    import asyncio
-
-    from bench import inproc
-
-    inproc.use_stock_routing()
-    try:
-        assert asyncio.run(inproc.run("get", 16, 2)) is not None
-    finally:
-        import emulator.app
-        from emulator.http.routing import TableRoutingMiddleware
-
-        emulator.app.TableRoutingMiddleware = TableRoutingMiddleware  # type: ignore[misc]
 
 
 def test_uploads_bench_measures_both_modes(tmp_path: Path) -> None:

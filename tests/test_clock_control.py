@@ -350,7 +350,7 @@ def test_scheduled_fault_rules_start_and_stop_at_their_time(c: TestClient) -> No
 
 def test_a_scheduled_fault_rule_meets_the_first_request_after_its_time_on_a_running_clock(c: TestClient) -> None:
     # 10^6 virtual seconds per real second: the rule is due microseconds after it is scheduled, and no
-    # control call settles the tenant in between; the fault middleware does, before it picks a rule.
+    # control call settles the tenant in between; the fault-rule step does, before it picks a rule.
     c.post("/_emulator/clock", json={"mode": "system", "speed": 1e6}, headers=SCOPED)
     schedule(c, {"action": "add_fault", "delay": 1,
                  "rule": {"name": "soon", "match": {"operation_id": "listModelResources"}, "effect": {"status": 503}}})

@@ -15,9 +15,10 @@ import pytest
 
 # dependency -> (versions verified: a prefix of the version string, the modules that rely on its internals)
 VERIFIED = {
-    "connexion": ("3.3.", "emulator/http/routing.py (RoutingMiddleware.add_api and its scope contract), "
-                          "emulator/http/validation.py (RequestValidationMiddleware/API/Operation), "
-                          "emulator/app.py (Specification._validate_spec, skipped while the app is built)"),
+    "connexion": ("3.3.", "emulator/http/validation.py (RequestValidationMiddleware/API/Operation), "
+                          "emulator/app.py (Specification._validate_spec, skipped while the app is built; the spec "
+                          "middlewares' add_api called without ConnexionMiddleware), "
+                          "emulator/http/pipeline.py (the routing scope key of ResponseValidationMiddleware)"),
     "uvicorn": ("0.55.", "emulator/http/server.py (HttpToolsProtocol subclass: the connection guards)"),
 }
 
@@ -39,14 +40,35 @@ def test_connexion_internals_the_emulator_subclasses_are_there() -> None:
         RequestValidationMiddleware,
         RequestValidationOperation,
     )
-    from connexion.middleware.routing import RoutingMiddleware
     from connexion.utils import is_null, is_nullable
 
     assert callable(Draft4RequestValidator) and callable(is_null) and callable(is_nullable)
-    assert list(inspect.signature(RoutingMiddleware.add_api).parameters)[:3] == ["self", "specification",
-                                                                                 "base_path"]
     assert "operation" in inspect.signature(RequestValidationOperation.__init__).parameters
     assert issubclass(RequestValidationAPI, object) and hasattr(RequestValidationMiddleware, "api_cls")
+
+
+def test_connexion_spec_middlewares_build_without_their_container() -> None:
+    """emulator/app.py builds the request validators (and, with --validate-responses, connexion's response
+    validation) by calling each spec middleware's ``add_api`` itself, as ``ConnexionMiddleware`` did when it
+    built its stack, and ``emulator/http/pipeline.py`` hands response validation the operation under
+    connexion's routing scope key."""
+    from connexion.middleware.abstract import ROUTING_CONTEXT, RoutedMiddleware
+    from connexion.middleware.main import ConnexionMiddleware
+    from connexion.middleware.response_validation import ResponseValidationMiddleware
+    from connexion.spec import Specification
+
+    from emulator.http.pipeline import ROUTING
+
+    assert ROUTING == ROUTING_CONTEXT, "connexion renamed its routing scope key: see emulator/http/pipeline.py"
+    assert issubclass(ResponseValidationMiddleware, RoutedMiddleware)
+    assert list(inspect.signature(RoutedMiddleware.add_api).parameters) == ["self", "specification", "kwargs"]
+    assert "return api" in inspect.getsource(RoutedMiddleware.add_api), "add_api no longer returns the API built"
+    assert list(inspect.signature(Specification.load).parameters)[:1] == ["spec"]
+    assert isinstance(Specification.__dict__.get("base_path"), property) and "raw" in Specification.__dict__
+    # What ConnexionMiddleware passes to each spec middleware (app.py passes the same for its options).
+    source = inspect.getsource(ConnexionMiddleware._build_middleware_stack)
+    assert "app.add_api(" in source and "base_path=api.base_path" in source, (
+        "ConnexionMiddleware registers specs on its middlewares differently now: re-read emulator/app.py")
 
 
 def test_connexion_still_checks_specs_where_the_app_skips_it() -> None:

@@ -451,3 +451,45 @@ def test_the_docstring_check_sees_a_long_or_missing_docstring(tmp_path: Path) ->
     (pkg / "long.py").write_text('"""One line.\n\n' + "".join(f"Line {i}.\n" for i in range(3, 8)) + '"""\n')
     (pkg / "none.py").write_text("x = 1\n")
     assert long_module_docstrings(pkg) == ["pkg/long.py (7 lines)", "pkg/none.py (0 lines)"]
+
+
+STEP_MODULES = ("routing", "auth", "shards", "faults", "validation", "dispatch")
+
+
+def test_the_request_path_is_one_pipeline_of_plain_steps() -> None:
+    """The vendor API and the control plane cross one ASGI entry (``http/pipeline.py``): the steps are plain
+    methods, not ASGI apps, and what they learn stays out of the scope (response validation off)."""
+    import asyncio
+
+    import orjson
+
+    from bench.inproc import call
+    from emulator.config import Config
+    from emulator.runtime import Runtime
+    from emulator.tools.server import build_server_app
+
+    asgi = []
+    for name in STEP_MODULES:
+        tree = parse_ast((EMULATOR / "http" / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if [a.arg for a in node.args.args] == ["self", "scope", "receive", "send"]:
+                    asgi.append(f"http/{name}.py::{node.name}")
+    assert asgi == [], f"ASGI apps among the request path's steps: {asgi}"
+
+    scopes = []
+    app = build_server_app(Runtime(Config(clock="manual")))
+
+    async def watched(scope, receive, send):  # type: ignore[no-untyped-def]
+        scopes.append(scope)
+        await app(scope, receive, send)
+
+    async def calls() -> list[int]:
+        status, raw = await call(watched, "POST", "/v1/rl/model-resources",
+                                 {"base_model": "Qwen/Qwen3.8-27B", "lora_enabled": True})
+        rid = orjson.loads(raw)["id"]
+        return [status, (await call(watched, "GET", f"/v1/rl/model-resources/{rid}"))[0],
+                (await call(watched, "GET", "/v1/rl/model-resources?limit=2"))[0]]
+
+    assert asyncio.run(calls()) == [200, 200, 200]
+    assert [sorted(s.get("extensions", {})) for s in scopes] == [[], [], []]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Mapping
-from typing import Any, BinaryIO, TypeGuard
+from typing import BinaryIO, TypeGuard
 from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -200,9 +200,3 @@ def base_url(scope: Scope) -> str:
         server = scope.get("server") or ("127.0.0.1", 80)
         host = f"{server[0]}:{server[1]}"
     return f"{scope.get('scheme', 'http')}://{host}"
-
-
-def operation_id(scope: Scope) -> str | None:
-    """The operationId connexion's router resolved for this request, if any."""
-    routing: dict[str, Any] = scope.get("extensions", {}).get("connexion_routing", {})
-    return routing.get("operation_id")

@@ -10,19 +10,13 @@ from __future__ import annotations
 from emulator.api.request import Principal
 from emulator.errors import Invalid
 from emulator.http.access_log import RECORD, note
-from emulator.http.asgi import ASGIApp, Receive, Scope, Send, operation_id, text_header
+from emulator.http.asgi import Scope, text_header
 from emulator.http.envelope import Unauthenticated
 from emulator.tenancy import Tenancy
 
-PRINCIPAL = "emulator_principal"
 # Liveness answers without the admin token (as LocalStack's and WireMock's health checks do): probes and
 # load balancers poll it, and it tells nothing about any tenant.
 OPEN_ADMIN_OPERATIONS = frozenset({"adminHealth"})
-
-
-def principal(scope: Scope) -> Principal | None:
-    """The caller that :class:`AuthMiddleware` authenticated, if any."""
-    return scope.get("extensions", {}).get(PRINCIPAL)
 
 
 def is_admin_operation(op: str | None) -> bool:
@@ -55,25 +49,28 @@ def check_admin(scope: Scope, tenancy: Tenancy, given: str | None = None) -> Non
                               code="invalid_admin_token")
 
 
-class AuthMiddleware:
-    def __init__(self, app: ASGIApp, tenancy: Tenancy) -> None:
-        self.app = app
+class Auth:
+    """The auth step: the caller of a vendor operation, the admin token of a control call."""
+
+    def __init__(self, tenancy: Tenancy) -> None:
         self.tenancy = tenancy
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        op = operation_id(scope)
-        if op is not None:
-            logged = RECORD in scope  # only with --access-log
-            if logged:
-                note(scope, operation_id=op)
-            if is_admin_operation(op):
-                if op not in OPEN_ADMIN_OPERATIONS:
-                    check_admin(scope, self.tenancy)
-            else:
-                caller = scope["extensions"][PRINCIPAL] = self._principal(scope)
-                if logged:
-                    note(scope, tenant=caller.project)
-        await self.app(scope, receive, send)
+    def authenticate(self, scope: Scope, op: str | None) -> Principal | None:
+        """The principal of a vendor operation's API key; None for a control call (once its admin token is
+        checked) and for a path that names no operation."""
+        if op is None:
+            return None
+        logged = RECORD in scope  # only with --access-log
+        if logged:
+            note(scope, operation_id=op)
+        if is_admin_operation(op):
+            if op not in OPEN_ADMIN_OPERATIONS:
+                check_admin(scope, self.tenancy)
+            return None
+        caller = self._principal(scope)
+        if logged:
+            note(scope, tenant=caller.project)
+        return caller
 
     def _principal(self, scope: Scope) -> Principal:
         auth = _credential(scope, b"authorization", "Authorization")

@@ -1,4 +1,4 @@
-"""The innermost ASGI app: picks the handler by operationId, builds its :class:`Request`, renders JSON.
+"""The dispatch step: picks the handler by operationId, builds its :class:`Request`, renders JSON.
 
 It replaces connexion's per-request decorator layer, which cost most of the throughput. A vendor request runs
 in its caller's unit of work (a write for any method but GET and HEAD), which also takes a fault rule's state
@@ -26,15 +26,14 @@ from emulator.http.asgi import (
     base_url,
     declares_body,
     encoded_slash,
-    operation_id,
     query_pairs,
     read_body,
     send_file,
     send_json,
 )
-from emulator.http.auth import principal
-from emulator.http.faults import give_back, state_effect
-from emulator.http.validation import JSON_WHITESPACE, PARSED_BODY, PARSED_QUERY, parse_json_body
+from emulator.http.call import Call
+from emulator.http.faults import give_back
+from emulator.http.validation import JSON_WHITESPACE, parse_json_body
 from emulator.runtime import Runtime
 
 _MISSING = object()
@@ -102,10 +101,8 @@ class Dispatcher:
             self._handlers[op] = found
         return found
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return
-        op = operation_id(scope)
+    async def __call__(self, call: Call, scope: Scope, receive: Receive, send: Send) -> None:
+        op = call.op
         if op is None:
             raw = scope.get("raw_path")
             # (as sent when an encoded slash kept a segment whole: the decoded path may name a real endpoint)
@@ -115,21 +112,20 @@ class Dispatcher:
         if found is None:
             raise NotFound(f"operation {op} is not implemented", code="not_implemented")
         handler, stateless, polled = found
-        extensions = scope.get("extensions", {})
-        if PARSED_BODY in extensions:  # request validation already parsed it
-            body = extensions[PARSED_BODY]
+        if call.parsed:  # request validation already parsed it
+            body = call.body
         elif not declares_body(scope):  # most GETs: nothing to wait for
             body = None
         else:
             raw = await read_body(receive)
             body = parse_json_body(raw) if raw.strip(JSON_WHITESPACE) else None
         headers = RawHeaders(scope["headers"])
-        query = extensions.get(PARSED_QUERY)
+        query = call.query
         if query is None:  # no validation ran (nothing to validate): parse it here
             query = dict(query_pairs(scope))
         method = scope["method"]
-        caller = principal(scope)
-        request = Request(self.runtime, caller, op, scope.get("path_params", {}), query, headers, body,
+        caller = call.caller
+        request = Request(self.runtime, caller, op, call.params, query, headers, body,
                           lambda: base_url(scope), method)
         if caller is None or stateless:
             result = handler(request)
@@ -146,13 +142,13 @@ class Dispatcher:
                         self.runtime.not_polling(caller.project)
                     result = handler(request)
                     payload = result[1]
-                    effect = state_effect(scope)
+                    effect = call.effect
                     if effect is not None and result[0] < 400:
                         # Not settled first: under the instant profile what the request made is already due,
                         # and must be marked (an operation to fail, a resource to hold) before it happens.
                         faults.apply(tenant, ctx, effect, op, request.path, body, payload)
             except Unavailable:  # refused, so not applied: a fault rule's trigger it used is there for the next
-                give_back(scope, self.runtime.faults, self.runtime.store.events)
+                give_back(call, self.runtime.faults, self.runtime.store.events)
                 raise
         status = result[0]
         extra: Mapping[str, str | list[str]] | None = result[2] if len(result) > 2 else None  # type: ignore[misc]

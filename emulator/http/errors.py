@@ -96,22 +96,29 @@ RENDERERS: tuple[tuple[type[Exception], Callable[[Exception, Scope], Rendered]],
 
 
 class ErrorEnvelope:
-    def __init__(self, app: ASGIApp) -> None:
+    """Wraps an app (the dashboard, files, docs) or, with no app, renders for the request path's pipeline."""
+
+    def __init__(self, app: ASGIApp | None) -> None:
         self.app = app
         self._request_ids = itertools.count(1)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        assert self.app is not None
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         try:
             await self.app(scope, receive, send)
         except Exception as exc:  # noqa: BLE001 - the one place every error is rendered
-            status, body, headers = self.render(exc, scope)
-            try:
-                await send_json(send, status, body, headers)
-            except Exception:  # noqa: BLE001 - e.g. the response had already started: nothing can replace it
-                raise exc from None
+            await self.answer(exc, scope, send)
+
+    async def answer(self, exc: Exception, scope: Scope, send: Send) -> None:
+        """Answer ``exc`` rendered; re-raise it if that cannot be sent."""
+        status, body, headers = self.render(exc, scope)
+        try:
+            await send_json(send, status, body, headers)
+        except Exception:  # noqa: BLE001 - e.g. the response had already started: nothing can replace it
+            raise exc from None
 
     def render(self, exc: Exception, scope: Scope) -> Rendered:
         for kind, renderer in RENDERERS:

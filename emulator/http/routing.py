@@ -1,8 +1,7 @@
 """Routing by a precompiled path table: the operationId of a request in a few dictionary lookups.
 
-Keeps connexion's registration and scope contract but matches with a trie of path segments, literal segments
-before ``{param}`` ones (OpenAPI's rule). A method the template does not answer is 405 with ``Allow``.
-Private internals of connexion 3.3.0 (``tests/test_dependency_internals.py``; BENCHMARKS.md, "Private internals").
+A trie of path segments built once from the specs' ``paths``, literal segments before ``{param}`` ones
+(OpenAPI's rule). A method the template does not answer is 405 with ``Allow``.
 """
 
 from __future__ import annotations
@@ -10,12 +9,9 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote
 
-from connexion.middleware.routing import RoutingMiddleware
-
-from emulator.http.asgi import ASGIApp, Receive, Scope, Send, encoded_slash
+from emulator.http.asgi import Scope, encoded_slash
+from emulator.http.call import Call
 from emulator.http.envelope import MethodNotAllowed
-
-ROUTING = "connexion_routing"
 
 
 class _Node:
@@ -118,28 +114,26 @@ def _answer(methods: dict[str, tuple[str, str]], method: str, params: dict[str, 
     return None, {}, set(methods) | ({"HEAD"} if "GET" in methods else set())
 
 
-class TableRoutingMiddleware(RoutingMiddleware):
-    def __init__(self, app: ASGIApp) -> None:
-        super().__init__(app)
+class Router:
+    """The routing step: a request's operationId, its API's base path and its path parameters."""
+
+    def __init__(self) -> None:
         self.table = PathTable()
 
-    def add_api(self, specification: Any, base_path: str | None = None, arguments: Any = None,
-                **kwargs: Any) -> None:
-        super().add_api(specification, base_path=base_path, arguments=arguments, **kwargs)
-        base = base_path if base_path is not None else specification.base_path
-        for template, item in specification.raw["paths"].items():
+    def add_api(self, paths: dict[str, Any], base: str) -> None:
+        """Every operation of a spec's ``paths``, served under ``base``."""
+        for template, item in paths.items():
             for method, op in item.items():
                 if isinstance(op, dict) and "operationId" in op:
                     self.table.add(base + template, method, op["operationId"], base)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        target, params, allowed = self.table.match(scope["method"], scope["path"], scope.get("raw_path"))
-        if target is None and allowed:
-            raise MethodNotAllowed(scope["method"], scope["path"], sorted(allowed))
-        operation_id, base = target if target is not None else (None, "")
-        scope["path_params"] = params
-        scope.setdefault("extensions", {})[ROUTING] = {"api_base_path": base, "operation_id": operation_id}
-        await self.app(scope, receive, send)
+    def route(self, scope: Scope) -> Call:
+        """A 405 when the path's template does not answer the method; an unknown path has no operation (the
+        dispatcher's 404)."""
+        method = scope["method"]
+        target, params, allowed = self.table.match(method, scope["path"], scope.get("raw_path"))
+        if target is None:
+            if allowed:
+                raise MethodNotAllowed(method, scope["path"], sorted(allowed))
+            return Call(None, "", params)
+        return Call(target[0], target[1], params)

@@ -1,7 +1,7 @@
 """A shard of a cluster (``serve --shard I/N``): what it refuses, and the control calls it takes to every shard.
 
 Emulates nothing of the real API. HAProxy sends each tenant's requests to its shard (:mod:`emulator.sharding`);
-this layer (after auth, before fault rules) answers 421 ``wrong_shard`` to another shard's tenant, and fans
+this step (after auth, before fault rules) answers 421 ``wrong_shard`` to another shard's tenant, and fans
 cluster-wide control calls out to every shard (502 ``cluster_partial`` if some did not apply them).
 """
 
@@ -23,11 +23,11 @@ from emulator.http.asgi import (
     Send,
     call_app,
     header,
-    operation_id,
     read_body,
     send_json,
 )
-from emulator.http.auth import is_admin_operation, principal
+from emulator.http.auth import is_admin_operation
+from emulator.http.call import Call
 from emulator.http.envelope import error_body
 from emulator.http.errors import ErrorEnvelope
 from emulator.runtime import Runtime
@@ -135,31 +135,28 @@ def combine(answers: list[ShardAnswer]) -> tuple[int, bytes]:
 
 
 class ShardGuard:
-    """See emulator/http/README.md. ``balancer``: the cluster's front, for the cluster-wide calls (None: they
-    are refused unless a shard is named)."""
+    """The shard step; see emulator/http/README.md. ``balancer``: the cluster's front, for the cluster-wide
+    calls (None: they are refused unless a shard is named)."""
 
-    def __init__(self, app: ASGIApp, runtime: Runtime) -> None:
-        self.app = app
+    def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         shard = runtime.shard
         assert shard is not None
         self.shard = shard
         self.fan_out = FanOut(runtime.config.balancer, shard) if runtime.config.balancer else None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        op = operation_id(scope)
-        if op is None or scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    def everywhere(self, call: Call, scope: Scope) -> FanOut | None:
+        """Refuses what this shard does not answer; the fan-out when the call goes to every shard (None: this
+        shard answers it alone)."""
+        op = call.op
+        if op is None:
+            return None
         if not is_admin_operation(op):
-            caller = principal(scope)
-            if caller is not None:
-                self.runtime.check_owner(caller.project)
-            await self.app(scope, receive, send)
-            return
+            if call.caller is not None:
+                self.runtime.check_owner(call.caller.project)
+            return None
         if named_shard(scope, self.shard) or scoped(scope):
-            await self.app(scope, receive, send)
-            return
+            return None
         here = f"this is shard {self.shard} of a cluster"
         if op in PER_SHARD:
             raise Invalid(f"{here}, and each shard has its own state, event log and recording: name a shard "
@@ -175,13 +172,14 @@ class ShardGuard:
                 raise Invalid(f"{here} started without --balancer, so it cannot reach the others: call the "
                               f"balancer, or name this shard ({SHARD_HEADER}: {self.shard.index}) to change it "
                               "alone", param=SHARD_HEADER, code="shard_required")
-            await self._everywhere(self.fan_out, scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+            return self.fan_out
+        return None
 
-    async def _everywhere(self, fan_out: FanOut, scope: Scope, receive: Receive, send: Send) -> None:
+    async def send_everywhere(self, fan_out: FanOut, here: ASGIApp, scope: Scope, receive: Receive, send: Send
+                              ) -> None:
+        """Run the call on this shard (``here``: the rest of the request path) and on every other one."""
         body = await read_body(receive)
-        mine = await run_captured(self.app, scope, body)
+        mine = await run_captured(here, scope, body)
         target = scope.get("raw_path") or scope["path"].encode()
         if scope.get("query_string"):
             target += b"?" + scope["query_string"]

@@ -28,10 +28,8 @@ from jsonschema import Draft4Validator, ValidationError
 from emulator.bounds import MAX_JSON_DEPTH, MAX_STATE_DEPTH, depth_message, json_too_deep
 from emulator.errors import Invalid, shorten
 from emulator.http.asgi import (
-    Message,
     Receive,
     Scope,
-    Send,
     declares_body,
     header,
     header_count,
@@ -39,12 +37,11 @@ from emulator.http.asgi import (
     read_body,
     text_header,
 )
+from emulator.http.call import Call
 
 # JSON's own whitespace (RFC 8259 section 2): a body of only these is no body; bytes.strip() would also take
 # \x0b and \x0c, which make a body that is not JSON (400), not an empty one.
 JSON_WHITESPACE = b" \t\r\n"
-PARSED_BODY = "emulator_body"
-PARSED_QUERY = "emulator_query"
 _REQUIRED = re.compile(r"^'(.+)' is a required property$")
 
 
@@ -149,7 +146,7 @@ class ParamCheck:
         self.checker = Checker(schema, Draft4Validator(copy.deepcopy(schema),
                                                        format_checker=Draft4Validator.FORMAT_CHECKER))
 
-    def check(self, scope: Scope, query: dict[str, list[str]]) -> None:
+    def check(self, scope: Scope, query: dict[str, list[str]], path: dict[str, str]) -> None:
         value: Any
         if self.kind == "query":
             values = query.get(self.name)
@@ -162,7 +159,7 @@ class ParamCheck:
             else:
                 value = _coerce(values[-1], self.type)
         elif self.kind == "path":
-            value = scope.get("path_params", {}).get(self.name.replace("-", "_"))
+            value = path.get(self.name.replace("-", "_"))
         elif self.kind == "header":
             raw = text_header(scope, self.key, self.name)
             if raw is not None and header_count(scope, self.key) > 1:
@@ -257,30 +254,16 @@ def _parse_int(text: str) -> int | float:
     return int(text) if len(text) <= 4300 else float(text)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A receive channel that gives ``body`` once, then whatever ``receive`` gives (a disconnect)."""
-    sent = False
-
-    async def receive_() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return receive_
-
-
 class FastRequestValidationOperation(RequestValidationOperation):
     """connexion's ``RequestValidationOperation`` with its per-request set-up hoisted to start-up: the
     parameter validator, URI parser and body schemas are built once per operation."""
 
     def __init__(self, next_app: Any, *, operation: Any, **kwargs: Any) -> None:
         super().__init__(next_app, operation=operation, **kwargs)
-        self._skip = _trivial(operation)
+        self.skip = _trivial(operation)
         op = self._operation
         self._params = [ParamCheck(p) for p in op.parameters]
-        self._has_body = bool(op.request_body)
+        self.reads_body = bool(op.request_body)
         self._body_required = bool(op.request_body.get("required", False)) if op.request_body else False
         self._body_checkers: dict[str, Checker | None] = {}
         self._consumes = [c.lower() for c in op.consumes]
@@ -304,37 +287,36 @@ class FastRequestValidationOperation(RequestValidationOperation):
                 schema, format_checker=Draft4Validator.FORMAT_CHECKER))
         return self._body_checkers[mime_type]
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._skip:
-            await self.next_app(scope, receive, send)
-            return
+    def check(self, call: Call, scope: Scope) -> None:
+        """The parameters (the parsed query kept on ``call``); :meth:`read_body` checks the body, if
+        :attr:`reads_body`."""
         if self._params:
             query = parse_query(scope)
-            scope.setdefault("extensions", {})[PARSED_QUERY] = {k: v[-1] for k, v in query.items()}
+            call.query = {k: v[-1] for k, v in query.items()}
             for check in self._params:
-                check.check(scope, query)
-        if self._has_body:
-            raw = await read_body(receive) if declares_body(scope) else b""
-            body = None
-            if raw.strip(JSON_WHITESPACE):
-                mime_type = self._mime_type(scope)
-                if mime_type == "multipart/form-data":  # the Files API's upload form
-                    body = parse_form(raw, header(scope, b"content-type") or "")
-                else:
-                    body = parse_json_body(raw, self._depth)
-                checker = self._body_checker(mime_type)
-                error = checker.first_error(body) if checker is not None else None
-                if (error is not None and checker is not None and mime_type != "multipart/form-data"
-                        and _LONG_NUMBER.search(raw)):
-                    body, error = _exact(raw, checker)
-                if error is not None:
-                    message, param = describe(error)
-                    raise Invalid(message, param=param or None)
-            elif self._body_required:
-                raise Invalid("a JSON request body is required", code="missing_body")
-            scope.setdefault("extensions", {})[PARSED_BODY] = body
-            receive = _replay(raw, receive)
-        await self.next_app(scope, receive, send)
+                check.check(scope, query, call.params)
+
+    async def read_body(self, call: Call, scope: Scope, receive: Receive) -> None:
+        """Read, parse and check the body, kept on ``call``."""
+        raw = await read_body(receive) if declares_body(scope) else b""
+        body = None
+        if raw.strip(JSON_WHITESPACE):
+            mime_type = self._mime_type(scope)
+            if mime_type == "multipart/form-data":  # the Files API's upload form
+                body = parse_form(raw, header(scope, b"content-type") or "")
+            else:
+                body = parse_json_body(raw, self._depth)
+            checker = self._body_checker(mime_type)
+            error = checker.first_error(body) if checker is not None else None
+            if (error is not None and checker is not None and mime_type != "multipart/form-data"
+                    and _LONG_NUMBER.search(raw)):
+                body, error = _exact(raw, checker)
+            if error is not None:
+                message, param = describe(error)
+                raise Invalid(message, param=param or None)
+        elif self._body_required:
+            raise Invalid("a JSON request body is required", code="missing_body")
+        call.body, call.parsed = body, True
 
 
 class FastRequestValidationAPI(RequestValidationAPI):
@@ -345,18 +327,25 @@ class FastRequestValidationAPI(RequestValidationAPI):
 
 
 class FastRequestValidationMiddleware(RequestValidationMiddleware):
-    """connexion's middleware, finding the operation with one dictionary lookup per request."""
+    """connexion's middleware, kept to build the operations (``add_api``); never called."""
 
     api_cls = FastRequestValidationAPI
-    _operations: dict[tuple[str, str], Any] | None = None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._operations is None:
-            self._operations = {(base, op_id): op for base, apis in self.apis.items() for api in apis
-                                for op_id, op in api.operations.items()}
-        routing = scope.get("extensions", {}).get("connexion_routing", {})
-        operation = self._operations.get((routing.get("api_base_path"), routing.get("operation_id")))
-        if operation is None or scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        await operation(scope, receive, send)
+
+class RequestValidation:
+    """The validation step: each operation's checks, found with one dictionary lookup per request."""
+
+    def __init__(self) -> None:
+        self.builder = FastRequestValidationMiddleware(None)  # type: ignore[arg-type]  # (no app: never called)
+        self._operations: dict[tuple[str, str], FastRequestValidationOperation] = {}
+
+    def add_api(self, specification: Any, **kwargs: Any) -> None:
+        """Build the checks of a connexion ``Specification``'s operations (``kwargs``: connexion's API options)."""
+        api = self.builder.add_api(specification, **kwargs)
+        for op_id, op in api.operations.items():
+            if isinstance(op_id, str) and isinstance(op, FastRequestValidationOperation) and not op.skip:
+                self._operations[(api.base_path, op_id)] = op
+
+    def operation(self, base: str, op: str | None) -> FastRequestValidationOperation | None:
+        """The checks of a request's operation; None when it has none (or cannot fail them)."""
+        return self._operations.get((base, op))  # type: ignore[arg-type]

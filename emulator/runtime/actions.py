@@ -130,7 +130,7 @@ class ScheduledActions:
                 self.scheduled_rules.pop(p, None)
 
     def fire_due_rules(self, project: str) -> None:
-        """Settle the tenant if a fault-rule action of it is due by its now (the fault middleware calls this
+        """Settle the tenant if a fault-rule action of it is due by its now (the fault-rule step calls this
         before it picks a rule for the tenant's request)."""
         at = self.scheduled_rules.get(project)
         if at is not None and self.clocks.now(project) >= at:

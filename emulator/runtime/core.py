@@ -123,7 +123,7 @@ class Runtime(VirtualTime, ScheduledActions, StateDocuments):
                 raise ConfigError(f"--limits-file {config.limits_file}: {exc}") from exc
         self.tenancy = Tenancy.from_config(config.tokens_file, config.admin_token)
         # Project -> when its first scheduled fault-rule action falls due (derived from the tenants' actions):
-        # the fault middleware settles such a tenant before it picks a rule, so a rule due by now applies to
+        # the fault-rule step settles such a tenant before it picks a rule, so a rule due by now applies to
         # the first request after its time whatever the clock (emulator.http.faults). Mutated, never rebound.
         self.scheduled_rules: dict[str, float] = {}
         self.waits: dict[str, Wait] = {}   # the stall a test watchdog asks about (Runtime.waiting)

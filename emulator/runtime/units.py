@@ -115,7 +115,7 @@ class Undo:
             runtime.waits.update(self.waits)
         if self.faults is not None and self.scheduled is not None:
             runtime.faults.put_back(self.faults)
-            runtime.scheduled_rules.clear()   # (mutated, never rebound: the fault middleware holds it)
+            runtime.scheduled_rules.clear()   # (mutated, never rebound: the fault-rule step holds it)
             runtime.scheduled_rules.update(self.scheduled)
         if self.tenants and runtime.persistence is not None and runtime.persistence.reload(sorted(self.tenants)):
             for project, (at, before) in self.tenants.items():
