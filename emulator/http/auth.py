@@ -1,4 +1,4 @@
-"""Authentication: a bearer API key on every vendor operation, the admin token on the control plane.
+"""The auth step: a bearer API key on every vendor operation, the admin token on the control plane.
 
 A missing, malformed or refused key is a 401 before any validation, as on the real service; the key maps to a
 principal (:mod:`emulator.tenancy`). ``/_emulator`` needs the admin token only when ``--admin-token`` is set,

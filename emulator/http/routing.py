@@ -1,4 +1,4 @@
-"""Routing by a precompiled path table: the operationId of a request in a few dictionary lookups.
+"""The routing step: the operationId of a request by a precompiled path table, in a few dictionary lookups.
 
 A trie of path segments built once from the specs' ``paths``, literal segments before ``{param}`` ones
 (OpenAPI's rule). A method the template does not answer is 405 with ``Allow``.

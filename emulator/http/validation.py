@@ -1,4 +1,4 @@
-"""Request validation against the specs: connexion's routing metadata and schemas, our own execution.
+"""The request-validation step: connexion builds each operation's checks from the specs, we run them.
 
 Each refusal is an :class:`~emulator.errors.Invalid` with one sentence naming the field (``param`` = its path,
 ``lora_config.rank``). Beyond the schemas: a nesting bound, a repeated header parameter refused, UTF-8 headers
