@@ -12,7 +12,6 @@ from typing import Any
 
 from emulator.http.asgi import Receive, Scope, Send
 from emulator.http.auth import Auth
-from emulator.http.call import Call
 from emulator.http.dispatch import Dispatcher
 from emulator.http.errors import ErrorEnvelope
 from emulator.http.faults import FaultRules
@@ -39,38 +38,36 @@ class Pipeline:
         self.responses: Any = None
         self.errors = ErrorEnvelope(None)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send, fanned_out: bool = False) -> None:
+        """``fanned_out``: the call already passed the shard guard, which runs it here on a captured answer."""
         if scope["type"] != "http":
             return
         try:
             call = self.router.route(scope)
             call.caller = self.auth.authenticate(scope, call.op)
-            if self.shards is not None:
+            if self.shards is not None and not fanned_out:
                 fan_out = self.shards.everywhere(call, scope)
                 if fan_out is not None:
-                    here = functools.partial(self._after_shard, call)
+                    here = functools.partial(self.__call__, fanned_out=True)
                     await self.shards.send_everywhere(fan_out, here, scope, receive, send)
                     return
-            await self._after_shard(call, scope, receive, send)
+            rule = self.faults.pick(call, scope)
+            if rule is not None and await self.faults.apply(rule, call, send):
+                return
+            checks = self.validation.operation(call.base, call.op)
+            if checks is not None:
+                checks.check(call, scope)
+                if checks.reads_body:
+                    await checks.read_body(call, scope, receive)
+            if self.responses is None:
+                await self.dispatcher(call, scope, receive, send)
+            else:
+                extensions = scope.setdefault("extensions", {})
+                extensions[ROUTING] = {"api_base_path": call.base, "operation_id": call.op}
+                extensions[CALL] = call
+                await self.responses(scope, receive, send)
         except Exception as exc:  # noqa: BLE001 - the one place the request path's errors are rendered
             await self.errors.answer(exc, scope, send)
-
-    async def _after_shard(self, call: Call, scope: Scope, receive: Receive, send: Send) -> None:
-        rule = self.faults.pick(call, scope)
-        if rule is not None and await self.faults.apply(rule, call, send):
-            return
-        checks = self.validation.operation(call.base, call.op)
-        if checks is not None:
-            checks.check(call, scope)
-            if checks.reads_body:
-                await checks.read_body(call, scope, receive)
-        if self.responses is None:
-            await self.dispatcher(call, scope, receive, send)
-        else:
-            extensions = scope.setdefault("extensions", {})
-            extensions[ROUTING] = {"api_base_path": call.base, "operation_id": call.op}
-            extensions[CALL] = call
-            await self.responses(scope, receive, send)
 
     async def dispatch_validated(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.dispatcher(scope["extensions"][CALL], scope, receive, send)

@@ -177,7 +177,7 @@ class ShardGuard:
 
     async def send_everywhere(self, fan_out: FanOut, here: ASGIApp, scope: Scope, receive: Receive, send: Send
                               ) -> None:
-        """Run the call on this shard (``here``: the rest of the request path) and on every other one."""
+        """Run the call on this shard (``here``: the request path past this guard) and on every other one."""
         body = await read_body(receive)
         mine = await run_captured(here, scope, body)
         target = scope.get("raw_path") or scope["path"].encode()
