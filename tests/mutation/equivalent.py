@@ -239,6 +239,9 @@ TABLE: tuple[Equivalent, ...] = (
     Equivalent("emulator/domain/shaping.py", "<module>", "enum swap",
                "not part of the contract: the level of the events of a job's steps is undocumented (Info or "
                "Warning, both documented levels)", before="'Info'", line="level: str ="),
+    Equivalent("emulator/domain/sessions.py", "_lora_config", "comparison",
+               "same behaviour: the default LoRA config interned once per tenant is a cache; a create that skips it "
+               "builds the same default config, checked against the same max_rank", before="interned.rank <="),
     Equivalent("emulator/domain/sessions.py", "_lora_config", "drop raise",
                "not part of the contract: what a server does with lora_config on a full-weight resource is "
                "undocumented (the SDK says a seed is \"ignored when LoRA is off\", so it may well accept it)",
