@@ -109,7 +109,8 @@ TABLE: tuple[Equivalent, ...] = (
     Equivalent("emulator/domain/fault_effects.py", "apply", "and/or",
                "same behaviour: an operation_fails effect is applied only to a request answered under 400, whose "
                "operation exists (made or read by it); a fault code set on an operation already finished is never "
-               "read (it only decides how a running operation ends; a state export would show it)", before="op is not None and"),
+               "read (it only decides how a running operation ends; a state export would show it)",
+               before="op is not None and"),
     *(Equivalent("emulator/domain/catalog.py", "<module>", "constant", SHOWN, before=f"{name}=")
       for name in ("lora_max_batch_size", "lora_max_seq_length", "lora_max_rank", "full_max_batch_size",
                    "full_max_seq_length", "context_length")),
