@@ -57,12 +57,17 @@ def _judged(api: Api, operation_id: str, resp: requests.Response, where: str) ->
     return reply
 
 
-def start_upload(api: Api, content: bytes, name: str, purpose: str = "calibration") -> requests.Response:
-    form = {"purpose": purpose, "file_name": name, "file_type": "jsonl",
-            "checksum": hashlib.md5(content + uuid.uuid4().bytes).hexdigest()}  # unique: no 409 from an old run
+def _post_upload(api: Api, name: str, purpose: str, checksum: str) -> tuple[requests.Response, Reply]:
+    form = {"purpose": purpose, "file_name": name, "file_type": "jsonl", "checksum": checksum}
     resp = api.http.post(api.target.base_url + "/v1/files", files={k: (None, v) for k, v in form.items()},
                          headers={"Authorization": f"Bearer {api.token}"}, allow_redirects=False, timeout=60)
-    reply = _judged(api, "uploadFile", resp, "POST /v1/files")
+    return resp, _judged(api, "uploadFile", resp, "POST /v1/files")
+
+
+def start_upload(api: Api, content: bytes, name: str, purpose: str = "calibration",
+                 checksum: str | None = None) -> requests.Response:
+    # (a checksum of this run's own by default: no 409 from an old run's file)
+    resp, reply = _post_upload(api, name, purpose, checksum or hashlib.md5(content + uuid.uuid4().bytes).hexdigest())
     api.expect(reply, (302,), "an upload starts with a 302 to where the bytes go", "upload_redirects")
     verify("uploadFile", "upload_redirects", bool(resp.headers.get("Location"))
            and bool(resp.headers.get("X-Together-File-Id")),
@@ -70,8 +75,9 @@ def start_upload(api: Api, content: bytes, name: str, purpose: str = "calibratio
     return resp
 
 
-def upload(api: Api, content: bytes, name: str = "contract.jsonl", purpose: str = "calibration") -> dict[str, Any]:
-    started = start_upload(api, content, name, purpose)
+def upload(api: Api, content: bytes, name: str = "contract.jsonl", purpose: str = "calibration",
+           checksum: str | None = None) -> dict[str, Any]:
+    started = start_upload(api, content, name, purpose, checksum)
     file_id = started.headers["X-Together-File-Id"]
     put = requests.put(started.headers["Location"], data=content, timeout=60)  # presigned: no credentials
     verify("uploadFile", "presigned_upload", put.status_code == 200,
@@ -105,6 +111,21 @@ def test_file_upload_read_back_and_delete(api: Api) -> None:
            f"DELETE answered {deleted}")
     api.expect(api.call("retrieveFile", "GET", f"/v1/files/{fid}"), (404,), "a deleted file is not found",
                "unknown_id_404")
+
+
+def test_a_second_upload_of_the_same_file_answers_409_naming_it(api: Api) -> None:
+    """uploadFile: "A second upload of the same content (same checksum), name and purpose answers 409 with the
+    existing file's file_id" [inferred from the SDK: "uploads are idempotent"; FileExistsError]."""
+    checksum = hashlib.md5(CONVERSATION + uuid.uuid4().bytes).hexdigest()  # this run's own: no old run's file
+    f = upload(api, CONVERSATION, "contract-twice.jsonl", checksum=checksum)
+    try:
+        _, again = _post_upload(api, "contract-twice.jsonl", "calibration", checksum)
+        api.expect(again, (409,), "a second upload of the same content, name and purpose", "upload_idempotent")
+        named = again.body.get("file_id") if isinstance(again.body, dict) else None
+        verify("uploadFile", "upload_idempotent", named == f["id"],
+               f"the 409 of a second upload names file_id {named!r}, not the existing file {f['id']}: {again.body}")
+    finally:
+        api.call("deleteFile", "DELETE", f"/v1/files/{f['id']}").ok()
 
 
 def test_files_are_tenant_scoped(api: Api, second_api: Api) -> None:

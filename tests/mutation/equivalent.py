@@ -196,13 +196,14 @@ TABLE: tuple[Equivalent, ...] = (
     Equivalent("emulator/domain/operations.py", "_large_output", None, RETENTION),
     Equivalent("emulator/domain/operations.py", "_check_output_kept", None, RETENTION),
     # Bounds the request schema already enforces (inactive_timeout 300-86400, seconds 60-86400, display_name
-    # maxLength 128, num_generator_replicas minimum 0; connexion refuses with 400 before the domain runs): a domain
-    # check made looser changes nothing.
+    # maxLength 128, num_generator_replicas minimum 0, a file's purpose enum; connexion refuses with 400 before the
+    # domain runs): a domain check made looser changes nothing.
     *(Equivalent(f"emulator/domain/{module}.py", scope, "drop raise", SCHEMA, before=text)
       for module, scope, text in (("model_resources", "_validated_settings", "inactive_timeout must be between"),
                                   ("model_resources", "extend_expiry", "seconds must be between"),
                                   ("sessions", "_check_display_name", "display_name must be at most"),
-                                  ("model_resources", "_validated_settings", "num_generator_replicas must be >= "))),
+                                  ("model_resources", "_validated_settings", "num_generator_replicas must be >= "),
+                                  ("files", "create", "purpose must be one of"))),
     Equivalent("emulator/domain/shaping.py", "_resolve_inputs", "drop raise",
                "same answer: without a model id the next check refuses the request with the same 400 and param",
                before="inputs.model_object_id is required"),
