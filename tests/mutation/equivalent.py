@@ -250,14 +250,12 @@ TABLE: tuple[Equivalent, ...] = (
     Equivalent("emulator/domain/shaping.py", "<module>", "enum swap",
                "not part of the contract: the level of the events of a job's steps is undocumented (Info or "
                "Warning, both documented levels)", before="'Info'", line="level: str ="),
-    Equivalent("emulator/domain/files.py", "check_calibration", "and/or",
-               "not reachable from the API: a file with no rows never validates as a conversation dataset "
-               "(validate_jsonl: \"the file has no rows\"), so the check before this one refuses it with the same "
-               "400 and param", before="f.size == 0"),
-    Equivalent("emulator/domain/files.py", "check_calibration", "drop raise",
-               "not reachable from the API: a file with no rows never validates as a conversation dataset "
-               "(validate_jsonl: \"the file has no rows\"), so the check before this one refuses it with the same "
-               "400 and param", before="is empty"),
+    # The calibration check's empty-file test: a file with no rows never validates as a conversation dataset
+    # (validate_jsonl: "the file has no rows"), so the check before it refuses such a file with the same 400 and param.
+    *(Equivalent("emulator/domain/files.py", "check_calibration", kind,
+                 "not reachable from the API: the check before it refuses a file with no rows (it never validates as "
+                 "a conversation dataset) with the same 400 and param", before=before)
+      for kind, before in (("and/or", "f.size == 0"), ("drop raise", "is empty"))),
     Equivalent("emulator/domain/sessions.py", "_lora_config", "comparison",
                "same behaviour: the default LoRA config interned once per tenant is a cache; a create that skips it "
                "builds the same default config, checked against the same max_rank", before="interned.rank <="),
