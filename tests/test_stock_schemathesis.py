@@ -9,8 +9,9 @@ shipped `schemathesis.toml`. That run must pass with every check:
 - in the any-token default, where a made-up token is a new tenant, the documented command (no `--checks`)
   passes, and `--checks all`, which outranks the file that turns the auth check off for this mode, fails it.
 
-The `--tokens-file` command runs as written, with the default case count, on three fresh random seeds at once,
-each printed with the command that repeats it; the any-token one runs narrowed, on a fixed seed.
+The `--tokens-file` command runs with the default case count on three fresh random seeds at once, each printed
+with the command that repeats it: the first as written, the others without the two phases that do not depend on
+the seed; the any-token one runs narrowed, on a fixed seed.
 
 The file itself is checked against the spec: every relaxation names operations whose descriptions state a
 rule the schema cannot, and which declare the status the relaxation accepts; no such operation lacks one.
@@ -104,18 +105,18 @@ def summary(out: str) -> str:
 
 
 # Fresh random seeds every run: any seed must pass (issue 37: ST201 on `status=` for 7 of 10 seeds). README's
-# `--tokens-file` command runs as written (every check, the default case count) on three, each on its own fresh
-# emulator, all at once; the fuzzing phase is nearly all of a run's time, and the seed only matters there. A run costs
-# 46-57 CPU-s, nearly all of them `st`'s own (the emulator serves its ~6,800 requests in 2.5); the module is handed
-# out first (tests/conftest.py), so the three share the cores with the rest of `make test` from its start
-# (RELIABILITY.md has its time). The any-token command differs only in how tokens map to tenants, which
-# test_any_token_default_passes_as_documented_and_fails_the_auth_check_it_breaks holds with a fixed seed; over runs,
-# the seeds add up.
+# `--tokens-file` command (every check, the default case count) runs on three, each on its own fresh emulator, all
+# at once (what the second and third leave out is below); the fuzzing phase is nearly all of a run's time, and the
+# seed only matters there. A run costs 46-57 CPU-s, nearly all of them `st`'s own (the emulator serves its ~6,800
+# requests in 2.5); the module is handed out first (tests/conftest.py), so the three share the cores with the rest
+# of `make test` from its start (RELIABILITY.md has its time). The any-token command differs only in how tokens map
+# to tenants, which test_any_token_default_passes_as_documented_and_fails_the_auth_check_it_breaks holds with a
+# fixed seed; over runs, the seeds add up.
 SEEDS = (True, True, True)  # tokens mode of each seed's run
-# Schemathesis' examples and coverage phases do not depend on the seed: two seeds sent the same 2,284 requests, in the
-# same order, byte for byte but for multipart boundaries (RELIABILITY.md). The first seed's run is README's command
-# whole; the others run its phases that the seed draws (each on a fresh emulator, as printed), not those 2,284 again:
-# 5.4 CPU-s each.
+# Schemathesis' examples and coverage phases do not depend on the seed: two seeds sent the same 2,284 requests, in
+# the same order, byte for byte but for multipart boundaries (RELIABILITY.md). The first seed's run is README's
+# command whole; the others run its phases that the seed draws (each on a fresh emulator, as printed), not those
+# 2,284 again: 5.4 CPU-s each.
 EVERY_PHASE = ("examples", "coverage", "fuzzing", "stateful")
 SEEDED_PHASES = ("fuzzing", "stateful")
 # What the README adds for a loaded machine; both measure the wall clock, which load stretches, and ended runs that
