@@ -83,6 +83,13 @@ class ModelSpec:
         return LR_SCALE * self.alpha / REFERENCE_LORA_ALPHA
 
     def validate(self) -> None:
+        """Raise INVALID_INPUT if the spec is unusable. A spec is a frozen value and every model built checks its
+        own, mostly one of the few the domain builds (``session_models._spec``): a valid one is checked once."""
+        if "_valid" not in self.__dict__:
+            self._check()
+            object.__setattr__(self, "_valid", True)  # (not a field: equality, hashing and asdict ignore it)
+
+    def _check(self) -> None:
         if int(self.vocab_size) < 2:
             raise invalid(f"vocab_size must be >= 2, got {self.vocab_size}")
         for name in ("max_seq_length", "max_batch_size", "context_length"):
