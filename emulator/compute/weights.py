@@ -451,6 +451,60 @@ def backward(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray)
     ``c_j - S_p * P(j | p)`` with ``S_p = sum(g)`` over its positions and ``c_j`` the ``g`` summed over
     positions targeting ``j``. Every tail column that is not a target gets ``-S_p * P_tail``.
     """
+    if dlp.size + rs.cols.size <= SMALL_BACKWARD:
+        return _backward_small(rs, ridx, targets, dlp)
+    return _backward_arrays(rs, ridx, targets, dlp)
+
+
+# Up to this many positions and explicit columns together, Python's loops beat the ~45 numpy calls of
+# :func:`_backward_arrays` (a training step on a few short samples); it is the same arithmetic in the same
+# order, so the same bits (tests/test_compute_support.py compares the two).
+SMALL_BACKWARD = 256
+
+
+def _backward_small(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray) -> GradAccum:
+    """:func:`_backward_arrays` for a few positions: each sum starts at 0.0 and adds in position order, as
+    ``np.bincount`` does, and every value gets its target sum added (0.0 if none), as ``vals + t_part`` does."""
+    v = rs.vocab_size
+    uprevs = rs.uprevs.tolist()
+    s_row: dict[int, float] = {}   # touched row -> sum of its positions' g
+    t_sum: dict[int, float] = {}   # target key -> sum of its positions' g
+    t_row: dict[int, int] = {}     # target key -> its row
+    for r, y, g in zip(np.asarray(ridx, dtype=_I64).tolist(), np.asarray(targets, dtype=_I64).tolist(),
+                       np.asarray(dlp, dtype=_F64).tolist()):
+        if g != 0:
+            s_row[r] = s_row.get(r, 0.0) + g
+            key = uprevs[r] * v + y
+            t_sum[key] = t_sum.get(key, 0.0) + g
+            t_row[key] = r
+    if not s_row:
+        return GradAccum.empty()
+    offsets, cols, probs, tail_p = rs.offsets.tolist(), rs.cols.tolist(), rs.probs.tolist(), rs.tail_p.tolist()
+    rows_t = sorted(s_row)
+    base: dict[int, float] = {}    # key -> its gradient before the target sums: explicit, else the tail's
+    for r in rows_t:
+        neg = -s_row[r]
+        first = uprevs[r] * v
+        for j in range(offsets[r], offsets[r + 1]):
+            base[first + cols[j]] = neg * probs[j]
+    for key, r in t_row.items():
+        if key not in base:
+            base[key] = -s_row[r] * tail_p[r]
+    keys = sorted(base)
+    vals = [base[k] + t_sum.get(k, 0.0) for k in keys]
+    if rs.all_tails:
+        tail = [-s_row[r] * tail_p[r] for r in rows_t]
+    else:  # a row without tail columns has no tail gradient (not even -0.0)
+        tail_n = rs.tail_n.tolist()
+        tail = [-s_row[r] * tail_p[r] if tail_n[r] > 0 else 0.0 for r in rows_t]
+    out = GradAccum(np.array(keys, dtype=_I64), np.array(vals, dtype=_F64), np.array([uprevs[r] for r in rows_t],
+                    dtype=_I64), np.array(tail, dtype=_F64))
+    note_sizes(out.keys, out.vals)
+    return out
+
+
+def _backward_arrays(rs: RowSet, ridx: np.ndarray, targets: np.ndarray, dlp: np.ndarray) -> GradAccum:
+    """:func:`backward` in numpy calls, whatever the batch's size."""
     v = rs.vocab_size
     nz = (dlp != 0).nonzero()[0]
     if nz.size == 0:
