@@ -203,6 +203,18 @@ class RowSet:
     def logit_of(self, ridx: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         return lookup_or(self.flatkey, self.logits, ridx * self.vocab_size + tokens, self.tail_logit[ridx])
 
+    def small_logprobs(self, ridx: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """``logit_of(ridx, tokens) - logz[ridx]`` for a few positions, by bisecting each row's columns: the
+        same lookup and the same subtraction, in a third of the instructions of the dozen numpy calls."""
+        cols, offsets, logits = self.cols.tolist(), self.offsets.tolist(), self.logits.tolist()
+        tail, logz = self.tail_logit.tolist(), self.logz.tolist()
+        out = []
+        for r, t in zip(ridx.tolist(), tokens.tolist()):
+            end = offsets[r + 1]
+            j = bisect_left(cols, t, offsets[r], end)
+            out.append((logits[j] if j < end and cols[j] == t else tail[r]) - logz[r])
+        return np.array(out, dtype=_F64)
+
     def row(self, r: int) -> tuple[np.ndarray, np.ndarray, int, float]:
         a, b = int(self.offsets[r]), int(self.offsets[r + 1])
         return self.cols[a:b], self.logits[a:b], int(self.tail_n[r]), float(self.tail_logit[r])
@@ -379,6 +391,8 @@ class Weights:
         targets = np.asarray(targets, dtype=_I64)
         uprevs, ridx = unique_inverse(prevs)
         rs = self.rowset(uprevs)
+        if ridx.size <= SMALL and rs.cols.size <= 4 * SMALL:
+            return rs.small_logprobs(ridx, targets), rs, ridx
         lp = rs.logit_of(ridx, targets) - rs.logz[ridx]
         return lp, rs, ridx
 
