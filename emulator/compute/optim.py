@@ -8,9 +8,9 @@ multiplier (README, "Optimizer"). Muon is a per-row stand-in: a bigram has no hi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from emulator.compute.errors import RESOURCE_EXHAUSTED, ComputeError, invalid
@@ -40,8 +40,7 @@ _F64 = np.float64
 _I64 = np.int64
 
 
-@dataclass(frozen=True, eq=False)
-class OptState:
+class OptState(msgspec.Struct, frozen=True, eq=False):
     """Optimizer state aligned with a :class:`Weights`: per entry and per trained row."""
 
     m: np.ndarray         # Adam first moment, per entry

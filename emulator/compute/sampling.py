@@ -8,9 +8,10 @@ the tail, text without a tokenizer, stop matching, seeds) and padding ids [infer
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from emulator.compute.base import hash_tokens, seed_to_u64
@@ -119,7 +120,7 @@ def _with_tails(rs: RowSet, tail_n: np.ndarray, **changes: Any) -> RowSet:
     """``rs`` with ``tail_n`` tail columns per row (a row left without any has tail probability 0)."""
     all_tails = bool((tail_n > 0).all())
     tail_p = rs.tail_p if all_tails else np.where(tail_n > 0, rs.tail_p, 0.0)
-    return replace(rs, tail_n=tail_n, all_tails=all_tails, tail_p=tail_p, **changes)
+    return msgspec.structs.replace(rs, tail_n=tail_n, all_tails=all_tails, tail_p=tail_p, **changes)
 
 
 def _explicit_max(rs: RowSet) -> np.ndarray:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools
 from bisect import bisect_left
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from emulator.compute.base import BaseModel, base_model, log_partition, normalise, untrained_layout
@@ -159,8 +159,7 @@ def note_sizes(*arrays: np.ndarray) -> None:
         probe.note(*arrays)
 
 
-@dataclass(frozen=True, eq=False)
-class RowSet:
+class RowSet(msgspec.Struct, frozen=True, eq=False, dict=True):
     """Explicit columns, tail and log-partition of a set of rows, laid out flat.
 
     Row ``r`` (``uprevs[r]``) owns ``cols[offsets[r]:offsets[r+1]]`` (sorted) with logits in the same
@@ -229,8 +228,7 @@ def tail_tokens(explicit_sorted: np.ndarray, ranks: np.ndarray) -> np.ndarray:
     return ranks + adj.searchsorted(ranks, side="right")
 
 
-@dataclass(frozen=True, eq=False)
-class GradAccum:
+class GradAccum(msgspec.Struct, frozen=True, eq=False):
     """Accumulated d loss / d logit, in dense-table terms.
 
     ``vals[i]`` is the gradient of the column ``keys[i] = p * V + j``; every other column of a row
@@ -302,8 +300,7 @@ class GradAccum:
 _EMPTY_ACC = GradAccum(EMPTY_I64, EMPTY_F64, EMPTY_I64, EMPTY_F64)
 
 
-@dataclass(frozen=True, eq=False)
-class Weights:
+class Weights(msgspec.Struct, frozen=True, eq=False):
     """An immutable snapshot of the model's parameters (what a weights sync publishes)."""
 
     base: BaseModel
