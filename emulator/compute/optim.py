@@ -253,7 +253,9 @@ def update(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum, ada
 
     # 3. gradients per entry and per tail (per-column units), clipped
     # (x * 1.0 is x bit for bit, so an unclipped gradient skips the multiplication)
-    g_tail = lookup_sorted(acc.rows, acc.tail, rows_all)[1]  # 0 for a row without gradient
+    # 0 for a row without gradient; every gradient row is among rows_all, so with as many rows they are the same
+    # rows (a session's first step, or a step on the rows already trained) and the tails are the gradient's
+    g_tail = acc.tail if rows_all.size == acc.rows.size else lookup_sorted(acc.rows, acc.tail, rows_all)[1]
     ri = rows_all.searchsorted(keys // v_size)  # each entry's row (every entry's row is among rows_all)
     # An entry has its own accumulated gradient if it has one, else its row's tail gradient: what
     # acc.value_at(keys) answers, in a third of the numpy calls. (Every gradient column is an entry, but
