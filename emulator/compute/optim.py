@@ -239,16 +239,19 @@ def update(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum, ada
         all_keys = np.concatenate([weights.keys, nr_keys, cand])
         order = np.argsort(all_keys, kind="stable")
         keys = all_keys[order]
-        zeros_nr = np.zeros(nr_keys.size)
 
         def _join(old: np.ndarray, new_rows_vals: np.ndarray, cand_vals: np.ndarray) -> np.ndarray:
             return np.concatenate([old, new_rows_vals, cand_vals])[order]
 
         base_vals = _join(weights.base_vals, nr_base, np.zeros(cand.size))
-        theta = _join(weights.theta, zeros_nr, beta[cand_ri])
-        m = _join(opt.m, zeros_nr, m_tail[cand_ri])
-        v = _join(opt.v, zeros_nr, v_tail[cand_ri])
-        buf = _join(opt.buf, zeros_nr, np.zeros(cand.size))
+        if weights.rows.size:
+            zeros_nr = np.zeros(nr_keys.size)
+            theta = _join(weights.theta, zeros_nr, beta[cand_ri])
+            m = _join(opt.m, zeros_nr, m_tail[cand_ri])
+            v = _join(opt.v, zeros_nr, v_tail[cand_ri])
+            buf = _join(opt.buf, zeros_nr, np.zeros(cand.size))
+        else:  # nothing trained yet: no old entries, and every tail value joined in is a zero of the lines above
+            theta, m, v, buf = np.zeros(keys.size), np.zeros(keys.size), np.zeros(keys.size), np.zeros(keys.size)
     note_sizes(keys)
 
     # 3. gradients per entry and per tail (per-column units), clipped
