@@ -10,10 +10,10 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from emulator.compute.errors import invalid
@@ -168,8 +168,7 @@ def parse_tensor(name: str, tensor: TensorData, n: int, where: str) -> tuple[np.
     return _float32_array(data, f"{where}.data"), dtype
 
 
-@dataclass(frozen=True)
-class Batch:
+class Batch(msgspec.Struct, frozen=True, eq=False):
     """A batch of samples flattened: sample ``i`` owns positions ``offsets[i]:offsets[i+1]``."""
 
     prevs: np.ndarray
