@@ -212,9 +212,11 @@ class _RowCache:
                 return None
         index = np.asarray(found, dtype=np.intp)
         t = self.tables  # (one snapshot: a concurrent grow swaps in new tables)
+        # Rows of the (n, k) tables by take(axis=0), a quarter of what indexing a 2-D array with an index array
+        # costs (the same rows, copied); the 1-D tables by indexing, which is the cheaper of the two there.
         if count == 2:  # (spelled out: a generator here cost more than the two lookups)
-            return t[0][index], t[1][index]
-        return t[0][index], t[1][index], t[2][index], t[3][index], t[4][index]
+            return t[0].take(index, axis=0), t[1].take(index, axis=0)
+        return t[0].take(index, axis=0), t[1].take(index, axis=0), t[2][index], t[3].take(index, axis=0), t[4][index]
 
     def _remember(self, rows: list[int], computed: tuple[np.ndarray, ...]) -> None:
         new = [i for i, r in enumerate(rows) if r not in self.slots]
