@@ -84,13 +84,15 @@ def _lora(cfg: LoraConfig) -> dict[str, Any]:
 def session(tenant: Tenant, s: Session) -> dict[str, Any]:
     checkpoints = tenant.checkpoints
     created = rfc3339(s.created_at)
+    # (a comprehension is a call of its own: a session with no checkpoints, the usual one, skips it)
+    inference, training = s.inference_checkpoint_ids, s.training_checkpoint_ids
     out: dict[str, Any] = {
         "id": s.id,
         "base_model": s.base_model,
         "created_at": created,
         "created_by": s.created_by,
-        "inference_checkpoints": [checkpoint_summary(checkpoints.peek(c)) for c in s.inference_checkpoint_ids or ()],
-        "training_checkpoints": [checkpoint_summary(checkpoints.peek(c)) for c in s.training_checkpoint_ids or ()],
+        "inference_checkpoints": [checkpoint_summary(checkpoints.peek(c)) for c in inference] if inference else [],
+        "training_checkpoints": [checkpoint_summary(checkpoints.peek(c)) for c in training] if training else [],
         "metadata": s.metadata or {},
         "model_resources_id": s.model_resources_id,
         "policy_state": {

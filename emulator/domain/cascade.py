@@ -34,6 +34,16 @@ def active_sessions(tenant: Tenant, r: ModelResource) -> list[Session]:
     return [sessions[sid] for sid in tenant.sessions_of.get(r.id, ()) if sessions[sid].status in ACTIVE_SESSION]
 
 
+def active_session_count(tenant: Tenant, r: ModelResource) -> int:
+    """``len(active_sessions(tenant, r))`` without building the list (every create checks its cap)."""
+    sessions = tenant.sessions
+    n = 0
+    for sid in tenant.sessions_of.get(r.id, ()):
+        if sessions[sid].status in ACTIVE_SESSION:
+            n += 1
+    return n
+
+
 def fail_operations(tenant: Tenant, s: Session, at: float) -> None:
     """The session stops: every unfinished operation ends FAILED with SESSION_NOT_ACTIVE."""
     queue = tenant.queues.pop(s.id, None)

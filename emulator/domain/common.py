@@ -23,7 +23,9 @@ def transition(tenant: Tenant, record: Any, new: StrEnum, at: float, **extra: An
     value = new._value_  # a plain attribute; ``.value`` is a property, and this is the hottest status write
     record.status = value
     record.updated_at = max(at, record.created_at)
-    tenant.log(at, KIND_NAMES[type(record).__name__], record.id, old_value, value, **extra)
+    # (the event log's own call, as Tenant.log makes it, without a keyword dict per status change)
+    tenant.events.transition(at, tenant.project, KIND_NAMES[type(record).__name__], record.id, old_value, value,
+                             extra or None)
 
 
 def release_inputs(tenant: Tenant, op: Any) -> None:

@@ -119,20 +119,20 @@ def create(tenant: Tenant, ctx: Ctx, body: CreateRequest) -> Session:
     if display_name is not None:
         _check_display_name(display_name)
     cap = ctx.limits.session_cap(r.base_model, r.lora_enabled)
-    if len(cascade.active_sessions(tenant, r)) >= cap:
+    if cascade.active_session_count(tenant, r) >= cap:
         raise Capacity(f"model resource {r.id} is at capacity: it holds at most {cap} concurrent "
                          f"{'LoRA' if r.lora_enabled else 'full-weight'} session(s); stop one or use another "
                          "resource", retryable=False)
-    now = ctx.now
+    now, metadata = ctx.now, body.metadata
     s = Session(id=tenant.ids.uuid("session"), model_resources_id=r.id, created_by=ctx.principal.user,
                 base_model=r.base_model, status=S.CREATING._value_, created_at=now, updated_at=now,
                 lora_config=lora, display_name=display_name or None,
-                metadata=_bounded_metadata(ctx, _clean_metadata(body.metadata)) or None,
+                metadata=(_bounded_metadata(ctx, _clean_metadata(metadata)) or None) if metadata else None,
                 resume_from_checkpoint_id=resume_id or None, load_optimizer=load_optimizer, step=step,
                 trainer_step=step, target_weights_version=step, applied_weights_version=step)
     tenant.sessions.add(s)
     tenant.sessions_of.setdefault(r.id, []).append(s.id)
-    tenant.log(now, "training_session", s.id, None, s.status)
+    tenant.events.transition(now, tenant.project, "training_session", s.id, None, s.status, None)  # (Tenant.log's)
     if r.status == ResourceStatus.READY:
         model_resources.touch(tenant, r, now)
         tenant.timeline.schedule(later(now, ctx.timing.session_creating_seconds), TimelineEvent.SESSION_RUNNING, s.id)
