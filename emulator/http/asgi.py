@@ -17,11 +17,17 @@ __all__ = ["ASGIApp", "Message", "Receive", "Scope", "Send", "base_url", "declar
            "header_count", "headers_of", "lifespan", "limited_receive", "query_pairs", "read_body", "send_error",
            "send_file", "send_json", "text_header"]
 
-JSON_HEADERS = tuple([(b"content-type", b"application/json")])
+JSON_CONTENT_TYPE = (b"content-type", b"application/json")
+JSON_HEADERS = (JSON_CONTENT_TYPE,)
 
 
 async def send_json(send: Send, status: int, body: bytes, headers: Mapping[str, str | list[str]] | None = None
                     ) -> None:
+    if headers is None:  # most answers: JSON and its length only
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [JSON_CONTENT_TYPE, (b"content-length", b"%d" % len(body))]})
+        await send({"type": "http.response.body", "body": body})
+        return
     # (a content-type among ``headers`` replaces JSON's: a file's content is bytes)
     typed = headers is not None and any(name.lower() == "content-type" for name in headers)
     raw = [] if typed else list(JSON_HEADERS)

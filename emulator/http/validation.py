@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import email.policy
+import functools
 import json
 import re
 from email.parser import BytesParser
@@ -28,11 +29,13 @@ from jsonschema import Draft4Validator, ValidationError
 from emulator.bounds import MAX_JSON_DEPTH, MAX_STATE_DEPTH, depth_message, json_too_deep
 from emulator.errors import Invalid, shorten
 from emulator.http.asgi import (
+    HEADERS,
     Receive,
     Scope,
     declares_body,
     header,
     header_count,
+    headers_of,
     query_pairs,
     read_body,
     text_header,
@@ -43,6 +46,7 @@ from emulator.http.call import Call
 # \x0b and \x0c, which make a body that is not JSON (400), not an empty one.
 JSON_WHITESPACE = b" \t\r\n"
 _REQUIRED = re.compile(r"^'(.+)' is a required property$")
+_UNBUILT = object()
 
 
 def describe(error: ValidationError, prefix: str = "") -> tuple[str, str]:
@@ -111,6 +115,12 @@ def _checked_formats(schema: dict[str, Any]) -> bool:
         return any(walk(v) for k, v in node.items() if not (top and k == "components") and k != "$ref")
 
     return walk(schema, top=True)
+
+
+@functools.lru_cache(maxsize=256)  # (clients send one or two Content-Types; pure, so a hit is never stale)
+def _media_type(raw: bytes) -> str:
+    """A ``Content-Type`` header's media type, lower case, read as :func:`~emulator.http.asgi.header` reads it."""
+    return raw.decode("utf-8", "replace").partition(";")[0].strip().lower()
 
 
 def _coerce(value: str, type_: str | None) -> Any:
@@ -272,15 +282,18 @@ class FastRequestValidationOperation(RequestValidationOperation):
 
     def _mime_type(self, scope: Scope) -> str:
         """The body's media type, refused with 415 unless the operation consumes it."""
-        content_type = header(scope, b"content-type")
-        if content_type is None:
+        raw = (scope.get(HEADERS) or headers_of(scope)).get(b"content-type")
+        if raw is None:
             return self._consumes[0] if self._consumes else "application/octet-stream"
-        mime_type = content_type.partition(";")[0].strip().lower()
+        mime_type = _media_type(raw)
         if mime_type not in self._consumes:
             self.validate_mime_type(mime_type)  # connexion's check: media ranges, and the 415 it raises
         return mime_type
 
     def _body_checker(self, mime_type: str) -> Checker | None:
+        found = self._body_checkers.get(mime_type, _UNBUILT)
+        if found is not _UNBUILT:
+            return found  # type: ignore[return-value]
         if mime_type not in self._body_checkers:
             schema = self._operation.body_schema(mime_type) or None
             self._body_checkers[mime_type] = None if schema is None else Checker(schema, Draft4RequestValidator(
