@@ -12,6 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 _ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+# A hex digit with its top two bits set to 10 (a UUID's variant digit), by its digit.
+_VARIANT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
 
 
 def _material(seed: int, *parts: object) -> bytes:
@@ -67,11 +69,9 @@ class IdFactory:
         return made
 
     def _uuid(self, kind: str) -> str:
-        raw = bytearray(self._digest(kind)[:16])
-        raw[6] = (raw[6] & 0x0F) | 0x40   # version 4
-        raw[8] = (raw[8] & 0x3F) | 0x80   # RFC 4122 variant
-        h = raw.hex()
-        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+        h = self._digest(kind).hex()
+        # version 4 (the 13th digit), RFC 4122 variant (the 17th digit's top two bits 10)
+        return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
 
     def _token(self, prefix: str, length: int, kind: str) -> str:
         n = int.from_bytes(self._digest(kind or prefix), "big")

@@ -35,12 +35,15 @@ _TABLE_OF = MappingProxyType({event.value: event.table for event in TimelineEven
 
 
 def settle(tenant: Tenant, ctx: Ctx) -> None:
+    timeline = tenant.timeline
+    now = ctx.now
+    heap = timeline.heap
+    if not heap or heap[0][0] > now:  # most requests find nothing due
+        return
     log = tenant.changes
     noting, log.noting = log.noting, log.enabled  # (no journal: nothing to note, nothing may pile up)
     try:
-        timeline = tenant.timeline
-        now = ctx.now
-        while timeline.heap and timeline.heap[0][0] <= now:  # (tested first: most requests find nothing due)
+        while timeline.heap and timeline.heap[0][0] <= now:
             due = timeline.pop_due(now)
             if due is None:
                 return

@@ -199,8 +199,9 @@ class Runtime(VirtualTime, ScheduledActions, StateDocuments):
         else:
             now = (own.clock or self.clock).now()
             timing = own.timing if own.timing is not None else self.clocks.timing
-        return Ctx(now=now, principal=principal, timing=timing, seed=self.store.seed_for(project), limits=self.limits,
-                   strict=self.config.strict, warnings=[] if warnings is None else warnings)
+        # (positional, in the fields' order: a keyword call costs more, on every request)
+        return Ctx(now, principal, timing, self.store.seed_for(project), self.limits, self.config.strict,
+                   [] if warnings is None else warnings)
 
     def unit_of_work(self, who: Principal | str, *, write: bool) -> UnitOfWork:
         """The tenant of ``who`` (a caller, or a project for work no caller asked for: the dashboard, a
