@@ -108,7 +108,7 @@ class Dispatcher:
             # (as sent when an encoded slash kept a segment whole: the decoded path may name a real endpoint)
             shown = raw.decode("latin-1") if encoded_slash(raw) else scope["path"]
             raise NotFound(f"no endpoint {scope['method']} {shown}", code="unknown_endpoint")
-        found = self._handler(op)
+        found = self._handlers.get(op) or self._handler(op)
         if found is None:
             raise NotFound(f"operation {op} is not implemented", code="not_implemented")
         handler, stateless, polled = found
@@ -122,7 +122,7 @@ class Dispatcher:
         headers = RawHeaders(scope["headers"])
         query = call.query
         if query is None:  # no validation ran (nothing to validate): parse it here
-            query = dict(query_pairs(scope))
+            query = dict(query_pairs(scope)) if scope.get("query_string") else {}
         method = scope["method"]
         caller = call.caller
         request = Request(self.runtime, caller, op, call.params, query, headers, body,
