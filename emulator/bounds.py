@@ -33,6 +33,8 @@ def json_too_deep(raw: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether the JSON text ``raw`` (already known to parse) nests arrays and objects more than ``limit``
     deep. Its brackets outside strings, in order, lose their innermost pairs once per pass; what is left
     after ``limit`` passes was deeper."""
+    if len(raw) <= 2 * limit:  # each level of valid JSON takes two bytes of brackets: most bodies end here
+        return False
     marks = raw.translate(_SQUARE, _NOT_MARKS)  # quotes and brackets, in order
     if len(marks) - marks.count(b'"') <= 2 * limit:
         return False

@@ -97,15 +97,19 @@ async def call_app(app: ASGIApp, scope: Scope, body: bytes) -> tuple[int, bytes]
 async def read_body(receive: Receive) -> bytes:
     """The whole body, chunked or not; its size limit is enforced by :func:`limited_receive`. A body cut short
     (a disconnect before its end) raises :class:`BodyCut`: a part of a body is never acted on."""
+    message = await receive()
+    if message["type"] != "http.disconnect" and not message.get("more_body", False):
+        body = message.get("body", b"")  # (the usual body: one message, nothing to join)
+        return body if type(body) is bytes else bytes(body)
     chunks = []
     while True:
-        message = await receive()
         if message["type"] == "http.disconnect":
             raise BodyCut("the request body was cut short (the client went away, or the request deadline "
                           "passed); nothing was done")
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             break
+        message = await receive()
     return b"".join(chunks)
 
 
@@ -197,7 +201,9 @@ def declares_body(scope: Scope) -> bool:
 def encoded_slash(raw_path: bytes | None) -> TypeGuard[bytes]:
     """Whether the path as sent has a percent-encoded ``/``: data inside a segment (RFC 3986 section 2.2),
     which the decoded ``scope["path"]`` no longer tells apart from a separator."""
-    return raw_path is not None and (b"%2F" in raw_path or b"%2f" in raw_path)
+    # (find, not ``in``: bytes' ``in`` first tries its operand as an integer, and that failure costs an exception)
+    return raw_path is not None and raw_path.find(b"%") >= 0 and (
+        raw_path.find(b"%2F") >= 0 or raw_path.find(b"%2f") >= 0)
 
 
 def base_url(scope: Scope) -> str:
