@@ -20,6 +20,7 @@ from emulator.clock import rfc3339
 from emulator.errors import Invalid, NotFound, Unavailable
 from emulator.http.access_log import note
 from emulator.http.asgi import (
+    JSON_CONTENT_TYPE,
     Receive,
     Scope,
     Send,
@@ -155,6 +156,13 @@ class Dispatcher:
         if request.ctx is not None and request.ctx.warnings:
             extra = {**(extra or {}), WARNING_HEADER: list(request.ctx.warnings)}
             warned(scope, self.runtime, request, op)
+        if extra is None:  # most answers: JSON, sent as send_json sends it, without its coroutine
+            data = orjson.dumps(payload) if isinstance(payload, dict) else payload if type(payload) is bytes else None
+            if data is not None:
+                await send({"type": "http.response.start", "status": status,
+                            "headers": [JSON_CONTENT_TYPE, (b"content-length", b"%d" % len(data))]})
+                await send({"type": "http.response.body", "body": data})
+                return
         if isinstance(payload, dict):  # (first: io.IOBase is an ABC, and its isinstance the slow kind)
             await send_json(send, status, orjson.dumps(payload), extra)
         elif isinstance(payload, (bytes, bytearray)):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from emulator.http.asgi import Receive, Scope, Send
+from emulator.http.asgi import Receive, Scope, Send, declares_body, read_body
 from emulator.http.auth import Auth
 from emulator.http.dispatch import Dispatcher
 from emulator.http.errors import ErrorEnvelope
@@ -57,8 +57,8 @@ class Pipeline:
             checks = self.validation.operation(call.base, call.op)
             if checks is not None:
                 checks.check(call, scope)
-                if checks.reads_body:
-                    await checks.read_body(call, scope, receive)
+                if checks.reads_body:  # (read here, not in a coroutine of the step's: one fewer per request)
+                    checks.check_body(call, scope, await read_body(receive) if declares_body(scope) else b"")
             if self.responses is None:
                 await self.dispatcher(call, scope, receive, send)
             else:

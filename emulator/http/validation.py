@@ -311,7 +311,10 @@ class FastRequestValidationOperation(RequestValidationOperation):
 
     async def read_body(self, call: Call, scope: Scope, receive: Receive) -> None:
         """Read, parse and check the body, kept on ``call``."""
-        raw = await read_body(receive) if declares_body(scope) else b""
+        self.check_body(call, scope, await read_body(receive) if declares_body(scope) else b"")
+
+    def check_body(self, call: Call, scope: Scope, raw: bytes) -> None:
+        """Parse and check the body ``raw`` (all of it, read), kept on ``call``."""
         body = None
         if raw.strip(JSON_WHITESPACE):
             mime_type = self._mime_type(scope)
