@@ -143,7 +143,10 @@ def instructions(scenario: str, requests: int, recorder: bool = True) -> float:
         out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-m",
                               "bench.inproc", "--scenario", scenario, "--requests", str(n), "--raw",
                               *([] if recorder else ["--no-recorder"])],
-                             capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+                             capture_output=True, text=True, check=True,
+                             # (OpenBLAS's idle worker threads spin for as long as the run lasts, so the count
+                             # depended on the machine's load; with one thread there are none)
+                             env={**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"})
         found = re.search(r"Collected : (\d+)", out.stderr)
         if found is None:
             raise SystemExit(f"no instruction count from callgrind:\n{out.stderr[-2000:]}")
