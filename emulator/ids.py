@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any
 
 _ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 # A hex digit with its top two bits set to 10 (a UUID's variant digit), by its digit.
-_VARIANT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
+_VARIANT = MappingProxyType({d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"})
 
 
 def _material(seed: int, *parts: object) -> bytes:

@@ -37,6 +37,7 @@ from tests.pyast import parse as parse_ast
 ALLOWED: dict[tuple[str, str], str] = {
     ("emulator.clock", "rfc3339"): "pure memo: a timestamp's text (str)",
     ("emulator.clock", "_second"): "pure memo: the text of a whole second (str)",
+    ("emulator.http.validation", "_media_type"): "pure memo: a Content-Type header's media type (str)",
     ("emulator.spec", "_parsed"): "the packaged spec files, parsed once and only read (load_spec hands out deep copies)",
     ("emulator.ui.views", "_scenario_tokens"): "pure memo: the keys the shipped scenario files name (a tuple of str)",
     ("emulator.compute.tokenizers", "_qwen35"): "pure memo: a read-only vocabulary loaded from a package",
