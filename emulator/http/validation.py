@@ -117,10 +117,15 @@ def _checked_formats(schema: dict[str, Any]) -> bool:
     return walk(schema, top=True)
 
 
-@functools.lru_cache(maxsize=256)  # (clients send one or two Content-Types; pure, so a hit is never stale)
-def _media_type(raw: bytes) -> str:
+def _read_media_type(raw: bytes) -> str:
     """A ``Content-Type`` header's media type, lower case, read as :func:`~emulator.http.asgi.header` reads it."""
     return raw.decode("utf-8", "replace").partition(";")[0].strip().lower()
+
+
+@functools.lru_cache(maxsize=256)  # (clients send one or two Content-Types; pure, so a hit is never stale)
+def _media_type(raw: bytes) -> str:
+    """:func:`_read_media_type` of a short header (a long one is read each time: the memo stays small)."""
+    return _read_media_type(raw)
 
 
 def _coerce(value: str, type_: str | None) -> Any:
@@ -285,7 +290,7 @@ class FastRequestValidationOperation(RequestValidationOperation):
         raw = (scope.get(HEADERS) or headers_of(scope)).get(b"content-type")
         if raw is None:
             return self._consumes[0] if self._consumes else "application/octet-stream"
-        mime_type = _media_type(raw)
+        mime_type = _media_type(raw) if len(raw) <= 128 else _read_media_type(raw)
         if mime_type not in self._consumes:
             self.validate_mime_type(mime_type)  # connexion's check: media ranges, and the 415 it raises
         return mime_type
@@ -294,10 +299,9 @@ class FastRequestValidationOperation(RequestValidationOperation):
         found = self._body_checkers.get(mime_type, _UNBUILT)
         if found is not _UNBUILT:
             return found  # type: ignore[return-value]
-        if mime_type not in self._body_checkers:
-            schema = self._operation.body_schema(mime_type) or None
-            self._body_checkers[mime_type] = None if schema is None else Checker(schema, Draft4RequestValidator(
-                schema, format_checker=Draft4Validator.FORMAT_CHECKER))
+        schema = self._operation.body_schema(mime_type) or None
+        self._body_checkers[mime_type] = None if schema is None else Checker(schema, Draft4RequestValidator(
+            schema, format_checker=Draft4Validator.FORMAT_CHECKER))
         return self._body_checkers[mime_type]
 
     def check(self, call: Call, scope: Scope) -> None:
