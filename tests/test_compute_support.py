@@ -26,7 +26,10 @@ from emulator.compute.types import (
     SamplingParams,
     decode,
 )
-from emulator.compute.weights import _backward_arrays, _backward_small, tail_tokens
+from emulator.compute.inputs import Batch
+from emulator.compute.losses import LossConfig, _cross_entropy, _cross_entropy_small
+from emulator.compute.portable import PAIRWISE_BLOCK, numpy_sum
+from emulator.compute.weights import GradAccum, _backward_arrays, _backward_small, tail_tokens
 
 V = 64
 
@@ -194,3 +197,55 @@ def test_fresh_model_holds_no_arrays() -> None:
     model = SessionModel(make_spec(vocab_size=200_000, lora_rank=None))
     assert model.nbytes() == 0
     assert model.weights().num_entries == 0
+
+
+_FLOATS = st.one_of(st.sampled_from([0.0, -0.0, 1.0, -1.0, 0.1, 1e-300, -1e-300, 1e300, -1e300, 3.0e38]),
+                    st.floats(-1e6, 1e6), st.floats(allow_nan=False, allow_infinity=False))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_FLOATS, max_size=PAIRWISE_BLOCK))
+def test_numpy_sum_adds_in_numpys_order(xs: list[float]) -> None:
+    """``numpy_sum`` is ``np.add.reduce`` of a short float64 array to the bit (-0.0, cancelling and overflowing
+    sums included). If a numpy release sums in another order, this fails and the Python paths that use it
+    (the optimizer's gradient norm, the cross-entropy loss) must follow or go."""
+    with np.errstate(all="ignore"):
+        expected = np.add.reduce(np.array(xs, dtype=np.float64))
+    assert _bits(np.array([numpy_sum(xs)])) == _bits(np.array([expected]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_short_gradient_norm_and_cross_entropy_give_the_bits_of_numpy(data: Any) -> None:
+    """The optimizer's gradient norm of a short accumulator (``GradAccum.dense_norm_sq``) and the cross-entropy
+    loss of a short batch (``_cross_entropy_small``) are computed in Python: the same numbers as the numpy
+    code they stand in for, to the bit."""
+    vocab = data.draw(st.sampled_from([8, 12, 64]))
+    rows = sorted(set(data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=12))))
+    keys = sorted({r * vocab + c for r in rows
+                   for c in data.draw(st.lists(st.integers(0, vocab - 1), max_size=min(vocab, 12)))})
+    vals = data.draw(st.lists(_FLOATS, min_size=len(keys), max_size=len(keys)))
+    tail = data.draw(st.lists(_FLOATS, min_size=len(rows), max_size=len(rows)))
+    acc = GradAccum(np.array(keys, dtype=np.int64), np.array(vals, dtype=np.float64), np.array(rows, dtype=np.int64),
+                    np.array(tail, dtype=np.float64))
+    tail_cols = vocab - acc.row_counts(vocab)
+    with np.errstate(all="ignore"):
+        expected = float((acc.vals * acc.vals).sum() + (tail_cols * acc.tail * acc.tail).sum())
+    assert _bits(np.array([acc.dense_norm_sq(vocab)])) == _bits(np.array([expected]))
+
+    n = data.draw(st.integers(1, PAIRWISE_BLOCK))
+    w32 = st.sampled_from([0.0, -0.0, 1.0, 0.5, 3.0e38, 1e-30]) | st.floats(width=32, allow_nan=False,
+                                                                            allow_infinity=False)
+    w = np.array(data.draw(st.lists(w32, min_size=n, max_size=n)), dtype=np.float64)
+    lp = np.array(data.draw(st.lists(st.sampled_from([0.0, -0.5, -1e300]) | st.floats(-800.0, 0.0), min_size=n,
+                                     max_size=n)), dtype=np.float64)
+    batch = Batch(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.array([0, n], dtype=np.int64),
+                  {"weights": w})
+    cfg = LossConfig("LOSS_TYPE_CROSS_ENTROPY")
+    with np.errstate(all="ignore"):
+        arrays = _cross_entropy(cfg, batch, lp)
+    small = _cross_entropy_small(w, lp)
+    assert _bits(small.dlp, small.counted) == _bits(arrays.dlp, arrays.counted)
+    assert _bits(np.array([small.loss, *small.metrics.values()])) == _bits(np.array([arrays.loss,
+                                                                                    *arrays.metrics.values()]))
+    assert list(small.metrics) == list(arrays.metrics)

@@ -8,6 +8,7 @@ multiplier (README, "Optimizer"). Muon is a per-row stand-in: a bigram has no hi
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 from typing import Any
 
 import msgspec
@@ -97,15 +98,20 @@ def _num(params: Wire, key: str, default: float, where: str) -> float:
     return parse_float(val, f"{where}.{key}")
 
 
-_NO_ADAM = AdamParams()
 _NO_MUON = MuonParams()
 
 
+# AdamParams' fields in their order, which is ADAM_DEFAULTS' (the order errors are reported in), with defaults
+_ADAM_KEYS: tuple[str, ...] = AdamParams.__struct_fields__
+_ADAM_HP = MappingProxyType({k: ADAM_DEFAULTS[k] for k in _ADAM_KEYS})
+
+
 def parse_adam(params: AdamParams | None, where: str = "adam_params") -> dict[str, float]:
-    if params is None:
-        params = _NO_ADAM
-    # (in ADAM_DEFAULTS order, so the first invalid key is the one reported)
-    hp = {k: _num(params, k, d, where) for k, d in ADAM_DEFAULTS.items()}
+    hp = _ADAM_HP.copy()
+    if params is not None:  # (the given values read in one call, a label built only for one to parse)
+        for k, val in zip(_ADAM_KEYS, msgspec.structs.astuple(params)):
+            if val is not None:
+                hp[k] = val if type(val) is float and math.isfinite(val) else parse_float(val, f"{where}.{k}")
     # (checks written out, not looped over key tuples: this runs on every optimizer step)
     if hp["learning_rate"] < 0:
         raise invalid(f"{where}.learning_rate must be >= 0, got {hp['learning_rate']}")

@@ -199,4 +199,35 @@ def power_int(x: float, n: int) -> float:
     return result
 
 
-__all__ = ["exp", "exp_float", "log", "log_float", "power_int"]
+PAIRWISE_BLOCK = 128  # numpy's PW_BLOCKSIZE: a float64 sum of up to this many values is one block
+
+
+def numpy_sum(xs: list[float]) -> float:
+    """``np.add.reduce`` of a float64 array of up to :data:`PAIRWISE_BLOCK` values, without the array: numpy's
+    pairwise summation, which for one block is eight running sums over every eighth value (one sum from -0.0
+    below eight values), combined in pairs, then the remaining values in order, added to +0.0 (the same
+    additions in the same order, so the same bits: tests/test_compute_support.py compares the two)."""
+    n = len(xs)
+    if n < 8:
+        res = -0.0
+        for x in xs:
+            res += x
+        return 0.0 + res  # (numpy adds the sum to its identity, +0.0: a sum of -0.0 alone is +0.0)
+    r0, r1, r2, r3, r4, r5, r6, r7 = xs[:8]
+    end = n - n % 8
+    for i in range(8, end, 8):
+        r0 += xs[i]
+        r1 += xs[i + 1]
+        r2 += xs[i + 2]
+        r3 += xs[i + 3]
+        r4 += xs[i + 4]
+        r5 += xs[i + 5]
+        r6 += xs[i + 6]
+        r7 += xs[i + 7]
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    for i in range(end, n):
+        res += xs[i]
+    return 0.0 + res
+
+
+__all__ = ["PAIRWISE_BLOCK", "exp", "exp_float", "log", "log_float", "numpy_sum", "power_int"]

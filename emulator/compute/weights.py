@@ -19,6 +19,7 @@ from emulator.compute.base import BaseModel, base_model, log_partition, normalis
 from emulator.compute.bases import BaseModels
 from emulator.compute.errors import invalid
 from emulator.compute.inputs import state_int
+from emulator.compute.portable import PAIRWISE_BLOCK, numpy_sum
 from emulator.jsontypes import Json
 
 _I64 = np.int64
@@ -272,6 +273,12 @@ class GradAccum(msgspec.Struct, frozen=True, eq=False):
         return hi - lo
 
     def dense_norm_sq(self, vocab_size: int) -> float:
+        if self.keys.size <= PAIRWISE_BLOCK and self.rows.size <= PAIRWISE_BLOCK:  # the same sums in Python
+            keys, v = self.keys.tolist(), vocab_size
+            # (each row's tail columns as a float, then times its tail twice: numpy's int64 * float64 * float64)
+            tail_sq = [float(v - bisect_left(keys, (r + 1) * v) + bisect_left(keys, r * v)) * t * t
+                       for r, t in zip(self.rows.tolist(), self.tail.tolist())]
+            return numpy_sum([x * x for x in self.vals.tolist()]) + numpy_sum(tail_sq)
         tail_cols = vocab_size - self.row_counts(vocab_size)
         return float((self.vals * self.vals).sum() + (tail_cols * self.tail * self.tail).sum())
 
