@@ -239,6 +239,7 @@ def update(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum, ada
             keep[order[keep_sorted]] = True
             leftover = cand[~keep]
             cand, cand_ri = cand[keep], cand_ri[keep]
+    fresh = False  # every parameter and moment below a zero (a session's first step)
     if nr_keys.size == 0 and cand.size == 0:  # no new entries: the (immutable) arrays carry over
         keys, base_vals, theta, m, v, buf = weights.keys, weights.base_vals, weights.theta, opt.m, opt.v, opt.buf
     else:
@@ -258,6 +259,7 @@ def update(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum, ada
             buf = _join(opt.buf, zeros_nr, np.zeros(cand.size))
         else:  # nothing trained yet: no old entries, and every tail value joined in is a zero of the lines above
             theta, m, v, buf = np.zeros(keys.size), np.zeros(keys.size), np.zeros(keys.size), np.zeros(keys.size)
+            fresh = True
     note_sizes(keys)
 
     # 3. gradients per entry and per tail (per-column units), clipped
@@ -298,8 +300,12 @@ def update(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum, ada
         # over both costs half as many numpy calls and gives the same bits
         t_entries = t_tail
         n = keys.size
-        joint = _adam(np.concatenate((theta, beta)), np.concatenate((m, m_tail)), np.concatenate((v, v_tail)),
-                      np.concatenate((g_entry, g_tail)), t_tail, adam_hp, mult)
+        if fresh:  # every value joined is a zero: one array of zeros stands for the three (_adam only reads them)
+            z = np.zeros(n + rows_all.size)
+            joint = _adam(z, z, z, np.concatenate((g_entry, g_tail)), t_tail, adam_hp, mult)
+        else:
+            joint = _adam(np.concatenate((theta, beta)), np.concatenate((m, m_tail)), np.concatenate((v, v_tail)),
+                          np.concatenate((g_entry, g_tail)), t_tail, adam_hp, mult)
         (theta, beta_new), (m, m_tail), (v, v_tail) = ((a[:n], a[n:]) for a in joint)
     elif algo == "adam":
         beta_new, m_tail, v_tail = _adam(beta, m_tail, v_tail, g_tail, t_tail, adam_hp, mult)
