@@ -16,6 +16,9 @@ from hypothesis import strategies as st
 from emulator.compute import ModelSpec, Weights
 from emulator.compute import SessionModel as TypedModel
 from emulator.compute.base import BaseModel
+from emulator.compute.inputs import Batch
+from emulator.compute.losses import LossConfig, _cross_entropy, _cross_entropy_small
+from emulator.compute.portable import PAIRWISE_BLOCK, numpy_sum
 from emulator.compute.types import (
     AdamParams,
     Gradient,
@@ -26,9 +29,6 @@ from emulator.compute.types import (
     SamplingParams,
     decode,
 )
-from emulator.compute.inputs import Batch
-from emulator.compute.losses import LossConfig, _cross_entropy, _cross_entropy_small
-from emulator.compute.portable import PAIRWISE_BLOCK, numpy_sum
 from emulator.compute.weights import GradAccum, _backward_arrays, _backward_small, tail_tokens
 
 V = 64
