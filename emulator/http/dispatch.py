@@ -20,13 +20,13 @@ from emulator.clock import rfc3339
 from emulator.errors import Invalid, NotFound, Unavailable
 from emulator.http.access_log import note
 from emulator.http.asgi import (
-    JSON_CONTENT_TYPE,
     Receive,
     Scope,
     Send,
     base_url,
     declares_body,
     encoded_slash,
+    json_answer,
     query_pairs,
     read_body,
     send_file,
@@ -159,9 +159,9 @@ class Dispatcher:
         if extra is None:  # most answers: JSON, sent as send_json sends it, without its coroutine
             data = orjson.dumps(payload) if isinstance(payload, dict) else payload if type(payload) is bytes else None
             if data is not None:
-                await send({"type": "http.response.start", "status": status,
-                            "headers": [JSON_CONTENT_TYPE, (b"content-length", b"%d" % len(data))]})
-                await send({"type": "http.response.body", "body": data})
+                start, rest = json_answer(status, data)
+                await send(start)
+                await send(rest)
                 return
         if isinstance(payload, dict):  # (first: io.IOBase is an ABC, and its isinstance the slow kind)
             await send_json(send, status, orjson.dumps(payload), extra)

@@ -30,14 +30,11 @@ from emulator.bounds import MAX_JSON_DEPTH, MAX_STATE_DEPTH, depth_message, json
 from emulator.errors import Invalid, shorten
 from emulator.http.asgi import (
     HEADERS,
-    Receive,
     Scope,
-    declares_body,
     header,
     header_count,
     headers_of,
     query_pairs,
-    read_body,
     text_header,
 )
 from emulator.http.call import Call
@@ -305,17 +302,13 @@ class FastRequestValidationOperation(RequestValidationOperation):
         return self._body_checkers[mime_type]
 
     def check(self, call: Call, scope: Scope) -> None:
-        """The parameters (the parsed query kept on ``call``); :meth:`read_body` checks the body, if
-        :attr:`reads_body`."""
+        """The parameters (the parsed query kept on ``call``); :meth:`check_body` checks the body (read by the
+        pipeline), if :attr:`reads_body`."""
         if self._params:
             query = parse_query(scope)
             call.query = {k: v[-1] for k, v in query.items()}
             for check in self._params:
                 check.check(scope, query, call.params)
-
-    async def read_body(self, call: Call, scope: Scope, receive: Receive) -> None:
-        """Read, parse and check the body, kept on ``call``."""
-        self.check_body(call, scope, await read_body(receive) if declares_body(scope) else b"")
 
     def check_body(self, call: Call, scope: Scope, raw: bytes) -> None:
         """Parse and check the body ``raw`` (all of it, read), kept on ``call``."""
