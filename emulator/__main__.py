@@ -48,18 +48,21 @@ def _run(app: Any, sock: Any, banner: Callable[[str], list[str]], config: Any = 
     server = _Server(uvicorn_config(app, config or Config(log_level="warning")), app)
     _tune_gc()
     bound_host, bound_port = sock.getsockname()[:2]
-    for line in banner(f"http://{bound_host}:{bound_port}"):
-        print(line, flush=True)
     # uvicorn raises the signal it caught again once it has stopped: SIGINT is a KeyboardInterrupt, and
-    # SIGTERM, whose default action would end the process before it says so, becomes one too.
+    # SIGTERM, whose default action would end the process before it says so, becomes one too. Both are
+    # caught from before the banner: a client that signals as soon as it reads the banner lands before
+    # uvicorn has its own handlers, and must get the same quiet stop, not a traceback.
+    interrupted = False
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
+        for line in banner(f"http://{bound_host}:{bound_port}"):
+            print(line, flush=True)
         server.run(sockets=[sock])
     except KeyboardInterrupt:
-        pass
+        interrupted = True
     finally:
         signal.signal(signal.SIGTERM, previous)
-    if server.stopping:
+    if server.stopping or interrupted:
         _say("stopped")
     return 0
 
@@ -420,6 +423,14 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl+C while starting (a running server stops in _run): one line, no traceback
+        _say("interrupted")
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     # connexion imports starlette's TestClient, which warns about httpx on every start; not our concern.
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
     parser = build_parser()
