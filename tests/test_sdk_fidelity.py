@@ -225,8 +225,10 @@ def sdk_fields(sdk: SdkType) -> dict[str, FieldInfo]:
 
 # ------------------------------------------------------------------------------------------------ spec side
 def load_spec() -> dict:
+    # At import, so in every collection of the suite (each xdist worker's): libyaml's loader, when PyYAML has it,
+    # reads the same document in a tenth of the pure-Python one's 0.23 CPU-s.
     with SPEC_PATH.open() as fh:
-        return yaml.safe_load(fh)
+        return yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def _deref(spec: dict, node: dict) -> tuple[dict, str | None]:
