@@ -42,15 +42,19 @@ CACHE := $(TEST_ENV)
 
 # Every suite: unit + API + SDK end-to-end tests, and alongside them the contract suite against a fresh
 # emulator (its output follows the tests'), then the tests marked alone. Fails when any of them failed.
+# The contract run is also the healthy run of tests/test_contract_selftest.py (--shared-contract-run: its process,
+# waited for, and its fresh report), and the parallel run names the tests it left alone (--alone-list), so the last
+# run does not collect the suite again (RELIABILITY.md).
 test: $(STAMP)
-	@mkdir -p reports
+	@mkdir -p reports && rm -rf reports/contract reports/alone.args
 	@$(TEST_ENV) $(BIN)/python -m contract_tests --report reports/contract > reports/contract.log 2>&1 & contract=$$!; \
-	$(TEST_ENV) $(BIN)/python -m pytest -q $(PYTEST_PARALLEL); unit=$$?; \
+	$(TEST_ENV) $(BIN)/python -m pytest -q $(PYTEST_PARALLEL) --alone-list reports/alone.args \
+		--shared-contract-run "$$contract $(CURDIR)/reports/contract"; unit=$$?; \
 	wait $$contract; suite=$$?; \
 	echo "--- python -m contract_tests --report reports/contract (ran alongside; exit status $$suite)"; \
 	cat reports/contract.log; \
 	echo "--- the tests marked alone"; \
-	$(TEST_ENV) $(BIN)/python -m pytest -q -m alone; alone=$$?; \
+	$(TEST_ENV) $(BIN)/python -m pytest -q -m alone $$([ -s reports/alone.args ] && echo @reports/alone.args); alone=$$?; \
 	[ $$unit -eq 0 ] && [ $$suite -eq 0 ] && [ $$alone -eq 0 ]
 
 unit: $(STAMP)

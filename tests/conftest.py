@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
@@ -21,11 +23,38 @@ SLOWEST_FIRST = ("test_stock_schemathesis", "test_install", "test_contract_selft
 # What a marker expression (-m "not alone") left out of this run: tests/test_habits.py compares the whole
 # collection with the bare console script's.
 DESELECTED = pytest.StashKey[list[str]]()
+LEFT_ALONE = pytest.StashKey[list[str]]()  # of them, the tests marked alone
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
     if items:
         items[0].config.stash.setdefault(DESELECTED, []).extend(item.nodeid for item in items)
+        left = items[0].config.stash.setdefault(LEFT_ALONE, [])
+        left.extend(item.nodeid for item in items if item.get_closest_marker("alone"))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # Both given by make test only (Makefile): options, not environment variables, so that the pytest runs the
+    # tests start themselves do not inherit them.
+    parser.addoption("--alone-list", metavar="PATH",
+                     help="write the node ids of the tests marked alone that this run left out to PATH (make test "
+                          "runs them afterwards from it: pytest @PATH)")
+    parser.addoption("--shared-contract-run", metavar="'PID REPORT_DIR'",
+                     help="a contract run against a fresh emulator going on alongside (make test's): "
+                          "tests/test_contract_selftest.py takes it for its healthy run")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """make test runs the tests marked alone after the others, by node id: the run that left them out names them,
+    so the last run does not collect the whole suite again for three tests (1.8 CPU-s, serial, at the end of
+    make test). Each xdist worker writes the same list."""
+    target = session.config.getoption("alone_list")
+    if not target:
+        return
+    path = Path(target)
+    part = path.with_name(f"{path.name}.{os.getpid()}")
+    part.write_text("".join(f"{nodeid}\n" for nodeid in session.config.stash.get(LEFT_ALONE, [])))
+    os.replace(part, path)
 
 
 @pytest.fixture

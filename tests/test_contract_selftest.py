@@ -1,16 +1,18 @@
 """The contract suite can fail: every seeded emulator defect must be caught, the healthy emulator must pass.
 
-Runs ``python -m contract_tests`` in subprocesses (in parallel), each starting its own emulator: once
-healthy (every test a defect run selects, few examples) and once per ``--defect`` of
-``emulator/tools/defects.py`` (TEST-ONLY defects), restricted with ``-k`` to the tests that judge the broken
-behaviour. A defect run must exit non-zero and its output must name the broken behaviour; because the healthy
-run executes every one of those tests too, a defect run cannot pass its check by failing for an unrelated
-reason that the healthy emulator shares.
+Runs ``python -m contract_tests`` in subprocesses (in parallel), each starting its own emulator: once per
+``--defect`` of ``emulator/tools/defects.py`` (TEST-ONLY defects), restricted with ``-k`` to the tests that judge
+the broken behaviour, and once healthy. A defect run must exit non-zero and its output must name the broken
+behaviour; every test a defect run executed must pass against the healthy emulator, so a defect run cannot pass
+its check by failing for an unrelated reason that the healthy emulator shares. Under ``make test`` the healthy
+run is make test's own contract run (every test, on a fresh emulator; ``--shared-contract-run``), not a second.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -51,6 +53,13 @@ class Run:
     args: list[str]
     code: int
     output: str
+    report: Path
+
+    def outcomes(self) -> dict[str, str]:
+        """node id -> outcome of every test the run reported (its summary.json)."""
+        summary = self.report / "summary.json"
+        assert summary.is_file(), f"{' '.join(self.args)} wrote no {summary}:\n{self.output[-4000:]}"
+        return {t["nodeid"]: t["outcome"] for t in json.loads(summary.read_text())["tests"]["items"]}
 
 
 def run_suite(tmp: Path, name: str, extra: list[str]) -> Run:
@@ -59,20 +68,48 @@ def run_suite(tmp: Path, name: str, extra: list[str]) -> Run:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TOGETHER_", "CONTRACT_"))}
     env["PYTHONUNBUFFERED"] = "1"
     proc = subprocess.run(args, check=False, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
-    return Run(args, proc.returncode, proc.stdout + proc.stderr)
+    return Run(args, proc.returncode, proc.stdout + proc.stderr, tmp / name)
+
+
+def shared_run(shared: str, timeout: float = 900) -> Run:
+    """make test's contract run, once it has ended: waited for on a pidfd (an event, not a poll of the file).
+    Its exit status is make test's to report; its summary.json says whether it conformed."""
+    pid, report = shared.split(" ", 1)
+    try:
+        fd = os.pidfd_open(int(pid))
+    except ProcessLookupError:  # ended and reaped already
+        pass
+    else:
+        try:
+            ready, _, _ = select.select([fd], [], [], timeout)
+            assert ready, f"make test's contract run (process {pid}) did not end within {timeout:.0f} s"
+        finally:
+            os.close(fd)
+    path = Path(report)
+    log = path.parent / "contract.log"
+    output = log.read_text() if log.is_file() else f"(no {log})"
+    summary = path / "summary.json"
+    conforms = summary.is_file() and json.loads(summary.read_text())["conforms"]
+    return Run(["make test's", "python -m contract_tests", "--report", report], 0 if conforms else 1, output, path)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+def runs(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> dict[str, Run]:
     tmp = tmp_path_factory.mktemp("contract-selftest")
-    # The healthy run executes exactly the tests the defect runs select (not the whole suite, which `make test`
-    # runs alongside anyway): what a defect run fails, the healthy emulator passes.
-    jobs = {"healthy": ["-k", " or ".join(f"({select})" for select, _ in CASES.values())]}
-    for defect, (select, _) in CASES.items():
-        jobs[defect] = [f"--emulator-arg=--defect={defect}", "-k", select]
+    # "PID REPORT_DIR" of the contract run make test starts alongside the tests (Makefile): a whole run against a
+    # fresh, healthy emulator, which is then this module's healthy run (a second one cost ~7-10 CPU-s: RELIABILITY.md).
+    shared = pytestconfig.getoption("shared_contract_run")
+    # Without make test's run alongside, the healthy run executes exactly the tests the defect runs select, with
+    # their settings: what a defect run fails, the healthy emulator passes.
+    jobs = {} if shared else {"healthy": ["-k", " or ".join(f"({chosen})" for chosen, _ in CASES.values())]}
+    for defect, (chosen, _) in CASES.items():
+        jobs[defect] = [f"--emulator-arg=--defect={defect}", "-k", chosen]
     with ThreadPoolExecutor(max_workers=4) as pool:
         futures = {name: pool.submit(run_suite, tmp, name, extra) for name, extra in jobs.items()}
-        return {name: f.result() for name, f in futures.items()}
+        runs = {name: f.result() for name, f in futures.items()}
+    if shared:
+        runs["healthy"] = shared_run(shared)
+    return runs
 
 
 def test_every_defect_has_a_case() -> None:
@@ -84,6 +121,15 @@ def test_healthy_emulator_conforms(runs: dict[str, Run]) -> None:
     run = runs["healthy"]
     assert run.code == 0, f"the contract suite fails against the healthy emulator:\n{run.output[-6000:]}"
     assert "passed" in run.output and " failed" not in run.output
+    # every test a defect run executed (passed, failed or errored) passed against the healthy emulator
+    healthy = run.outcomes()
+    for defect in CASES:
+        executed = {nodeid for nodeid, outcome in runs[defect].outcomes().items()
+                    if outcome in ("passed", "failed", "error")}
+        assert executed, f"--defect={defect} executed no test:\n{runs[defect].output[-4000:]}"
+        unproven = sorted(nodeid for nodeid in executed if healthy.get(nodeid) != "passed")
+        assert not unproven, (f"--defect={defect} executed tests that did not pass against the healthy emulator "
+                              f"({' '.join(run.args)}): {[(n, healthy.get(n, 'not run')) for n in unproven]}")
 
 
 @pytest.mark.slow
