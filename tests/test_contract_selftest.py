@@ -98,7 +98,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) 
     tmp = tmp_path_factory.mktemp("contract-selftest")
     # "PID REPORT_DIR" of the contract run make test starts alongside the tests (Makefile): a whole run against a
     # fresh, healthy emulator, which is then this module's healthy run (a second one cost ~7-10 CPU-s: RELIABILITY.md).
-    shared = pytestconfig.getoption("shared_contract_run")
+    # (waited for on a pidfd: Linux; elsewhere the module runs its own)
+    shared = pytestconfig.getoption("shared_contract_run") if hasattr(os, "pidfd_open") else None
     # Without make test's run alongside, the healthy run executes exactly the tests the defect runs select, with
     # their settings: what a defect run fails, the healthy emulator passes.
     jobs = {} if shared else {"healthy": ["-k", " or ".join(f"({chosen})" for chosen, _ in CASES.values())]}
