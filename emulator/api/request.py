@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import msgspec
+
 from emulator.compute.errors import ComputeError
 from emulator.compute.types import decode
 from emulator.domain.context import Ctx, Principal
@@ -41,24 +43,21 @@ def polls(table: str, param: str) -> Callable[[F], F]:
     return mark
 
 
-class Request:
-    __slots__ = ("runtime", "principal", "method", "path", "query", "headers", "body", "_base_url", "operation_id",
-                 "tenant", "ctx")
+class Request(msgspec.Struct):
+    """(A msgspec Struct, built in C: one is made per request.) ``_base_url`` is the base URL, or how to work
+    it out: few handlers need it. ``tenant`` and ``ctx`` are set by the dispatcher's unit of work."""
 
-    def __init__(self, runtime: Runtime, principal: Principal | None, operation_id: str, path: dict[str, str],
-                 query: dict[str, str], headers: Mapping[str, str], body: Any, base_url: str | Callable[[], str],
-                 method: str = "POST") -> None:
-        self.runtime = runtime
-        self.principal = principal
-        self.operation_id = operation_id
-        self.method = method
-        self.path = path
-        self.query = query
-        self.headers = headers
-        self.body = body
-        self._base_url = base_url  # or how to work it out: few handlers need it
-        self.tenant: Tenant = None  # type: ignore[assignment]  # set by the dispatcher's unit of work
-        self.ctx: Ctx = None  # type: ignore[assignment]
+    runtime: Runtime
+    principal: Principal | None
+    operation_id: str
+    path: dict[str, str]
+    query: dict[str, str]
+    headers: Mapping[str, str]
+    body: Any
+    _base_url: str | Callable[[], str]
+    method: str = "POST"
+    tenant: Tenant = None  # type: ignore[assignment]
+    ctx: Ctx = None  # type: ignore[assignment]
 
     @property
     def base_url(self) -> str:

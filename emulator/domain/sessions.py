@@ -37,6 +37,10 @@ LoraValues = dict[str, int | float | str | None]   # a LoRA config's fields as a
 DEFAULT_LORA = defaults.LORA
 LORA_KEYS = ("rank", "alpha", "dropout", "train_unembed", "seed")
 _DEFAULT = msgspec.convert(dict(DEFAULT_LORA), LoraConfig)  # (the usual create's: interned like any other)
+# (plain strings, what records store: a create reads them without an enum class's attribute lookups)
+_ATTACHABLE = frozenset({ResourceStatus.PENDING._value_, ResourceStatus.CREATING._value_, ResourceStatus.READY._value_})
+_READY = ResourceStatus.READY._value_
+_CREATING = S.CREATING._value_
 
 
 class LoraRequest(Wire, frozen=True):
@@ -102,7 +106,7 @@ def create(tenant: Tenant, ctx: Ctx, body: CreateRequest) -> Session:
     r = tenant.resources.get(body.model_resources_id)
     if r is None:
         raise NotFound(f"model resource {body.model_resources_id!r} not found", param="model_resources_id")
-    if r.status not in (ResourceStatus.PENDING, ResourceStatus.CREATING, ResourceStatus.READY):
+    if r.status not in _ATTACHABLE:
         raise FailedPrecondition(f"model resource {r.id} is {r.status}; sessions can only attach to an active "
                                  "resource", param="model_resources_id")
     step, resume_id, load_optimizer = 0, body.resume_from_checkpoint_id, body.load_optimizer
@@ -125,7 +129,7 @@ def create(tenant: Tenant, ctx: Ctx, body: CreateRequest) -> Session:
                          "resource", retryable=False)
     now, metadata = ctx.now, body.metadata
     s = Session(id=tenant.ids.uuid("session"), model_resources_id=r.id, created_by=ctx.principal.user,
-                base_model=r.base_model, status=S.CREATING._value_, created_at=now, updated_at=now,
+                base_model=r.base_model, status=_CREATING, created_at=now, updated_at=now,
                 lora_config=lora, display_name=display_name or None,
                 metadata=(_bounded_metadata(ctx, _clean_metadata(metadata)) or None) if metadata else None,
                 resume_from_checkpoint_id=resume_id or None, load_optimizer=load_optimizer, step=step,
@@ -133,7 +137,7 @@ def create(tenant: Tenant, ctx: Ctx, body: CreateRequest) -> Session:
     tenant.sessions.add(s)
     tenant.sessions_of.setdefault(r.id, []).append(s.id)
     tenant.events.transition(now, tenant.project, "training_session", s.id, None, s.status, None)  # (Tenant.log's)
-    if r.status == ResourceStatus.READY:
+    if r.status == _READY:
         model_resources.touch(tenant, r, now)
         tenant.timeline.schedule(later(now, ctx.timing.session_creating_seconds), TimelineEvent.SESSION_RUNNING, s.id)
     return s

@@ -10,7 +10,7 @@ from __future__ import annotations
 from emulator.api.request import Principal
 from emulator.errors import Invalid
 from emulator.http.access_log import RECORD, note
-from emulator.http.asgi import Scope, text_header
+from emulator.http.asgi import HEADERS, Scope, headers_of, text_header
 from emulator.http.envelope import Unauthenticated
 from emulator.tenancy import Tenancy
 
@@ -73,7 +73,12 @@ class Auth:
         return caller
 
     def _principal(self, scope: Scope) -> Principal:
-        auth = _credential(scope, b"authorization", "Authorization")
+        # (_credential's reading, inlined: every vendor request comes here)
+        raw = (scope.get(HEADERS) or headers_of(scope)).get(b"authorization")
+        try:
+            auth = None if raw is None else raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise Unauthenticated("Authorization: the key is not valid UTF-8; send non-ASCII keys as UTF-8") from exc
         if not auth:
             raise Unauthenticated("missing Authorization header; send 'Authorization: Bearer <api key>'")
         scheme, _, token = auth.partition(" ")

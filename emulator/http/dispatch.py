@@ -35,7 +35,7 @@ from emulator.http.asgi import (
 from emulator.http.call import Call
 from emulator.http.faults import give_back
 from emulator.http.validation import JSON_WHITESPACE, parse_json_body
-from emulator.runtime import Runtime
+from emulator.runtime import Runtime, UnitOfWork
 
 _MISSING = object()
 
@@ -135,7 +135,8 @@ class Dispatcher:
             payload = result[1]
         else:
             try:
-                with self.runtime.unit_of_work(caller, write=method not in READ_METHODS) as (tenant, ctx):
+                # (Runtime.unit_of_work's unit for a caller, made here without that call: every request opens one)
+                with UnitOfWork(self.runtime, caller, method not in READ_METHODS, True) as (tenant, ctx):
                     request.tenant, request.ctx = tenant, ctx
                     if polled is not None:  # a client reads an object it may wait on (the auto clock, a stall)
                         self.runtime.polled(tenant, ctx, polled[0], request.path.get(polled[1], ""))

@@ -33,6 +33,7 @@ class Pipeline:
         self.shards = shards
         self.faults = faults
         self.validation = validation
+        self.checks = validation.operations
         self.dispatcher = dispatcher
         # connexion's ResponseValidationMiddleware around :meth:`dispatch_validated` (--validate-responses)
         self.responses: Any = None
@@ -54,9 +55,10 @@ class Pipeline:
             rule = self.faults.pick(call, scope)
             if rule is not None and await self.faults.apply(rule, call, send):
                 return
-            checks = self.validation.operation(call.base, call.op)
+            checks = self.checks.get((call.base, call.op))  # (RequestValidation.operation, without its call)
             if checks is not None:
-                checks.check(call, scope)
+                if checks.params:
+                    checks.check(call, scope)
                 if checks.reads_body:  # (read here, not in a coroutine of the step's: one fewer per request)
                     checks.check_body(call, scope, await read_body(receive) if declares_body(scope) else b"")
             if self.responses is None:

@@ -131,7 +131,14 @@ class Router:
         """A 405 when the path's template does not answer the method; an unknown path has no operation (the
         dispatcher's 404)."""
         method = scope["method"]
-        target, params, allowed = self.table.match(method, scope["path"], scope.get("raw_path"))
+        path = scope["path"]
+        methods = self.table.literal.get(path)
+        if methods is not None:  # a path without parameters (most creates and lists): what match() would answer
+            target = methods.get(method)
+            raw_path = scope.get("raw_path")
+            if target is not None and (raw_path is None or raw_path.find(b"%") < 0):  # (no encoded slash)
+                return Call(target[0], target[1], {})
+        target, params, allowed = self.table.match(method, path, scope.get("raw_path"))
         if target is None:
             if allowed:
                 raise MethodNotAllowed(method, scope["path"], sorted(allowed))

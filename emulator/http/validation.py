@@ -274,7 +274,7 @@ class FastRequestValidationOperation(RequestValidationOperation):
         super().__init__(next_app, operation=operation, **kwargs)
         self.skip = _trivial(operation)
         op = self._operation
-        self._params = [ParamCheck(p) for p in op.parameters]
+        self.params = [ParamCheck(p) for p in op.parameters]  # (read by the pipeline: none, no call)
         self.reads_body = bool(op.request_body)
         self._body_required = bool(op.request_body.get("required", False)) if op.request_body else False
         self._body_checkers: dict[str, Checker | None] = {}
@@ -304,10 +304,10 @@ class FastRequestValidationOperation(RequestValidationOperation):
     def check(self, call: Call, scope: Scope) -> None:
         """The parameters (the parsed query kept on ``call``); :meth:`check_body` checks the body (read by the
         pipeline), if :attr:`reads_body`."""
-        if self._params:
+        if self.params:
             query = parse_query(scope)
             call.query = {k: v[-1] for k, v in query.items()}
-            for check in self._params:
+            for check in self.params:
                 check.check(scope, query, call.params)
 
     def check_body(self, call: Call, scope: Scope, raw: bytes) -> None:
@@ -350,15 +350,16 @@ class RequestValidation:
 
     def __init__(self) -> None:
         self.builder = FastRequestValidationMiddleware(None)  # type: ignore[arg-type]  # (no app: never called)
-        self._operations: dict[tuple[str, str], FastRequestValidationOperation] = {}
+        # (the pipeline looks its operation up here itself: one call fewer per request)
+        self.operations: dict[tuple[str, str | None], FastRequestValidationOperation] = {}
 
     def add_api(self, specification: Any, **kwargs: Any) -> None:
         """Build the checks of a connexion ``Specification``'s operations (``kwargs``: connexion's API options)."""
         api = self.builder.add_api(specification, **kwargs)
         for op_id, op in api.operations.items():
             if isinstance(op_id, str) and isinstance(op, FastRequestValidationOperation) and not op.skip:
-                self._operations[(api.base_path, op_id)] = op
+                self.operations[(api.base_path, op_id)] = op
 
     def operation(self, base: str, op: str | None) -> FastRequestValidationOperation | None:
         """The checks of a request's operation; None when it has none (or cannot fail them)."""
-        return self._operations.get((base, op))  # type: ignore[arg-type]
+        return self.operations.get((base, op))

@@ -310,7 +310,8 @@ class RecordingApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Idle (not recording), this wrapper costs ~2k instructions of a GET's ~145k (bench.inproc
         # --instructions, with and without --no-recorder).
-        recorder = self.recorder if self.control is None else self.control.current()
+        control = self.control  # (control.current(), without its call)
+        recorder = self.recorder if control is None else control.recorder if control.active else None
         # The dashboard's pages and event streams are not API traffic (and a stream never ends); the calls that
         # switch recording are not part of what is recorded.
         if (recorder is None or scope["type"] != "http" or is_dashboard_path(scope["path"])
