@@ -6,10 +6,14 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+import msgspec
+
 from emulator.domain.kinds import KINDS
 from emulator.errors import Invalid, NotFound
 from emulator.store import Table, Tenant
 from emulator.store.records import Malformed, check_edge
+
+_set = msgspec.Struct.__setattr__
 
 T = TypeVar("T")
 KIND_NAMES = MappingProxyType({"ModelResource": "model_resources", "Session": "training_session", "Operation": "operation",
@@ -21,8 +25,8 @@ def transition(tenant: Tenant, record: Any, new: StrEnum, at: float, **extra: An
     old_value = record.status
     check_edge(old_value, new)
     value = new._value_  # a plain attribute; ``.value`` is a property, and this is the hottest status write
-    record.status = value
-    record.updated_at = max(at, record.created_at)
+    record.status = value  # (noted for the unit of work, or refused outside one)
+    _set(record, "updated_at", max(at, record.created_at))  # (the same record, already noted: no second note)
     # (the event log's own call, as Tenant.log makes it, without a keyword dict per status change)
     tenant.events.transition(at, tenant.project, KIND_NAMES[type(record).__name__], record.id, old_value, value,
                              extra or None)

@@ -48,7 +48,7 @@ def settle(tenant: Tenant, ctx: Ctx) -> None:
             if due is None:
                 return
             at, _seq, event, obj_id = due
-            record = tenant.table(_TABLE_OF[event]).get(obj_id)
+            record = getattr(tenant, _TABLE_OF[event]).get(obj_id)  # (Tenant.table, without its call)
             if record is not None:
                 TIMELINE_HANDLERS[event](tenant, ctx, record, at)
     finally:
