@@ -13,6 +13,7 @@ from types import MappingProxyType
 
 from emulator import defaults, rules
 from emulator.bounds import later
+from emulator.clock import MAX_TIME
 from emulator.compute.types import Wire
 from emulator.domain import cascade, gpu_queue
 from emulator.domain.catalog import BY_NAME, GPU_TYPE, CatalogModel
@@ -31,6 +32,7 @@ from emulator.store.records import (
 )
 
 R = ResourceStatus
+_READY = R.READY._value_
 DEFAULT_INACTIVE_TIMEOUT = 3600  # the SDK's ModelResourcesClient.create docstring
 DEFAULT_GENERATOR_REPLICAS = int(defaults.MODEL_RESOURCE["num_generator_replicas"])
 DEFAULT_LORA_ENABLED = bool(defaults.MODEL_RESOURCE["lora_enabled"])
@@ -233,8 +235,8 @@ def touch(tenant: Tenant, r: ModelResource, at: float) -> None:
     """Activity (session start, operation submit or finish) restarts the inactivity count."""
     if r.last_activity != at:  # (several in one request: noted once)
         r.last_activity = at
-    if r.status == R.READY:
-        candidate = later(at, r.inactive_timeout)
+    if r.status == _READY:  # (twice a create: the status as stored, and later() inlined)
+        candidate = min(at + r.inactive_timeout, MAX_TIME)
         if r.expires_at is None or candidate > r.expires_at or r.id not in tenant.expiry_armed:
             _push_expiry(tenant, r, candidate)
 

@@ -133,6 +133,9 @@ class Table(Generic[R]):
         self.name = name
         self.record_type = record_type
         self._rows: dict[str, R] = {}
+        # The dict's own get, bound once (it shadows the methods below, which say what it does): a lookup by
+        # id is the commonest store call, and a Python method around it costs several times the lookup.
+        self.get = self.read = self._rows.get  # type: ignore[method-assign, assignment]
         self._index = OrderedIndex() if listed else None
         self._log = log
         self._final = final
