@@ -15,7 +15,7 @@ from emulator.http.envelope import BodyCut, PayloadTooLarge, render_error
 
 __all__ = ["ASGIApp", "Message", "Receive", "Scope", "Send", "base_url", "declares_body", "encoded_slash", "header",
            "header_count", "headers_of", "json_answer", "lifespan", "limited_receive", "query_pairs", "read_body",
-           "send_error", "send_file", "send_json", "text_header"]
+           "rest_of_body", "send_error", "send_file", "send_json", "text_header"]
 
 JSON_CONTENT_TYPE = (b"content-type", b"application/json")
 JSON_HEADERS = (JSON_CONTENT_TYPE,)
@@ -109,6 +109,12 @@ async def read_body(receive: Receive) -> bytes:
     if message["type"] != "http.disconnect" and not message.get("more_body", False):
         body = message.get("body", b"")  # (the usual body: one message, nothing to join)
         return body if type(body) is bytes else bytes(body)
+    return await rest_of_body(message, receive)
+
+
+async def rest_of_body(message: Message, receive: Receive) -> bytes:
+    """:func:`read_body` from its first message on, when that message is not the whole body (the request
+    path reads the first itself, and comes here only for more)."""
     chunks = []
     while True:
         if message["type"] == "http.disconnect":

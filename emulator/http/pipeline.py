@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from emulator.http.asgi import Receive, Scope, Send, declares_body, read_body
+from emulator.http.asgi import Receive, Scope, Send, declares_body, rest_of_body
 from emulator.http.auth import Auth
 from emulator.http.dispatch import Dispatcher
 from emulator.http.errors import ErrorEnvelope
@@ -60,7 +60,16 @@ class Pipeline:
                 if checks.params:
                     checks.check(call, scope)
                 if checks.reads_body:  # (read here, not in a coroutine of the step's: one fewer per request)
-                    checks.check_body(call, scope, await read_body(receive) if declares_body(scope) else b"")
+                    raw = b""
+                    if declares_body(scope):  # read_body's first message, read here: a coroutine fewer
+                        message = await receive()
+                        if message["type"] != "http.disconnect" and not message.get("more_body", False):
+                            raw = message.get("body", b"")  # (the usual body: one message, nothing to join)
+                            if type(raw) is not bytes:
+                                raw = bytes(raw)
+                        else:
+                            raw = await rest_of_body(message, receive)
+                    checks.check_body(call, scope, raw)
             if self.responses is None:
                 await self.dispatcher(call, scope, receive, send)
             else:
