@@ -289,10 +289,10 @@ def stop(tenant: Tenant, ctx: Ctx, session_id: str) -> Session:
 
 
 def on_running(tenant: Tenant, ctx: Ctx, s: Session, at: float) -> None:
-    if s.status != S.CREATING:
+    if s.status != _CREATING:
         return
     r = tenant.resources[s.model_resources_id]
-    if r.status != ResourceStatus.READY:
+    if r.status != _READY:
         return
     transition(tenant, s, S.RUNNING, at)
     model_resources.touch(tenant, r, at)

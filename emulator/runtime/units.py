@@ -161,8 +161,9 @@ class UnitOfWork(msgspec.Struct):
             ctx = runtime.ctx(self.principal)
             # Records note their changes in the tenant's change log from here on (a read's too: what its settling
             # changes is journaled with the tenant's next write).
-            self.notes = records.CHANGES.set(tenant.changes.notes())
-            if isinstance(outer, ControlUnit) and outer.undo is not None:  # (its clocks: kept as it opened)
+            changes = tenant.changes  # (its notes(), without the call)
+            self.notes = records.CHANGES.set(changes if changes.enabled else records.Unjournaled)
+            if outer is not None and isinstance(outer, ControlUnit) and outer.undo is not None:  # (its clocks: kept as it opened)
                 kept = outer.undo.clocks
                 outer.undo.touch(project, kept.now_of(project) if kept is not None else ctx.now, store.get(project))
             engine.settle(tenant, ctx)
