@@ -36,10 +36,10 @@ def active_sessions(tenant: Tenant, r: ModelResource) -> list[Session]:
 
 def active_session_count(tenant: Tenant, r: ModelResource) -> int:
     """``len(active_sessions(tenant, r))`` without building the list (every create checks its cap)."""
-    sessions = tenant.sessions
+    peek = tenant.sessions.peek  # (reading only: the rows' own lookup, without Table.__getitem__'s call)
     n = 0
     for sid in tenant.sessions_of.get(r.id, ()):
-        if sessions[sid].status in ACTIVE_SESSION:
+        if peek(sid).status in ACTIVE_SESSION:
             n += 1
     return n
 

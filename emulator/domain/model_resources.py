@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+import msgspec
+
 from emulator import defaults, rules
 from emulator.bounds import later
 from emulator.clock import MAX_TIME
@@ -33,6 +35,7 @@ from emulator.store.records import (
 
 R = ResourceStatus
 _READY = R.READY._value_
+_set = msgspec.Struct.__setattr__
 DEFAULT_INACTIVE_TIMEOUT = 3600  # the SDK's ModelResourcesClient.create docstring
 DEFAULT_GENERATOR_REPLICAS = int(defaults.MODEL_RESOURCE["num_generator_replicas"])
 DEFAULT_LORA_ENABLED = bool(defaults.MODEL_RESOURCE["lora_enabled"])
@@ -233,12 +236,21 @@ def estimate_cost(tenant: Tenant, body: CreateRequest) -> dict[str, Json]:
 
 def touch(tenant: Tenant, r: ModelResource, at: float) -> None:
     """Activity (session start, operation submit or finish) restarts the inactivity count."""
-    if r.last_activity != at:  # (several in one request: noted once)
+    noted = r.last_activity != at
+    if noted:  # (several in one request: noted once)
         r.last_activity = at
-    if r.status == _READY:  # (twice a create: the status as stored, and later() inlined)
+    if r.status == _READY:  # (twice a create: the status as stored; later() and _push_expiry inlined)
         candidate = min(at + r.inactive_timeout, MAX_TIME)
-        if r.expires_at is None or candidate > r.expires_at or r.id not in tenant.expiry_armed:
-            _push_expiry(tenant, r, candidate)
+        expires = r.expires_at
+        if expires is None or candidate > expires:
+            expires = candidate
+            if noted:  # the record was just noted: msgspec's own setattr, without a second note
+                _set(r, "expires_at", candidate)
+            else:
+                r.expires_at = candidate
+        if r.id not in tenant.expiry_armed:
+            tenant.expiry_armed.add(r.id)
+            tenant.timeline.schedule(expires, TimelineEvent.RESOURCE_EXPIRE, r.id)
 
 
 def _push_expiry(tenant: Tenant, r: ModelResource, candidate: float) -> None:

@@ -136,6 +136,7 @@ class Table(Generic[R]):
         # The dict's own get, bound once (it shadows the methods below, which say what it does): a lookup by
         # id is the commonest store call, and a Python method around it costs several times the lookup.
         self.get = self.read = self._rows.get  # type: ignore[method-assign, assignment]
+        self.peek = self._rows.__getitem__  # type: ignore[method-assign, assignment]
         self._index = OrderedIndex() if listed else None
         self._log = log
         self._final = final
@@ -183,8 +184,10 @@ class Table(Generic[R]):
     def add(self, record: R) -> R:
         obj_id = record.id  # type: ignore[attr-defined]
         self._rows[obj_id] = record
-        if self._index is not None:
-            self._index.add(obj_id)
+        index = self._index
+        if index is not None:  # (OrderedIndex.add, without its call: every create comes here)
+            index._pos[obj_id] = len(index._ids)
+            index._ids.append(obj_id)
         if self._log.enabled:
             self.touched.add(obj_id)
             self.removed.discard(obj_id)
