@@ -101,8 +101,8 @@ class SessionModel:
         if not math.isfinite(res.loss) or not all_finite(res.dlp):
             raise ComputeError(NON_FINITE_LOSS, f"the {cfg.type} loss is not finite ({res.loss}); check the "
                                "logprobs/advantages inputs for extreme values")
-        bad = [k for k, v in res.metrics.items() if not math.isfinite(v)]
-        if bad:
+        if not all(map(math.isfinite, res.metrics.values())):  # (the names only when one is not)
+            bad = [k for k, v in res.metrics.items() if not math.isfinite(v)]
             raise ComputeError(NON_FINITE_LOSS, f"non-finite loss metrics {bad}")
         new_acc = self._acc
         if not forward_only:

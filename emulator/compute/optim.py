@@ -215,8 +215,8 @@ def update(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum, ada
     if weights.rows.size:
         in_old, old = weights.row_index(rows_all)
         beta, m_tail, v_tail = (np.where(in_old, a[old], 0.0) for a in (weights.beta, opt.m_tail, opt.v_tail))
-    else:
-        beta, m_tail, v_tail = np.zeros(rows_all.size), np.zeros(rows_all.size), np.zeros(rows_all.size)
+    else:  # one array of zeros stands for the three: they are only read (the updates below make new arrays)
+        beta = m_tail = v_tail = np.zeros(rows_all.size)
     known = union_sorted(weights.keys, nr_keys) if weights.keys.size else nr_keys
     cand = setdiff_unique(acc.keys, known)
     cand_row = cand // v_size
@@ -258,7 +258,9 @@ def update(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum, ada
             v = _join(opt.v, zeros_nr, v_tail[cand_ri])
             buf = _join(opt.buf, zeros_nr, np.zeros(cand.size))
         else:  # nothing trained yet: no old entries, and every tail value joined in is a zero of the lines above
-            theta, m, v, buf = np.zeros(keys.size), np.zeros(keys.size), np.zeros(keys.size), np.zeros(keys.size)
+            # (one array of zeros for the four: each update below makes new arrays, and an optimizer state that
+            # keeps some of them unchanged holds immutable arrays, like every state)
+            theta = m = v = buf = np.zeros(keys.size)
             fresh = True
     note_sizes(keys)
 
