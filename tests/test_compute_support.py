@@ -18,6 +18,7 @@ from emulator.compute import SessionModel as TypedModel
 from emulator.compute.base import BaseModel
 from emulator.compute.inputs import Batch
 from emulator.compute.losses import LossConfig, _cross_entropy, _cross_entropy_small
+from emulator.compute.optim import _adam, _adam_first
 from emulator.compute.portable import PAIRWISE_BLOCK, numpy_sum
 from emulator.compute.types import (
     AdamParams,
@@ -249,3 +250,23 @@ def test_short_gradient_norm_and_cross_entropy_give_the_bits_of_numpy(data: Any)
     assert _bits(np.array([small.loss, *small.metrics.values()])) == _bits(np.array([arrays.loss,
                                                                                     *arrays.metrics.values()]))
     assert list(small.metrics) == list(arrays.metrics)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_first_adam_step_gives_the_bits_of_adam_on_zeros(data: Any) -> None:
+    """A session's first Adam step (``_adam_first``) is ``_adam`` of parameters and moments that are zeros, to
+    the bit: signed zeros, non-finite gradients and overflowing hyperparameters included."""
+    g = np.array(data.draw(st.lists(_FLOATS | st.sampled_from([np.inf, -np.inf, np.nan]), max_size=40)),
+                 dtype=np.float64)
+    unit = st.sampled_from([0.0, 0.5, 0.9, 0.999, 1 - 2**-53]) | st.floats(0.0, 1.0, exclude_max=True)
+    big = st.sampled_from([0.0, 1e-8, 1.0, 1e300]) | st.floats(0.0, 1e308)
+    hp = {"beta1": data.draw(unit), "beta2": data.draw(unit), "learning_rate": data.draw(big),
+          "weight_decay": data.draw(big), "eps": data.draw(st.sampled_from([1e-8, 1e-300, 1.0, 1e300]))}
+    t = data.draw(st.integers(1, 3))
+    mult = data.draw(st.sampled_from([0.5, 1.0, 4.0]))
+    z = np.zeros(g.size)
+    with np.errstate(all="ignore"):
+        expected = _adam(z, z, z, g, t, hp, mult)
+        got = _adam_first(g, t, hp, mult)
+    assert _bits(*got) == _bits(*expected)

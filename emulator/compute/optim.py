@@ -178,6 +178,22 @@ def _adam(theta: np.ndarray, m: np.ndarray, v: np.ndarray, g: np.ndarray, t: int
     return theta, m, v
 
 
+def _adam_first(g: np.ndarray, t: int, hp: dict[str, float], mult: float
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_adam` of parameters and moments that are all zeros (a session's first step), in fewer numpy
+    calls and to the same bits: ``b * 0.0`` is +0.0 for every ``b`` in [0, 1), so each moment is its new term
+    plus +0.0 (which turns a -0.0 into +0.0, as the sum with the zero moment does), and the decayed parameter
+    ``0.0 * (1 - lr * wd)`` is one scalar for all (tests/test_compute_support.py compares the two)."""
+    b1, b2 = hp["beta1"], hp["beta2"]
+    m = (1.0 - b1) * g + 0.0
+    v = (1.0 - b2) * g * g + 0.0
+    m_hat = m / (1.0 - power_int(b1, t))
+    v_hat = v / (1.0 - power_int(b2, t))
+    lr = hp["learning_rate"]
+    theta = 0.0 * (1.0 - lr * hp["weight_decay"]) - (lr * mult) * m_hat / (np.sqrt(v_hat) + hp["eps"])
+    return theta, m, v
+
+
 def newton_schulz_sigma(sigma: np.ndarray, steps: int) -> np.ndarray:
     """Newton-Schulz quintic on the singular value of a rank-one matrix: X <- aX + b(XX^T)X + c(XX^T)^2X."""
     a, b, c = NS_COEFFS
@@ -302,9 +318,8 @@ def update(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum, ada
         # over both costs half as many numpy calls and gives the same bits
         t_entries = t_tail
         n = keys.size
-        if fresh:  # every value joined is a zero: one array of zeros stands for the three (_adam only reads them)
-            z = np.zeros(n + rows_all.size)
-            joint = _adam(z, z, z, np.concatenate((g_entry, g_tail)), t_tail, adam_hp, mult)
+        if fresh:  # every parameter and moment is a zero
+            joint = _adam_first(np.concatenate((g_entry, g_tail)), t_tail, adam_hp, mult)
         else:
             joint = _adam(np.concatenate((theta, beta)), np.concatenate((m, m_tail)), np.concatenate((v, v_tail)),
                           np.concatenate((g_entry, g_tail)), t_tail, adam_hp, mult)
