@@ -28,6 +28,7 @@ from emulator.compute.spec import (
 from emulator.compute.types import AdamParams, MuonParams, Wire
 from emulator.compute.weights import (
     EMPTY_F64,
+    EMPTY_I64,
     GradAccum,
     Weights,
     lookup_sorted,
@@ -235,11 +236,13 @@ def update(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum, ada
         beta = m_tail = v_tail = np.zeros(rows_all.size)
     known = union_sorted(weights.keys, nr_keys) if weights.keys.size else nr_keys
     cand = setdiff_unique(acc.keys, known)
-    cand_row = cand // v_size
-    cand_ri = rows_all.searchsorted(cand_row)
-    leftover = np.empty(0, dtype=_I64)
+    leftover = EMPTY_I64
     cap = spec.lora_row_capacity
-    if cap is not None and cand.size and (weights.keys.size or cand.size > cap):  # else every row has room
+    trim = cap is not None and cand.size and (weights.keys.size or cand.size > cap)  # else every row has room
+    # each candidate's row: read to trim full rows and to join trained rows' tails (a first step mostly does neither)
+    cand_ri = rows_all.searchsorted(cand // v_size) if trim or weights.rows.size else EMPTY_I64
+    if trim:
+        assert cap is not None
         lo = weights.keys.searchsorted(rows_all * v_size)
         hi = weights.keys.searchsorted((rows_all + 1) * v_size)
         existing = np.where(hi > lo, hi - lo - k, 0)
@@ -323,7 +326,8 @@ def update(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum, ada
         else:
             joint = _adam(np.concatenate((theta, beta)), np.concatenate((m, m_tail)), np.concatenate((v, v_tail)),
                           np.concatenate((g_entry, g_tail)), t_tail, adam_hp, mult)
-        (theta, beta_new), (m, m_tail), (v, v_tail) = ((a[:n], a[n:]) for a in joint)
+        theta_all, m_all, v_all = joint  # (spelled out: a generator here cost more than the six slices)
+        theta, beta_new, m, m_tail, v, v_tail = theta_all[:n], theta_all[n:], m_all[:n], m_all[n:], v_all[:n], v_all[n:]
     elif algo == "adam":
         beta_new, m_tail, v_tail = _adam(beta, m_tail, v_tail, g_tail, t_tail, adam_hp, mult)
         t_entries += 1
