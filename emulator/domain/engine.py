@@ -43,8 +43,8 @@ def settle(tenant: Tenant, ctx: Ctx) -> None:
     log = tenant.changes
     noting, log.noting = log.noting, log.enabled  # (no journal: nothing to note, nothing may pile up)
     try:
-        while timeline.heap and timeline.heap[0][0] <= now:
-            due = timeline.pop_due(now)
+        while True:
+            due = timeline.pop_due(now)  # (what is due first, or None: it reads the heap as the check above did)
             if due is None:
                 return
             at, _seq, event, obj_id = due

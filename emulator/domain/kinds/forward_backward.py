@@ -31,6 +31,9 @@ class Request(OperationRequest, frozen=True, kw_only=True):
 
 def _check(ctx: Ctx, s: Session, request: Request) -> Request:
     loss = request.loss
+    fields = msgspec.structs.astuple(loss)
+    if fields.count(None) == len(fields) - 1:  # its type alone, no parameters (the usual request): nothing to drop
+        return request
     dropped: dict[str, None] = {}
     for reads, spec in LOSS_TYPES.items():
         if spec.params_key is not None and getattr(loss, spec.params_key) is not None and loss.type != reads:
