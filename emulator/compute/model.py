@@ -147,8 +147,7 @@ class SessionModel:
     def update(self, adam_params: AdamParams | None, muon_params: MuonParams | None) -> int:
         new_w, new_opt, info = update(self.spec, self._weights, self._opt, self._acc, adam_params,
                                           muon_params)
-        if not (all_finite(new_w.theta) and all_finite(new_w.beta)):
-            raise ComputeError(NON_FINITE_LOSS, "the optimizer step produced non-finite weights")
+        # (update refuses non-finite weights itself: NON_FINITE_LOSS, before anything here changes)
         self._weights, self._opt, self._acc = new_w, new_opt, GradAccum.empty()
         self.version += 1
         self.step += 1

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from emulator.compute.errors import RESOURCE_EXHAUSTED, ComputeError, invalid
+from emulator.compute.errors import NON_FINITE_LOSS, RESOURCE_EXHAUSTED, ComputeError, invalid
 from emulator.compute.inputs import parse_float, state_int
 from emulator.compute.portable import power_int
 from emulator.compute.spec import (
@@ -31,6 +31,7 @@ from emulator.compute.weights import (
     EMPTY_I64,
     GradAccum,
     Weights,
+    all_finite,
     lookup_sorted,
     note_sizes,
     setdiff_unique,
@@ -204,7 +205,7 @@ def newton_schulz_sigma(sigma: np.ndarray, steps: int) -> np.ndarray:
     return sigma
 
 
-# Extreme hyperparameters can overflow: the caller turns non-finite weights into NON_FINITE_LOSS, so numpy's
+# Extreme hyperparameters can overflow: non-finite weights are refused below (NON_FINITE_LOSS), so numpy's
 # RuntimeWarnings would only be noise on the server's console (the decorator costs ~1 us per step).
 @np.errstate(all="ignore")
 def update(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum, adam_params: AdamParams | None,
@@ -316,6 +317,7 @@ def update(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum, ada
     mult = spec.lr_multiplier
     t_tail = opt.t_tail + 1
     t_entries = opt.t_entries
+    finite: bool | None = None  # the new parameters are all finite (checked here: the caller keeps no such model)
     if algo == "adam" and t_entries + 1 == t_tail:
         # entries and tails take the same Adam update (same hyperparameters and step): one elementwise pass
         # over both costs half as many numpy calls and gives the same bits
@@ -327,6 +329,7 @@ def update(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum, ada
             joint = _adam(np.concatenate((theta, beta)), np.concatenate((m, m_tail)), np.concatenate((v, v_tail)),
                           np.concatenate((g_entry, g_tail)), t_tail, adam_hp, mult)
         theta_all, m_all, v_all = joint  # (spelled out: a generator here cost more than the six slices)
+        finite = all_finite(theta_all)  # (the entries' and the tails' parameters in one check)
         theta, beta_new, m, m_tail, v, v_tail = theta_all[:n], theta_all[n:], m_all[:n], m_all[n:], v_all[:n], v_all[n:]
     elif algo == "adam":
         beta_new, m_tail, v_tail = _adam(beta, m_tail, v_tail, g_tail, t_tail, adam_hp, mult)
@@ -343,6 +346,10 @@ def update(spec: ModelSpec, weights: Weights, opt: OptState, acc: GradAccum, ada
         factor = np.where(nrm > 0, sigma / np.maximum(sigma0, 1e-300) / (nrm + 1e-7), 0.0)
         lr = hp["learning_rate"]
         theta = theta * (1.0 - lr * hp["weight_decay"]) - (lr * mult / MUON_LR_DIVISOR) * upd * factor[ri]
+    if finite is None:
+        finite = all_finite(theta) and all_finite(beta_new)
+    if not finite:
+        raise ComputeError(NON_FINITE_LOSS, "the optimizer step produced non-finite weights")
     new_w = Weights(base, keys, base_vals, theta, rows_all, beta_new)
     new_opt = OptState(m, v, buf, m_tail, v_tail, t_entries, t_tail)
     info = {"grad_norm": norm, "clip_scale": scale}
