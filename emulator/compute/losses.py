@@ -64,6 +64,9 @@ class LossResult:
     dlp: np.ndarray
     counted: np.ndarray
     metrics: dict[str, float] = field(default_factory=dict)
+    # dlp is finite by construction (the cross-entropy's: the negated weights, which parse_samples read as
+    # finite float32 values), so the caller need not check it
+    dlp_finite: bool = False
 
 
 def parse_loss(loss: Loss) -> LossConfig:
@@ -187,7 +190,7 @@ def _cross_entropy_small(w: np.ndarray, lp: np.ndarray) -> LossResult:
     wsum = numpy_sum(ws)
     metrics = {"loss:sum": loss, "loss/num_tokens": float(len(ws) - ws.count(0.0)), "loss/weight_sum": wsum,
                "loss/mean": loss / wsum if wsum else 0.0}
-    return LossResult(loss, -w, w != 0, metrics)
+    return LossResult(loss, -w, w != 0, metrics, dlp_finite=True)
 
 
 def _cross_entropy(cfg: LossConfig, batch: Batch, lp: np.ndarray) -> LossResult:
@@ -197,7 +200,7 @@ def _cross_entropy(cfg: LossConfig, batch: Batch, lp: np.ndarray) -> LossResult:
     wsum = float(w.sum())
     metrics = {"loss:sum": loss, "loss/num_tokens": float(np.count_nonzero(counted)), "loss/weight_sum": wsum,
                "loss/mean": loss / wsum if wsum else 0.0}
-    return LossResult(loss, -w, counted, metrics)
+    return LossResult(loss, -w, counted, metrics, dlp_finite=True)
 
 
 def _policy(cfg: LossConfig, batch: Batch, lp: np.ndarray) -> LossResult:

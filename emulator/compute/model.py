@@ -98,7 +98,7 @@ class SessionModel:
                               max_seq_length=s.max_seq_length, required=cfg.required_inputs)
         lp, rs, ridx = self._weights.token_logprobs(batch.prevs, batch.targets)
         res = compute(cfg, batch, lp)
-        if not math.isfinite(res.loss) or not all_finite(res.dlp):
+        if not math.isfinite(res.loss) or not (res.dlp_finite or all_finite(res.dlp)):
             raise ComputeError(NON_FINITE_LOSS, f"the {cfg.type} loss is not finite ({res.loss}); check the "
                                "logprobs/advantages inputs for extreme values")
         if not all(map(math.isfinite, res.metrics.values())):  # (the names only when one is not)
