@@ -15,7 +15,6 @@ import msgspec
 
 from emulator import defaults, rules
 from emulator.bounds import later
-from emulator.clock import MAX_TIME
 from emulator.compute.types import Wire
 from emulator.domain import cascade, gpu_queue
 from emulator.domain.catalog import BY_NAME, GPU_TYPE, CatalogModel
@@ -239,8 +238,8 @@ def touch(tenant: Tenant, r: ModelResource, at: float) -> None:
     noted = r.last_activity != at
     if noted:  # (several in one request: noted once)
         r.last_activity = at
-    if r.status == _READY:  # (twice a create: the status as stored; later() and _push_expiry inlined)
-        candidate = min(at + r.inactive_timeout, MAX_TIME)
+    if r.status == _READY:  # (twice a create: the status as stored; _push_expiry's steps inline)
+        candidate = later(at, r.inactive_timeout)
         expires = r.expires_at
         if expires is None or candidate > expires:
             expires = candidate
