@@ -200,9 +200,7 @@ class Runtime(VirtualTime, ScheduledActions, StateDocuments):
             now = (own.clock or self.clock).now()
             timing = own.timing if own.timing is not None else self.clocks.timing
         # (positional, in the fields' order: a keyword call costs more, on every request)
-        store = self.store  # (its seed_for, without the call)
-        seed = store._seeds.get(project, store.seed) if store._seeds else store.seed
-        return Ctx(now, principal, timing, seed, self.limits, self.config.strict,
+        return Ctx(now, principal, timing, self.store.seed_for(project), self.limits, self.config.strict,
                    [] if warnings is None else warnings)
 
     def unit_of_work(self, who: Principal | str, *, write: bool) -> UnitOfWork:

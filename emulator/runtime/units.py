@@ -151,7 +151,7 @@ class UnitOfWork(msgspec.Struct):
                 persistence.check_writable()
             project = self.principal.project
             store = runtime.store
-            tenant = store._tenants.get(project)  # (Store.get, without its call)
+            tenant = store.get(project)
             if tenant is None:
                 if runtime.shard is not None:  # (a tenant held here is this shard's: checked when it came)
                     runtime.check_owner(project)

@@ -184,10 +184,8 @@ class Table(Generic[R]):
     def add(self, record: R) -> R:
         obj_id = record.id  # type: ignore[attr-defined]
         self._rows[obj_id] = record
-        index = self._index
-        if index is not None:  # (OrderedIndex.add, without its call: every create comes here)
-            index._pos[obj_id] = len(index._ids)
-            index._ids.append(obj_id)
+        if self._index is not None:
+            self._index.add(obj_id)
         if self._log.enabled:
             self.touched.add(obj_id)
             self.removed.discard(obj_id)
