@@ -335,3 +335,19 @@ def test_requests_that_declare_no_body_are_answered_without_receiving_one() -> N
     assert (status, calls) == (200, 0), body  # an optional body, absent
     status, body, calls = _drive(app, "POST", f"{RL}/training-sessions", [json_hdr], None)
     assert status == 400 and calls == 0 and orjson.loads(body)["error"]["code"] == "missing_body", body
+
+
+def test_a_table_is_never_copied_with_its_lookups_bound_to_the_original_rows() -> None:
+    """Table.get/read/peek are the rows dict's own bound methods (the commonest store call); a copy of the
+    table would keep answering from the original's rows, so copying one is refused."""
+    import copy
+
+    import pytest
+
+    from emulator.store.memory import EventLog
+    from emulator.store.tenant import Tenant
+
+    table = Tenant("p", 7, EventLog()).sessions
+    for make_copy in (copy.copy, copy.deepcopy):
+        with pytest.raises(TypeError, match="not copied"):
+            make_copy(table)

@@ -144,6 +144,13 @@ class Table(Generic[R]):
         self.removed: set[str] = set()
         log.tables[record_type] = self
 
+    def __copy__(self) -> Table[R]:
+        # (a copy would keep get/read/peek bound to this table's rows: refused, not silently shared)
+        raise TypeError("a Table is not copied: its get, read and peek are bound to its own rows")
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Table[R]:
+        return self.__copy__()
+
     def get(self, obj_id: Any) -> R | None:
         return self._rows.get(obj_id)
 
