@@ -44,29 +44,27 @@ class IdFactory:
         self.taken: Callable[[str], bool] | None = None
         self._prefixes: dict[str, Any] = {}
 
-    def _digest(self, kind: str) -> bytes:
-        """``derive(seed, scope, kind, counter)``: the hash of the constant ``seed:scope:kind:`` prefix is
-        kept per kind and copied, since building a new SHA-256 object costs more than hashing an id."""
+    def _hash(self, kind: str) -> Any:
+        """The SHA-256 of ``derive(seed, scope, kind, counter)``, the counter moved on: the hash of the constant
+        ``seed:scope:kind:`` prefix is kept per kind and copied, since building a new SHA-256 object costs more
+        than hashing an id."""
         self.counter += 1
         prefix = self._prefixes.get(kind)
         if prefix is None:
             prefix = self._prefixes[kind] = hashlib.sha256(_material(self.seed, self.scope, kind, ""))
         h = prefix.copy()
         h.update(str(self.counter).encode())
-        return h.digest()
+        return h
+
+    def _digest(self, kind: str) -> bytes:
+        """``derive(seed, scope, kind, counter)``."""
+        return self._hash(kind).digest()
 
     def uuid(self, kind: str = "") -> str:
         """What ``str(uuid.UUID(bytes=digest[:16], version=4))`` gives, formatted directly (it runs for
-        every object created, and the uuid module's checks cost more than the hash). :meth:`_digest` and
-        :meth:`_uuid` inlined: two calls fewer per object."""
+        every object created, and the uuid module's checks cost more than the hash), from the hash's hex."""
         while True:
-            self.counter += 1
-            prefix = self._prefixes.get(kind)
-            if prefix is None:
-                prefix = self._prefixes[kind] = hashlib.sha256(_material(self.seed, self.scope, kind, ""))
-            h = prefix.copy()
-            h.update(str(self.counter).encode())
-            x = h.hexdigest()
+            x = self._hash(kind).hexdigest()
             # version 4 (the 13th digit), RFC 4122 variant (the 17th digit's top two bits 10)
             made = f"{x[:8]}-{x[8:12]}-4{x[13:16]}-{_VARIANT[x[16]]}{x[17:20]}-{x[20:32]}"
             if self.taken is None or not self.taken(made):
